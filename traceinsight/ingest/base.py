@@ -1,0 +1,31 @@
+"""What a reader hands to the store: column lists per normalized table, plus facts about the file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Columns = dict[str, list[Any]]
+
+
+@dataclass
+class Ingest:
+    """The output of one reader on one file.
+
+    `tables` maps a table of `schema.sql` to its columns (name -> list, all of equal length). Readers omit
+    `trace_id`, `kernel_id`, `range_id` and `dur_ns`: the store assigns ids in start order and derives durations.
+    """
+
+    format: str
+    format_version: str | None = None
+    tool_version: str | None = None
+    tables: dict[str, Columns] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def columns(self, table: str, names: list[str]) -> Columns:
+        """Return (creating on first use) the column dict of `table` with the given column names."""
+        cols = self.tables.get(table)
+        if cols is None:
+            cols = {n: [] for n in names}
+            self.tables[table] = cols
+        return cols

@@ -1,0 +1,158 @@
+-- The normalized schema every reader fills, whatever the input format.
+--
+-- Conventions: times are int64 nanoseconds on the trace's own clock (`*_ns`); sizes are bytes
+-- (`*_bytes`); every table carries `trace_id` so that many traces can live in one database or one
+-- Parquet dataset. A column a format cannot provide is NULL, never a made-up value.
+-- docs/SCHEMA.md documents each column; tests/test_schema.py keeps the two in step.
+
+-- One row per ingested trace file.
+CREATE TABLE IF NOT EXISTS traces (
+    trace_id        INTEGER NOT NULL,   -- key used by every other table
+    path            VARCHAR NOT NULL,   -- the file as given by the user (absolute)
+    format          VARCHAR NOT NULL,   -- 'kineto' | 'nsys-sqlite' | 'nsys-rep' | 'ncu-csv'
+    format_version  VARCHAR,            -- Kineto schemaVersion, nsys export schema version, ...
+    tool_version    VARCHAR,            -- profiler version when the file says (nsys 2025.3.1, cupti 130001, ...)
+    source_path     VARCHAR,            -- the file actually read (the cached SQLite export of an .nsys-rep)
+    size_bytes      BIGINT,             -- size of `path`
+    start_ns        BIGINT,             -- first GPU activity in the trace
+    end_ns          BIGINT,             -- last GPU activity in the trace
+    warnings        VARCHAR[]           -- what the reader could not read, in words
+);
+
+-- One row per GPU the trace describes.
+CREATE TABLE IF NOT EXISTS devices (
+    trace_id                INTEGER NOT NULL,
+    device_id               INTEGER NOT NULL,   -- CUDA device ordinal as the trace numbers it
+    name                    VARCHAR,            -- 'NVIDIA H200'
+    num_sms                 INTEGER,            -- streaming multiprocessors
+    compute_major           INTEGER,
+    compute_minor           INTEGER,
+    regs_per_sm             INTEGER,            -- 32-bit registers per SM
+    regs_per_block          INTEGER,            -- 32-bit registers one block may use
+    smem_per_sm_bytes       BIGINT,             -- shared memory per SM
+    smem_per_block_optin_bytes BIGINT,          -- opt-in shared memory limit per block
+    max_threads_per_sm      INTEGER,
+    max_threads_per_block   INTEGER,
+    max_blocks_per_sm       INTEGER,
+    max_warps_per_sm        INTEGER,
+    warp_size               INTEGER,
+    total_mem_bytes         BIGINT,             -- device memory
+    mem_bandwidth_bytes_per_s BIGINT,           -- peak DRAM bandwidth when the trace states it
+    clock_hz                BIGINT,             -- SM clock when the trace states it
+    l2_bytes                BIGINT
+);
+
+-- One row per GPU kernel execution.
+CREATE TABLE IF NOT EXISTS kernels (
+    trace_id                INTEGER NOT NULL,
+    kernel_id               BIGINT  NOT NULL,   -- 0.. in start order within the trace
+    name                    VARCHAR NOT NULL,   -- demangled name with template arguments
+    mangled_name            VARCHAR,            -- when the trace has it
+    device_id               INTEGER,
+    stream_id               BIGINT,
+    start_ns                BIGINT  NOT NULL,
+    end_ns                  BIGINT  NOT NULL,
+    dur_ns                  BIGINT  NOT NULL,   -- end_ns - start_ns
+    grid_x                  INTEGER,
+    grid_y                  INTEGER,
+    grid_z                  INTEGER,
+    block_x                 INTEGER,
+    block_y                 INTEGER,
+    block_z                 INTEGER,
+    registers_per_thread    INTEGER,
+    static_smem_bytes       INTEGER,            -- NULL where the format only gives the total
+    dynamic_smem_bytes      INTEGER,            -- NULL where the format only gives the total
+    smem_bytes              INTEGER,            -- static + dynamic shared memory per block
+    correlation_id          BIGINT,             -- links to `launches.correlation_id`
+    graph_node_id           BIGINT              -- CUDA graph node when launched from a graph
+);
+
+-- Host-side runtime/driver API calls that launched GPU work (matched by correlation id).
+CREATE TABLE IF NOT EXISTS launches (
+    trace_id        INTEGER NOT NULL,
+    correlation_id  BIGINT  NOT NULL,
+    name            VARCHAR NOT NULL,   -- 'cudaLaunchKernel', 'cuLaunchKernelEx', 'cudaGraphLaunch', ...
+    start_ns        BIGINT  NOT NULL,
+    end_ns          BIGINT  NOT NULL,
+    process_id      BIGINT,
+    thread_id       BIGINT
+);
+
+-- Named time ranges: CPU annotations (record_function, ProfilerStep#N, NVTX push/pop and start/end)
+-- and their GPU-side projections (Kineto's gpu_user_annotation).
+CREATE TABLE IF NOT EXISTS ranges (
+    trace_id        INTEGER NOT NULL,
+    range_id        BIGINT  NOT NULL,   -- 0.. within the trace
+    name            VARCHAR NOT NULL,
+    kind            VARCHAR NOT NULL,   -- 'annotation' | 'profiler_step' | 'nvtx' | 'gpu_annotation'
+    side            VARCHAR NOT NULL,   -- 'cpu' (times on the launching thread) | 'gpu' (times of the GPU work)
+    start_ns        BIGINT  NOT NULL,
+    end_ns          BIGINT  NOT NULL,
+    dur_ns          BIGINT  NOT NULL,
+    process_id      BIGINT,
+    thread_id       BIGINT,             -- CPU ranges: the thread that opened it
+    device_id       INTEGER,            -- GPU ranges
+    stream_id       BIGINT,             -- GPU ranges
+    domain          VARCHAR             -- NVTX domain when not the default one
+);
+
+-- Memory copies and sets on the GPU (they matter for idle gaps between steps).
+CREATE TABLE IF NOT EXISTS memops (
+    trace_id        INTEGER NOT NULL,
+    kind            VARCHAR NOT NULL,   -- 'memcpy' | 'memset'
+    name            VARCHAR,            -- 'Memcpy HtoD (Pageable -> Device)', ...
+    device_id       INTEGER,
+    stream_id       BIGINT,
+    start_ns        BIGINT  NOT NULL,
+    end_ns          BIGINT  NOT NULL,
+    dur_ns          BIGINT  NOT NULL,
+    bytes           BIGINT,
+    correlation_id  BIGINT
+);
+
+-- Nsight Compute: one row per profiled kernel.
+CREATE TABLE IF NOT EXISTS ncu_kernels (
+    trace_id        INTEGER NOT NULL,
+    ncu_id          INTEGER NOT NULL,   -- the CSV's "ID" column
+    name            VARCHAR NOT NULL,   -- as ncu prints it (demangled)
+    device_id       INTEGER,
+    stream_id       BIGINT,
+    grid_x          INTEGER,
+    grid_y          INTEGER,
+    grid_z          INTEGER,
+    block_x         INTEGER,
+    block_y         INTEGER,
+    block_z         INTEGER,
+    nvtx            VARCHAR,            -- innermost NVTX range text that enclosed the launch, when captured
+    kernel_id       BIGINT              -- the matched `kernels.kernel_id` of a trace given alongside, else NULL
+);
+
+-- Nsight Compute: one row per (kernel, metric).
+CREATE TABLE IF NOT EXISTS ncu_metrics (
+    trace_id        INTEGER NOT NULL,
+    ncu_id          INTEGER NOT NULL,
+    metric          VARCHAR NOT NULL,   -- 'sm__cycles_active.avg', ...
+    unit            VARCHAR,            -- as ncu states it ('cycle', 'byte', '%', ...)
+    value           DOUBLE,             -- numeric value; NULL when the cell is not a number
+    text            VARCHAR             -- the raw cell
+);
+
+-- Batch composition per step from a sidecar (collector output or the *.meta.json files).
+CREATE TABLE IF NOT EXISTS batches (
+    trace_id        INTEGER NOT NULL,
+    step_key        VARCHAR NOT NULL,   -- what the sidecar calls the step; matched against range names
+    batch_size      INTEGER,
+    kv_lens         BIGINT[],           -- every request's KV length in tokens
+    qo_heads        INTEGER,
+    kv_heads        INTEGER,
+    head_dim        INTEGER,
+    page_size       INTEGER,
+    kv_dtype        VARCHAR,
+    path            VARCHAR,            -- 'cuda-core' | 'tensor-core' | ...
+    backend         VARCHAR,            -- the planner's backend ('fa2', 'fa3', 'sm90', ...)
+    cuda_graph      BOOLEAN,
+    planned_padded_batch INTEGER,       -- the planner's own decision when recorded
+    planned_split_kv BOOLEAN,
+    planned_chunk_tokens INTEGER,
+    plan_info       BIGINT[]            -- FlashInfer's raw plan_info when recorded
+);
