@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from traceinsight.errors import FormatError
 from traceinsight.ingest.base import Ingest
 from traceinsight.ingest.detect import detect

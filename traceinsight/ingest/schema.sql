@@ -25,8 +25,8 @@ CREATE TABLE IF NOT EXISTS devices (
     device_id               INTEGER NOT NULL,   -- CUDA device ordinal as the trace numbers it
     name                    VARCHAR,            -- 'NVIDIA H200'
     num_sms                 INTEGER,            -- streaming multiprocessors
-    compute_major           INTEGER,
-    compute_minor           INTEGER,
+    compute_major           INTEGER,            -- compute capability, major (9 for Hopper)
+    compute_minor           INTEGER,            -- compute capability, minor
     regs_per_sm             INTEGER,            -- 32-bit registers per SM
     regs_per_block          INTEGER,            -- 32-bit registers one block may use
     smem_per_sm_bytes       BIGINT,             -- shared memory per SM
@@ -48,18 +48,18 @@ CREATE TABLE IF NOT EXISTS kernels (
     kernel_id               BIGINT  NOT NULL,   -- 0.. in start order within the trace
     name                    VARCHAR NOT NULL,   -- demangled name with template arguments
     mangled_name            VARCHAR,            -- when the trace has it
-    device_id               INTEGER,
-    stream_id               BIGINT,
-    start_ns                BIGINT  NOT NULL,
-    end_ns                  BIGINT  NOT NULL,
+    device_id               INTEGER,            -- GPU that ran it
+    stream_id               BIGINT,             -- CUDA stream
+    start_ns                BIGINT  NOT NULL,   -- kernel start on the GPU
+    end_ns                  BIGINT  NOT NULL,   -- kernel end on the GPU
     dur_ns                  BIGINT  NOT NULL,   -- end_ns - start_ns
-    grid_x                  INTEGER,
-    grid_y                  INTEGER,
-    grid_z                  INTEGER,
-    block_x                 INTEGER,
-    block_y                 INTEGER,
-    block_z                 INTEGER,
-    registers_per_thread    INTEGER,
+    grid_x                  INTEGER,            -- grid size in CTAs along x
+    grid_y                  INTEGER,            -- grid size along y
+    grid_z                  INTEGER,            -- grid size along z
+    block_x                 INTEGER,            -- threads per block along x
+    block_y                 INTEGER,            -- threads per block along y
+    block_z                 INTEGER,            -- threads per block along z
+    registers_per_thread    INTEGER,            -- registers allocated per thread
     static_smem_bytes       INTEGER,            -- NULL where the format only gives the total
     dynamic_smem_bytes      INTEGER,            -- NULL where the format only gives the total
     smem_bytes              INTEGER,            -- static + dynamic shared memory per block

@@ -1,0 +1,157 @@
+"""The `traceinsight` command: a thin shell over the library. User errors become one stderr line and exit 2."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import orjson
+from rich.console import Console
+
+from traceinsight import __version__
+from traceinsight.errors import TraceInsightError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 1
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"traceinsight: error: {message}", err=True)
+    sys.exit(code)
+
+
+def user_errors(fn: F) -> F:
+    """Turn TraceInsightError into one line + exit 2; anything else into one line + exit 1 (a bug:
+    TRACEINSIGHT_DEBUG=1 shows the traceback)."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TraceInsightError as exc:
+            _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt, BrokenPipeError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+            if os.environ.get("TRACEINSIGHT_DEBUG"):
+                raise
+            first = (str(exc).splitlines() or [""])[0]
+            _fail(f"internal error: {type(exc).__name__}: {first} (rerun with TRACEINSIGHT_DEBUG=1 and report it)",
+                  EXIT_INTERNAL)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def console(no_color: bool = False) -> Console:
+    """stdout console: colour only on a TTY and when NO_COLOR is unset."""
+    return Console(no_color=no_color or bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=False,
+                   width=None if sys.stdout.isatty() else 200)
+
+
+def _paths(values: tuple[str, ...]) -> list[Path]:
+    return [Path(v) for v in values]
+
+
+path_arg = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="traceinsight")
+def main() -> None:
+    """Analyze LLM decode-attention profiling traces: find split-KV cliffs, tail CTAs, SM idle and spikes.
+
+    Reads Nsight Systems (.nsys-rep and its SQLite export), torch.profiler/Kineto JSON (.json, .json.gz) and
+    Nsight Compute CSV (--csv --page raw). The format is detected from the content.
+    """
+
+
+@main.command()
+@path_arg
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Output format. json follows the versioned schema traceinsight.analysis/1 (docs/JSON.md).")
+@click.option("--meta", "meta", multiple=True, type=click.Path(path_type=str),
+              help="Sidecar with each step's batch composition (collector sidecar or *.meta.json[.gz]).")
+@click.option("--ncu", "ncu", multiple=True, type=click.Path(path_type=str),
+              help="Nsight Compute CSV (ncu --csv --page raw) to match to the trace's kernels.")
+@click.option("--step-pattern", default=None, metavar="REGEX",
+              help="Use only ranges whose name matches REGEX as steps (default: outermost ranges around attention).")
+@click.option("--max-steps", default=40, show_default=True, type=click.IntRange(min=0),
+              help="Steps shown in text output (0: all).")
+@click.option("--out", "out", default=None, type=click.Path(dir_okay=False, path_type=str),
+              help="Write the report to this file instead of stdout.")
+@user_errors
+def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[str, ...],
+            step_pattern: str | None, max_steps: int, out: str | None) -> None:
+    """Analyze trace files: GPU, kernels by family/backend, decode steps with split-KV state, findings."""
+    from traceinsight.pipeline import analyze as run_analysis
+    from traceinsight.report.json_doc import documents
+    from traceinsight.report.text import render
+
+    _, analyses = run_analysis(_paths(paths), meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern)
+    if fmt == "json":
+        data = orjson.dumps(documents(analyses), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+        if out:
+            Path(out).write_bytes(data)
+        else:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        return
+    con = console()
+    if out:
+        con = Console(file=open(out, "w"), no_color=True, width=200)  # noqa: SIM115
+    for a in analyses:
+        render(a, con, max_steps=max_steps or None)
+
+
+@main.command(name="sql")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@user_errors
+def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
+    """Run QUERY on the normalized tables of the traces (see docs/SCHEMA.md): traces, devices, kernels,
+    kernel_labels, launches, ranges, memops, ncu_kernels, ncu_metrics, batches."""
+    from traceinsight.ingest import load
+    from traceinsight.model.kernel_table import ensure_labels
+
+    db, _ = load(_paths(paths))
+    ensure_labels(db)
+    names, rows = db.user_query(query)
+    if fmt == "json":
+        sys.stdout.buffer.write(orjson.dumps([dict(zip(names, r, strict=True)) for r in rows],
+                                             option=orjson.OPT_INDENT_2, default=str) + b"\n")
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(names)
+        w.writerows(rows)
+    else:
+        from rich.table import Table
+
+        t = Table(*names)
+        for r in rows:
+            t.add_row(*("NULL" if v is None else str(v) for v in r))
+        console().print(t)
+
+
+def _register_optional() -> None:
+    try:
+        from collectors.cli import collect  # optional: the collectors package ships beside traceinsight
+    except ImportError:
+        return
+    main.add_command(collect)
+
+
+_register_optional()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,35 @@
+"""What the diagnostics read: one trace's analysis (labels, steps, and later the schedule model), to which
+the rules add findings. Times in ns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceinsight.model.steps import Step
+
+
+@dataclass
+class TraceAnalysis:
+    """Everything known about one trace after analysis. Times in ns."""
+
+    trace_id: int
+    path: str
+    format: str
+    format_version: str | None
+    tool_version: str | None
+    gpu: dict[str, Any]
+    start_ns: int | None
+    end_ns: int | None
+    warnings: list[str]
+    kernels: list[dict[str, Any]]
+    families: list[dict[str, Any]]
+    steps: list[Step]
+    findings: list[Any] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dur_ns(self) -> int | None:
+        if self.start_ns is None or self.end_ns is None:
+            return None
+        return self.end_ns - self.start_ns

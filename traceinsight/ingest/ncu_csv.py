@@ -1,0 +1,330 @@
+"""Nsight Compute `ncu --csv --page raw [--nvtx]` exports: per-kernel metrics, and their match to trace kernels.
+
+The raw page is one row per profiled kernel: fixed identity columns ("ID", "Kernel Name", "Grid Size", the NVTX
+stack columns, ...) followed by one column per metric. ncu prints `==PROF==`/`==WARNING==` lines (and the
+application's own output) before the header, and the row after the header holds each metric's unit.
+
+`read()` fills `ncu_kernels` (one row per kernel) and `ncu_metrics` (long form: one row per kernel and metric).
+`match()` links each ncu kernel to the trace kernel it measured (same kernel, grid, block, NVTX range, order).
+`sm_active()` reads `sm__cycles_active.{min,avg,max}`: the measured per-SM load imbalance of each kernel.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from traceinsight.errors import FormatError
+from traceinsight.ingest.base import Ingest
+from traceinsight.ingest.store import TraceDB
+
+HEADER_PREFIX = '"ID","Process ID","Process Name"'
+PUSH_POP_PREFIX = "thread Domain:Push/Pop_Range"
+START_STOP_PREFIX = "Id:Domain:Start/Stop_Range"
+# Identity columns of the raw page; every other column is a metric.
+IDENTITY_COLUMNS = frozenset(
+    {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+     "Grid Size", "Device", "CC"}
+)
+# The details page (ncu --csv without --page raw) is long already but names metrics for display only.
+_DETAILS_COLUMNS = {"Section Name", "Metric Name", "Metric Value"}
+
+_TOOL_LINE = re.compile(r"^==[A-Z]+==")
+_DIM3 = re.compile(r"^\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)$")
+# A number as ncu prints it: optional thousands separators ("1,020,054", "643,510.05"), decimals, exponent.
+_NUMBER = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?$")
+# One entry of an NVTX stack cell: `"Domain:Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"`.
+_NVTX_ENTRY = re.compile(r'"([^"]*)"')
+_NVTX_TRAILING_FIELDS = 6  # PL_Type, PL_Value, CLR_Type, Color, Msg_Type, Msg
+
+SM_ACTIVE_METRICS = ("sm__cycles_active.min", "sm__cycles_active.avg", "sm__cycles_active.max")
+
+
+# ---------------------------------------------------------------------------------------------- cell parsers
+def parse_number(text: str) -> float | None:
+    """The float value of an ncu cell ("1,234.5" -> 1234.5), or None when it is not a number ("n/a", "")."""
+    s = text.strip()
+    if not s or s in {"+", "-", "."} or not _NUMBER.match(s) or not any(c.isdigit() for c in s):
+        return None
+    return float(s.replace(",", ""))
+
+
+def parse_dim3(text: str) -> tuple[int, int, int] | None:
+    """"(288, 4, 1)" -> (288, 4, 1); None for an empty or malformed cell."""
+    m = _DIM3.match(text.strip())
+    return (int(m[1]), int(m[2]), int(m[3])) if m else None
+
+
+def _entry_range_text(entry: str, start_stop: bool) -> str | None:
+    """The range text of one NVTX stack entry, without domain, payload and colour fields."""
+    head = entry.rsplit(":", _NVTX_TRAILING_FIELDS)[0] if entry.count(":") >= _NVTX_TRAILING_FIELDS + 1 else entry
+    if start_stop and re.match(r"^\d+:", head):
+        head = head.split(":", 1)[1]  # the range id
+    text = head.split(":", 1)[1] if ":" in head else head  # the domain ("<default domain>" or a named one)
+    text = text.strip()
+    return text or None
+
+
+def innermost_nvtx(cell: str, start_stop: bool = False) -> str | None:
+    """The innermost range text of an ncu NVTX cell.
+
+    Push/pop cells read `TID  "Domain:Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"  "..." `, the stack
+    from outermost to innermost; the last entry is the innermost. Start/stop cells list the open ranges, each
+    optionally prefixed by its range id; the last listed is taken.
+    """
+    entries = _NVTX_ENTRY.findall(cell)
+    for entry in reversed(entries):
+        text = _entry_range_text(entry, start_stop)
+        if text is not None:
+            return text
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def _csv_lines(path: Path) -> Iterator[str]:
+    """The lines of the export from the header on, without ncu's own `==PROF==`-style lines."""
+    try:
+        with path.open("r", encoding="utf-8-sig", newline="") as fh:
+            started = False
+            for line in fh:
+                if not started:
+                    if line.startswith(HEADER_PREFIX):
+                        started = True
+                        yield line
+                    continue
+                if _TOOL_LINE.match(line) or not line.strip():
+                    continue
+                yield line
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{path}: Nsight Compute CSV is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def read(path: Path) -> Ingest:
+    """Parse an `ncu --csv --page raw [--nvtx]` export into `ncu_kernels` and `ncu_metrics` (long form).
+
+    Empty metric cells (a metric not collected for that kernel) are left out of `ncu_metrics`; a cell that is
+    not a number keeps its text with `value` NULL.
+    """
+    ingest = Ingest(format="ncu-csv")
+    kernels = ingest.columns(
+        "ncu_kernels",
+        ["ncu_id", "name", "device_id", "stream_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+         "block_z", "nvtx"],
+    )
+    metrics = ingest.columns("ncu_metrics", ["ncu_id", "metric", "unit", "value", "text"])
+    reader = csv.reader(_csv_lines(path), strict=True)
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise FormatError(f"{path}: no Nsight Compute CSV header ({HEADER_PREFIX}...) found")
+        if _DETAILS_COLUMNS <= set(header):
+            raise FormatError(f"{path}: an Nsight Compute details-page CSV; export it with `ncu --csv --page raw`")
+        col = {name: i for i, name in enumerate(header)}
+        for required in ("ID", "Kernel Name"):
+            if required not in col:
+                raise FormatError(f"{path}: Nsight Compute CSV without a {required!r} column")
+        push_pop = next((i for i, n in enumerate(header) if n.startswith(PUSH_POP_PREFIX)), None)
+        start_stop = next((i for i, n in enumerate(header) if n.startswith(START_STOP_PREFIX)), None)
+        metric_cols = [
+            i for i, n in enumerate(header)
+            if n not in IDENTITY_COLUMNS and i not in (push_pop, start_stop) and n.strip()
+        ]
+        units = [""] * len(header)
+        for row in reader:
+            line = reader.line_num
+            if len(row) != len(header):
+                raise FormatError(
+                    f"{path}: line {line} has {len(row)} cells, the header {len(header)} (truncated or damaged CSV)"
+                )
+            if not row[col["ID"]].strip():
+                units = row  # the units row: no ID, one unit per metric column
+                continue
+            try:
+                ncu_id = int(row[col["ID"]])
+            except ValueError:
+                raise FormatError(f"{path}: line {line}: ID {row[col['ID']]!r} is not an integer") from None
+            grid = parse_dim3(row[col["Grid Size"]]) if "Grid Size" in col else None
+            block = parse_dim3(row[col["Block Size"]]) if "Block Size" in col else None
+            nvtx = innermost_nvtx(row[push_pop]) if push_pop is not None else None
+            if nvtx is None and start_stop is not None:
+                nvtx = innermost_nvtx(row[start_stop], start_stop=True)
+            kernels["ncu_id"].append(ncu_id)
+            kernels["name"].append(row[col["Kernel Name"]])
+            kernels["device_id"].append(_int_or_none(row, col.get("Device")))
+            kernels["stream_id"].append(_int_or_none(row, col.get("Stream")))
+            for axis, dims in (("grid", grid), ("block", block)):
+                for k, v in zip("xyz", dims or (None, None, None), strict=True):
+                    kernels[f"{axis}_{k}"].append(v)
+            kernels["nvtx"].append(nvtx)
+            for i in metric_cols:
+                text = row[i]
+                if not text.strip():
+                    continue
+                metrics["ncu_id"].append(ncu_id)
+                metrics["metric"].append(header[i])
+                metrics["unit"].append(units[i] or None)
+                metrics["value"].append(parse_number(text))
+                metrics["text"].append(text)
+    except csv.Error as exc:
+        raise FormatError(f"{path}: damaged Nsight Compute CSV near line {reader.line_num} ({exc})") from None
+    if not kernels["ncu_id"]:
+        raise FormatError(f"{path}: Nsight Compute CSV without any profiled kernel")
+    return ingest
+
+
+def _int_or_none(row: list[str], index: int | None) -> int | None:
+    if index is None:
+        return None
+    value = parse_number(row[index])
+    return int(value) if value is not None and value.is_integer() else None
+
+
+# ---------------------------------------------------------------------------------------------- matching
+def name_key_sql(column: str) -> str:
+    """A DuckDB expression turning a demangled kernel name into a key that ncu, nsys and Kineto agree on.
+
+    The three tools print the same kernel differently: nsys `flashinfer::K<(unsigned int)2, (bool)0>(T9)`,
+    Kineto `flashinfer::K<2u, false>(Params)`, ncu `K<2, 0>(T9)`. The key drops the `void ` return type, C-style
+    casts before numbers, integer suffixes (`2u`), namespace qualifiers and the parameter list, writes
+    `false`/`true` as 0/1 and removes whitespace: `K<2,0>` for all three.
+    """
+    e = column
+    e = rf"regexp_replace({e}, '^void\s+', '')"
+    e = rf"regexp_replace({e}, '\((?:[A-Za-z_][A-Za-z0-9_:]*\s*)+\)\s*(-?[0-9])', '\1', 'g')"
+    e = rf"regexp_replace({e}, '\b([0-9]+)(?:[uU][lL]{{0,2}}|[lL]{{1,2}}[uU]?)\b', '\1', 'g')"
+    e = rf"regexp_replace({e}, '\bfalse\b', '0', 'g')"
+    e = rf"regexp_replace({e}, '\btrue\b', '1', 'g')"
+    e = rf"regexp_replace({e}, '(?:<unnamed>|\(anonymous namespace\))::', '', 'g')"
+    e = rf"regexp_replace({e}, '[A-Za-z_][A-Za-z0-9_]*::', '', 'g')"
+    e = rf"regexp_replace({e}, '\([^()]*\)\s*$', '')"
+    return rf"regexp_replace({e}, '\s+', '', 'g')"
+
+
+_RANGE_KINDS = ("nvtx", "annotation")
+
+
+def match(db: TraceDB, trace_id: int) -> int:
+    """Set `ncu_kernels.kernel_id` for the ncu rows attached to `trace_id`; return how many were matched.
+
+    A key is (kernel name as `name_key_sql`, grid, block) plus, when the ncu rows carry NVTX text and the trace
+    has CPU ranges of kind 'nvtx'/'annotation', the text of the kernel's innermost enclosing range: the
+    latest-starting CPU range (on the launching thread when both threads are known) whose [start, end]
+    contains the kernel's launch (`launches.start_ns` via correlation id, else the kernel's start). The k-th
+    ncu kernel of a key (in ncu ID order) is matched to the k-th trace kernel of that key (in start order).
+    """
+    params = {"t": trace_id}
+    db.sql("UPDATE ncu_kernels SET kernel_id = NULL WHERE trace_id = $t", params)
+    use_nvtx = db.rows(
+        "SELECT (SELECT count(*) FROM ncu_kernels WHERE trace_id = $t AND nvtx IS NOT NULL) > 0 "
+        f"AND (SELECT count(*) FROM ranges WHERE trace_id = $t AND side = 'cpu' AND kind IN {_RANGE_KINDS}) > 0 "
+        "AS use_nvtx",
+        params,
+    )[0]["use_nvtx"]
+    nvtx_ncu = "n.nvtx" if use_nvtx else "NULL"
+    nvtx_trace = "e.nvtx" if use_nvtx else "NULL"
+    db.sql(
+        f"""
+        WITH launch AS (
+            SELECT k.kernel_id, k.name, k.start_ns, k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z,
+                   coalesce(l.start_ns, k.start_ns) AS launch_ns, l.thread_id
+            FROM kernels k
+            LEFT JOIN (SELECT correlation_id, any_value(start_ns) AS start_ns, any_value(thread_id) AS thread_id
+                       FROM launches WHERE trace_id = $t GROUP BY correlation_id) l
+              ON l.correlation_id = k.correlation_id
+            WHERE k.trace_id = $t
+        ),
+        enclosing AS (
+            SELECT a.kernel_id, arg_max(r.name, struct_pack(s := r.start_ns, e := -r.end_ns)) AS nvtx
+            FROM launch a
+            JOIN ranges r
+              ON r.trace_id = $t AND r.side = 'cpu' AND r.kind IN {_RANGE_KINDS}
+             AND r.start_ns <= a.launch_ns AND a.launch_ns <= r.end_ns
+             AND (r.thread_id IS NULL OR a.thread_id IS NULL OR r.thread_id = a.thread_id)
+            WHERE {'true' if use_nvtx else 'false'}
+            GROUP BY a.kernel_id
+        ),
+        trace_side AS (
+            SELECT a.kernel_id, {name_key_sql('a.name')} AS nk, a.grid_x, a.grid_y, a.grid_z,
+                   a.block_x, a.block_y, a.block_z, {nvtx_trace} AS nv, a.start_ns
+            FROM launch a LEFT JOIN enclosing e USING (kernel_id)
+        ),
+        trace_ranked AS (
+            SELECT *, row_number() OVER (
+                PARTITION BY nk, grid_x, grid_y, grid_z, block_x, block_y, block_z, nv
+                ORDER BY start_ns, kernel_id) AS k
+            FROM trace_side
+        ),
+        ncu_ranked AS (
+            SELECT n.ncu_id, {name_key_sql('n.name')} AS nk, n.grid_x, n.grid_y, n.grid_z,
+                   n.block_x, n.block_y, n.block_z, {nvtx_ncu} AS nv,
+                   row_number() OVER (
+                       PARTITION BY {name_key_sql('n.name')}, n.grid_x, n.grid_y, n.grid_z,
+                                    n.block_x, n.block_y, n.block_z, {nvtx_ncu}
+                       ORDER BY n.ncu_id) AS k
+            FROM ncu_kernels n WHERE n.trace_id = $t
+        ),
+        pairs AS (
+            SELECT c.ncu_id, t.kernel_id
+            FROM ncu_ranked c JOIN trace_ranked t
+              ON c.nk = t.nk AND c.k = t.k
+             AND c.grid_x IS NOT DISTINCT FROM t.grid_x AND c.grid_y IS NOT DISTINCT FROM t.grid_y
+             AND c.grid_z IS NOT DISTINCT FROM t.grid_z AND c.block_x IS NOT DISTINCT FROM t.block_x
+             AND c.block_y IS NOT DISTINCT FROM t.block_y AND c.block_z IS NOT DISTINCT FROM t.block_z
+             AND c.nv IS NOT DISTINCT FROM t.nv
+        )
+        UPDATE ncu_kernels SET kernel_id = pairs.kernel_id
+        FROM pairs
+        WHERE ncu_kernels.trace_id = $t AND ncu_kernels.ncu_id = pairs.ncu_id
+        """,
+        params,
+    )
+    row = db.rows("SELECT count(kernel_id) AS n FROM ncu_kernels WHERE trace_id = $t", params)
+    return int(row[0]["n"])
+
+
+# ---------------------------------------------------------------------------------------------- summaries
+def sm_active(db: TraceDB, trace_id: int) -> list[dict[str, Any]]:
+    """Per ncu kernel of `trace_id`, in ncu ID order: the measured SM load balance.
+
+    Keys: ncu_id, name, nvtx, grid (x, y, z), kernel_id (matched trace kernel or None), sm_active_min/avg/max
+    (cycles an SM was active during the kernel: least busy SM, mean over SMs, busiest SM), sm_active_avg_over_max
+    (1.0 = perfectly balanced) and sm_idle_fraction = 1 - avg/max (share of the busiest SM's time the average
+    SM sat idle). Values are None when the export lacks the metric.
+    """
+    rows = db.rows(
+        """
+        SELECT n.ncu_id, n.name, n.nvtx, n.grid_x, n.grid_y, n.grid_z, n.kernel_id,
+               max(m.value) FILTER (WHERE m.metric = 'sm__cycles_active.min') AS sm_active_min,
+               max(m.value) FILTER (WHERE m.metric = 'sm__cycles_active.avg') AS sm_active_avg,
+               max(m.value) FILTER (WHERE m.metric = 'sm__cycles_active.max') AS sm_active_max
+        FROM ncu_kernels n
+        LEFT JOIN ncu_metrics m
+          ON m.trace_id = n.trace_id AND m.ncu_id = n.ncu_id AND list_contains($metrics, m.metric)
+        WHERE n.trace_id = $t
+        GROUP BY ALL
+        ORDER BY n.ncu_id
+        """,
+        {"t": trace_id, "metrics": list(SM_ACTIVE_METRICS)},
+    )
+    out = []
+    for r in rows:
+        avg, mx = r["sm_active_avg"], r["sm_active_max"]
+        ratio = avg / mx if avg is not None and mx else None
+        out.append(
+            {
+                "ncu_id": r["ncu_id"],
+                "name": r["name"],
+                "nvtx": r["nvtx"],
+                "grid": (r["grid_x"], r["grid_y"], r["grid_z"]),
+                "kernel_id": r["kernel_id"],
+                "sm_active_min": r["sm_active_min"],
+                "sm_active_avg": avg,
+                "sm_active_max": mx,
+                "sm_active_avg_over_max": ratio,
+                "sm_idle_fraction": 1.0 - ratio if ratio is not None else None,
+            }
+        )
+    return out

@@ -1,0 +1,267 @@
+"""Group a trace's kernels into decode steps and decide, per attention launch, whether split-KV was on.
+
+A step is, in order of preference:
+1. an annotation / NVTX / profiler-step range that enclosed the attention launches (CPU ranges match the
+   launching call on the same thread; Kineto's GPU-side annotations match the kernel's own time). Each
+   attention kernel takes the *outermost* such range, ignoring wrappers that hold more than half of all
+   attention launches of the trace (a whole-run range is not a step), unless `step_pattern` picks ranges
+   by name;
+2. with no range around it, one attention launch together with its merge/combine (and prepare) kernels.
+
+Split-KV of a launch comes from the trace alone: backends that split through a separate merge/combine kernel
+are "on" exactly when such a kernel follows the launch on the same stream within the step; backends that never
+split are "off"; others are unknown (None).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceinsight import labels
+from traceinsight.ingest.store import TraceDB
+from traceinsight.model.kernel_table import ensure_labels
+from traceinsight.queries import sql
+
+ATTENTION = "attention"
+MERGE = "merge"
+PREPARE = "prepare"
+
+# How each backend shows split-KV in a trace: 'merge' = a separate merge/combine kernel follows a split launch;
+# 'never' = the backend does not split along KV. Backends not listed: unknown.
+SPLIT_SIGNAL: dict[str, str] = {
+    "flashinfer-cuda-core": "merge",
+    "flashinfer-fa2": "merge",
+    "flashinfer-sm90": "never",
+    "fa3": "merge",
+    "fa2": "merge",
+    "pytorch-flash": "merge",
+}
+
+# A range holding more than this share of all attention launches is a wrapper, not a step.
+WRAPPER_SHARE = 0.5
+
+
+@dataclass
+class Kernel:
+    """One kernel execution with its label (times in ns)."""
+
+    kernel_id: int
+    name: str
+    kernel: str
+    family: str
+    backend: str | None
+    phase: str
+    phase_evidence: str
+    params: dict[str, Any]
+    stream_id: int | None
+    device_id: int | None
+    start_ns: int
+    end_ns: int
+    dur_ns: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    registers_per_thread: int | None
+    smem_bytes: int | None
+
+
+@dataclass
+class Launch:
+    """An attention kernel launch and the merge/prepare kernels that belong to it."""
+
+    attention: Kernel
+    merges: list[Kernel] = field(default_factory=list)
+    prepares: list[Kernel] = field(default_factory=list)
+    phase: str = "unknown"
+    phase_evidence: str = ""
+    split_kv: bool | None = None
+    split_evidence: str = ""
+
+    @property
+    def dur_ns(self) -> int:
+        """Attention kernel time plus its merge and prepare kernels (ns)."""
+        return self.attention.dur_ns + sum(k.dur_ns for k in self.merges) + sum(k.dur_ns for k in self.prepares)
+
+
+@dataclass
+class Step:
+    index: int
+    name: str
+    source: str  # 'range:<kind>' or 'launch'
+    range_id: int | None
+    start_ns: int  # first GPU kernel of the step
+    end_ns: int  # last GPU kernel end of the step
+    kernels: list[Kernel]
+    launches: list[Launch]
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def attention_ns(self) -> int:
+        """GPU time of the step's attention launches with their merge/prepare kernels (ns)."""
+        return sum(launch.dur_ns for launch in self.launches)
+
+    @property
+    def split_kv(self) -> bool | None:
+        """True/False when every attention launch of the step agrees, else None (mixed or unknown)."""
+        states = {launch.split_kv for launch in self.launches}
+        return states.pop() if len(states) == 1 else None
+
+
+def _kernels(db: TraceDB, trace_id: int) -> list[Kernel]:
+    out = []
+    for r in db.rows(sql("step_kernel_rows"), {"trace": trace_id}):
+        out.append(
+            Kernel(
+                kernel_id=r["kernel_id"],
+                name=r["name"],
+                kernel=r["kernel"],
+                family=r["family"],
+                backend=r["backend"],
+                phase=r["phase"],
+                phase_evidence=r["phase_evidence"] or "",
+                params=json.loads(r["params_json"]) if r["params_json"] else {},
+                stream_id=r["stream_id"],
+                device_id=r["device_id"],
+                start_ns=r["start_ns"],
+                end_ns=r["end_ns"],
+                dur_ns=r["dur_ns"],
+                grid=(r["grid_x"] or 0, r["grid_y"] or 0, r["grid_z"] or 0),
+                block=(r["block_x"] or 0, r["block_y"] or 0, r["block_z"] or 0),
+                registers_per_thread=r["registers_per_thread"],
+                smem_bytes=r["smem_bytes"],
+            )
+        )
+    return out
+
+
+def _step_ranges(
+    db: TraceDB, trace_id: int, n_attention: int, step_pattern: str | None
+) -> tuple[dict[int, int], dict[int, dict[str, Any]]]:
+    """Map attention kernel_id -> chosen range_id; and range_id -> range row."""
+    rows = db.rows(sql("enclosing_ranges"), {"trace": trace_id, "families": [ATTENTION]})
+    if not rows:
+        return {}, {}
+    pattern = re.compile(step_pattern) if step_pattern else None
+    per_range: dict[int, set[int]] = defaultdict(set)
+    info: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        per_range[r["range_id"]].add(r["kernel_id"])
+        info[r["range_id"]] = r
+    limit = max(1, int(n_attention * WRAPPER_SHARE))
+    by_kernel: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        rid = r["range_id"]
+        if pattern is not None:
+            if not pattern.search(r["name"]):
+                continue
+        elif len(per_range[rid]) > limit:
+            continue
+        by_kernel[r["kernel_id"]].append(r)
+    chosen: dict[int, int] = {}
+    for kid, cands in by_kernel.items():
+        # Prefer CPU ranges (they say who launched the work), then the outermost (earliest start, longest).
+        cands.sort(key=lambda r: (r["side"] != "cpu", r["start_ns"], -(r["end_ns"] - r["start_ns"])))
+        chosen[kid] = cands[0]["range_id"]
+    return chosen, info
+
+
+def _attach(members: list[Kernel]) -> list[Launch]:
+    """Within one step (kernels in start order) give each merge kernel to the latest attention launch on its
+    stream that started before it, and each prepare kernel to the next attention launch on its stream."""
+    launches: list[Launch] = []
+    last_on_stream: dict[tuple[Any, Any], Launch] = {}
+    pending_prepare: dict[tuple[Any, Any], list[Kernel]] = defaultdict(list)
+    for k in members:
+        key = (k.device_id, k.stream_id)
+        if k.family == ATTENTION:
+            launch = Launch(attention=k, prepares=pending_prepare.pop(key, []))
+            launches.append(launch)
+            last_on_stream[key] = launch
+        elif k.family == MERGE and key in last_on_stream:
+            last_on_stream[key].merges.append(k)
+        elif k.family == PREPARE:
+            pending_prepare[key].append(k)
+    return launches
+
+
+def _decide(launch: Launch, step_name: str | None) -> None:
+    k = launch.attention
+    signal = SPLIT_SIGNAL.get(k.backend or "")
+    if launch.merges:
+        launch.split_kv = True
+        launch.split_evidence = f"{launch.merges[0].kernel} follows the launch on stream {k.stream_id}"
+    elif signal == "merge":
+        launch.split_kv = False
+        launch.split_evidence = f"no merge/combine kernel follows the launch on stream {k.stream_id}"
+    elif signal == "never":
+        launch.split_kv = False
+        launch.split_evidence = f"the {k.backend} backend never splits along KV"
+    else:
+        launch.split_kv = None
+        launch.split_evidence = f"split-KV of backend {k.backend or 'unknown'} is not visible in a trace"
+    launch.phase, launch.phase_evidence = labels.phase_in_context(labels.label(k.name), range_name=step_name)
+
+
+def build_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> list[Step]:
+    """Group the kernels of one trace into steps (see the module docstring)."""
+    ensure_labels(db)
+    kernels = _kernels(db, trace_id)
+    attention = [k for k in kernels if k.family == ATTENTION]
+    chosen, info = _step_ranges(db, trace_id, len(attention), step_pattern)
+
+    steps: list[Step] = []
+    if chosen:
+        range_ids = sorted(set(chosen.values()))
+        members: dict[int, list[int]] = defaultdict(list)
+        for r in db.rows(sql("range_members"), {"trace": trace_id, "range_ids": range_ids}):
+            members[r["range_id"]].append(r["kernel_id"])
+        by_id = {k.kernel_id: k for k in kernels}
+        for rid in range_ids:
+            ks = sorted((by_id[i] for i in set(members[rid])), key=lambda k: (k.start_ns, k.kernel_id))
+            r = info[rid]
+            steps.append(_make_step(r["name"], f"range:{r['kind']}", rid, ks))
+    # Attention kernels outside every chosen range: one step per launch with its merge/prepare kernels.
+    covered = {k.kernel_id for s in steps for k in s.kernels}
+    loose = [k for k in kernels if k.kernel_id not in covered and k.family in (ATTENTION, MERGE, PREPARE)]
+    current: list[Kernel] = []
+    pending_prepare: list[Kernel] = []
+    for k in loose:
+        if k.family == ATTENTION:
+            if current:
+                steps.append(_make_step(None, "launch", None, current))
+            current, pending_prepare = pending_prepare + [k], []
+        elif k.family == PREPARE:
+            pending_prepare.append(k)
+        elif current:
+            current.append(k)
+    if current:
+        steps.append(_make_step(None, "launch", None, current))
+
+    steps = [s for s in steps if s.launches]
+    steps.sort(key=lambda s: (s.start_ns, s.range_id if s.range_id is not None else -1))
+    for i, s in enumerate(steps):
+        s.index = i
+        if not s.name:
+            s.name = f"{s.launches[0].attention.kernel} launch {i}"
+        for launch in s.launches:
+            _decide(launch, None if s.source == "launch" else s.name)
+    return steps
+
+
+def _make_step(name: str | None, source: str, range_id: int | None, ks: list[Kernel]) -> Step:
+    return Step(
+        index=-1,
+        name=name or "",
+        source=source,
+        range_id=range_id,
+        start_ns=min((k.start_ns for k in ks), default=0),
+        end_ns=max((k.end_ns for k in ks), default=0),
+        kernels=ks,
+        launches=_attach(ks),
+    )
