@@ -61,6 +61,9 @@ MEMCPY_KINDS = {
 # agree with other formats. Real name parts such as "cuGetProcAddress_v2" (one or two digits) are kept.
 _API_VERSION_SUFFIX = re.compile(r"_v\d{4,}$")
 
+# Bound parameters per statement (SQLite before 3.32 allows 999).
+_SQL_PARAMS = 900
+
 # GlobalId serialization: bits 24..47 hold the process id, bits 0..23 the thread id.
 _PID_SQL = "(({col} >> 24) & 16777215)"
 _TID_SQL = "({col} & 16777215)"
@@ -120,6 +123,10 @@ def _export_meta(con: sqlite3.Connection, tables: set[str]) -> dict[str, str]:
     return {}
 
 
+def _id_list(ids: set[int]) -> str:
+    return ", ".join(str(i) for i in sorted(ids))
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -153,11 +160,17 @@ class _Reader:
                 column.extend(values)
         return dict(zip(names, out, strict=True))
 
-    def strings(self, id_query: str) -> dict[int, str]:
-        """StringIds rows whose id is returned by `id_query` (a SELECT of one column)."""
-        if "StringIds" not in self.tables:
+    def strings(self, ids: Iterable[Any]) -> dict[int, str]:
+        """StringIds values of `ids` (None and unknown ids are left out)."""
+        wanted = sorted({i for i in ids if isinstance(i, int)})
+        if not wanted or "StringIds" not in self.tables:
             return {}
-        return dict(self.con.execute(f"SELECT id, value FROM StringIds WHERE id IN ({id_query})"))
+        out: dict[int, str] = {}
+        for k in range(0, len(wanted), _SQL_PARAMS):
+            chunk = wanted[k : k + _SQL_PARAMS]
+            marks = ", ".join("?" * len(chunk))
+            out.update(self.con.execute(f"SELECT id, value FROM StringIds WHERE id IN ({marks})", chunk))
+        return out
 
     def enum_ids(self, table: str, known: dict[str, int]) -> set[int]:
         """Ids of the enum names in `known`, read from the export's enum table when it has one."""
@@ -186,13 +199,11 @@ class _Reader:
              "correlation_id", "graph_node_id", "_demangled", "_short", "_mangled"],
         )
         demangled, short, mangled = cols.pop("_demangled"), cols.pop("_short"), cols.pop("_mangled")
-        names = self.strings(
-            " UNION ".join(f"SELECT {c(t, n)} FROM {t}" for n in ("demangledName", "shortName", "mangledName"))
-        )
+        names = self.strings({*demangled, *short, *mangled})
         get = names.get
         cols["name"] = [get(d) or get(s) or get(m) or "" for d, s, m in zip(demangled, short, mangled, strict=True)]
         cols["mangled_name"] = [get(m) for m in mangled]
-        unnamed = cols["name"].count("") if len(names) == 0 or "" in names.values() else 0
+        unnamed = cols["name"].count("")
         if unnamed:
             self.ingest.warnings.append(f"{unnamed} kernels without a name in StringIds")
         self.ingest.tables["kernels"] = cols
@@ -245,8 +256,7 @@ class _Reader:
         launched = " UNION ".join(f"SELECT correlationId FROM {x}" for x in gpu_work)
         where = f"correlationId IN ({launched})"
         if "eventClass" in self.columns(t):
-            skip = sorted(self.enum_ids("ENUM_NSYS_EVENT_CLASS", BACKTRACE_CLASSES))
-            where += f" AND eventClass NOT IN ({', '.join(map(str, skip))})"
+            where += f" AND eventClass NOT IN ({_id_list(self.enum_ids('ENUM_NSYS_EVENT_CLASS', BACKTRACE_CLASSES))})"
         tid = self.col(t, "globalTid")
         cols = self.fetch(
             f"SELECT correlationId, {self.col(t, 'nameId')}, start, end, {_PID_SQL.format(col=tid)}, "
@@ -254,51 +264,48 @@ class _Reader:
             ["correlation_id", "_name", "start_ns", "end_ns", "process_id", "thread_id"],
         )
         name_ids = cols.pop("_name")
-        names = {i: _API_VERSION_SUFFIX.sub("", s) for i, s in self.strings(
-            f"SELECT DISTINCT nameId FROM {t} WHERE {where}").items()} if "nameId" in self.columns(t) else {}
+        names = {i: _API_VERSION_SUFFIX.sub("", s) for i, s in self.strings(name_ids).items()}
         cols["name"] = [names.get(i, "") for i in name_ids]
         self.ingest.tables["launches"] = cols
 
     def ranges(self) -> None:
-        """NVTX push/pop and start/end ranges on the CPU thread that opened them."""
+        """NVTX push/pop and start/end ranges, on the CPU thread that opened them."""
         if NVTX_TABLE not in self.tables:
             return
         t = NVTX_TABLE
         c = self.col
-        range_types = sorted(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_RANGE_TYPES))
-        mark_types = sorted(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_MARK_TYPES))
-        domain_types = sorted(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_DOMAIN_CREATE_TYPES))
-        text, text_id, tid = c(t, "text"), c(t, "textId"), c(t, "globalTid")
+        range_types = _id_list(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_RANGE_TYPES))
+        mark_types = _id_list(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_MARK_TYPES))
+        domain_types = _id_list(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_DOMAIN_CREATE_TYPES))
+        text, text_id, domain_id, tid = c(t, "text"), c(t, "textId"), c(t, "domainId"), c(t, "globalTid")
         pid_sql, tid_sql = _PID_SQL.format(col=tid), _TID_SQL.format(col=tid)
-        in_ranges = f"eventType IN ({', '.join(map(str, range_types))})"
         marks, open_ranges = self.con.execute(
-            f"SELECT count(*) FILTER (WHERE eventType IN ({', '.join(map(str, mark_types))})), "
-            f"count(*) FILTER (WHERE {in_ranges} AND end IS NULL) FROM {t}"
+            f"SELECT coalesce(sum(eventType IN ({mark_types})), 0), "
+            f"coalesce(sum(eventType IN ({range_types}) AND end IS NULL), 0) FROM {t}"
         ).fetchone()
         if marks:
             self.ingest.warnings.append(f"{marks} NVTX marks skipped (instants, not ranges)")
         if open_ranges:
             self.ingest.warnings.append(f"{open_ranges} NVTX ranges without an end skipped (open at capture stop)")
-        strings = self.strings(f"SELECT DISTINCT textId FROM {t}") if text_id != "NULL" else {}
-        domain_id = c(t, "domainId")
-        domains: dict[tuple[int | None, int], str] = {}
-        for pid, did, txt, txt_id in self.con.execute(
+        cols = self.fetch(
+            f"SELECT start, end, {text}, {text_id}, {pid_sql}, {tid_sql}, {domain_id} FROM {t} "
+            f"WHERE eventType IN ({range_types}) AND end IS NOT NULL",
+            ["start_ns", "end_ns", "_text", "_text_id", "process_id", "thread_id", "_domain"],
+        )
+        texts, text_ids, dids = cols.pop("_text"), cols.pop("_text_id"), cols.pop("_domain")
+        created = self.con.execute(
             f"SELECT {pid_sql}, {domain_id}, {text}, {text_id} FROM {t} "
-            f"WHERE eventType IN ({', '.join(map(str, domain_types))}) AND {domain_id} IS NOT NULL"
-        ):
+            f"WHERE eventType IN ({domain_types}) AND {domain_id} IS NOT NULL"
+        ).fetchall()
+        strings = self.strings([*text_ids, *(r[3] for r in created)])
+        # Domain ids are handed out per process; (None, id) is the fallback when the process is unknown.
+        domains: dict[tuple[int | None, int], str] = {}
+        for pid, did, txt, txt_id in created:
             name = txt if txt is not None else strings.get(txt_id)
             if name is not None:
                 domains[(pid, did)] = name
                 domains.setdefault((None, did), name)
-        cols = self.fetch(
-            f"SELECT start, end, {text}, {text_id}, {pid_sql}, {tid_sql}, {domain_id} FROM {t} "
-            f"WHERE {in_ranges} AND end IS NOT NULL",
-            ["start_ns", "end_ns", "_text", "_text_id", "process_id", "thread_id", "_domain"],
-        )
-        texts, text_ids, dids = cols.pop("_text"), cols.pop("_text_id"), cols.pop("_domain")
-        cols["name"] = [
-            x if x is not None else strings.get(i, "") for x, i in zip(texts, text_ids, strict=True)
-        ]
+        cols["name"] = [x if x is not None else strings.get(i, "") for x, i in zip(texts, text_ids, strict=True)]
         cols["domain"] = [
             None if not d else domains.get((p, d)) or domains.get((None, d)) or f"domain {d}"
             for p, d in zip(cols["process_id"], dids, strict=True)

@@ -142,7 +142,21 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
         console().print(t)
 
 
-def _register_optional() -> None:
+def _register_commands() -> None:
+    """Commands that live in their own modules of this package (`traceinsight/cli/<name>.py`, each exposing a
+    click command named like the module), and the collectors' `collect` command when installed."""
+    import importlib
+    import pkgutil
+
+    import traceinsight.cli as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name in ("main", "__main__"):
+            continue
+        module = importlib.import_module(f"traceinsight.cli.{info.name}")
+        command = getattr(module, "command", None)
+        if isinstance(command, click.Command):
+            main.add_command(command)
     try:
         from collectors.cli import collect  # optional: the collectors package ships beside traceinsight
     except ImportError:
@@ -150,8 +164,4 @@ def _register_optional() -> None:
     main.add_command(collect)
 
 
-_register_optional()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+_register_commands()
