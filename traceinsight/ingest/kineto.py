@@ -78,6 +78,11 @@ _INT64 = 2**63
 _NONFINITE = re.compile(r"([:\[,]\s*)(?:-?(?:inf|nan|Infinity|NaN)|N/A)(?=\s*[,\]}])")
 # A backslash that does not start a JSON escape (Windows paths in call stacks, pytorch/kineto#336).
 _STRAY_BACKSLASH = re.compile(r'\\(?!["\\/bfnrtu])')
+# A \uXXXX escape of a lone UTF-16 surrogate (Python's json.dump writes them): valid JSON, but no text.
+_LONE_SURROGATE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 
 
 # ================================================================== reading the file
@@ -113,7 +118,8 @@ def _gunzip(path: Path, data: bytes, repairs: list[str]) -> bytes:
             continue
         if rest.strip(b"\x00"):
             repairs.append(f"{len(rest)} bytes after the end of the gzip stream ignored")
-        return b"".join(out)
+        parts = [b for b in out if b]
+        return parts[0] if len(parts) == 1 else b"".join(parts)  # no copy of a single member
 
 
 def load_json(path: Path) -> Any:
@@ -153,6 +159,14 @@ def _parse_leniently(path: Path, data: bytes, repairs: list[str]) -> Any:
     text, n = _NONFINITE.subn(r"\1null", text)
     if n:
         repairs.append(f"{n} bare non-finite or N/A numbers (inf, nan, ...) read as null")
+    text, n = _LONE_SURROGATE.subn(r"\\ufffd", text)
+    if n:
+        repairs.append(f"{n} escaped lone UTF-16 surrogates read as U+FFFD")
+    if repairs:
+        try:
+            return orjson.loads(text)  # the common case: only bare inf/nan were wrong
+        except orjson.JSONDecodeError:
+            pass
     decoder = json.JSONDecoder(strict=False)  # strict=False: raw control characters inside strings
     start = len(text) - len(text.lstrip())
     try:
@@ -263,11 +277,7 @@ def _read_events(events: list[Any], t: _Tables) -> None:
     """One pass over traceEvents, filling `t`; launches are filtered by correlation afterwards."""
     dispatch = _DISPATCH
     skipped = t.skipped
-    k = t.kernels
-    k_name, k_dev, k_stream, k_start, k_end = (k[c].append for c in _KERNEL_COLUMNS[:5])
-    k_gx, k_gy, k_gz, k_bx, k_by, k_bz = (k[c].append for c in _KERNEL_COLUMNS[5:11])
-    k_regs, k_smem, k_corr = (k[c].append for c in _KERNEL_COLUMNS[11:])
-    m, la, r = t.memops, t.launches, t.ranges
+    k, m, la, r = t.kernels, t.memops, t.launches, t.ranges
     not_objects = 0
     for e in events:
         if type(e) is not dict:
@@ -294,24 +304,23 @@ def _read_events(events: list[Any], t: _Tables) -> None:
         if type(args) is not dict:
             args = {}
         if what == _KERNEL:
-            dev = args.get("device", e.get("pid"))
             stream = args.get("stream")
             gx, gy, gz = _dim3(args.get("grid"))
             bx, by, bz = _dim3(args.get("block"))
-            k_name(name)
-            k_dev(_i32(dev))
-            k_stream(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
-            k_start(start)
-            k_end(end)
-            k_gx(gx)
-            k_gy(gy)
-            k_gz(gz)
-            k_bx(bx)
-            k_by(by)
-            k_bz(bz)
-            k_regs(_i32(args.get("registers per thread")))
-            k_smem(_i32(args.get("shared memory")))
-            k_corr(_i64(args.get("correlation")))
+            k["name"].append(name)
+            k["device_id"].append(_i32(args.get("device", e.get("pid"))))
+            k["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
+            k["start_ns"].append(start)
+            k["end_ns"].append(end)
+            k["grid_x"].append(gx)
+            k["grid_y"].append(gy)
+            k["grid_z"].append(gz)
+            k["block_x"].append(bx)
+            k["block_y"].append(by)
+            k["block_z"].append(bz)
+            k["registers_per_thread"].append(_i32(args.get("registers per thread")))
+            k["smem_bytes"].append(_i32(args.get("shared memory")))  # static + dynamic; Kineto gives only the sum
+            k["correlation_id"].append(_i64(args.get("correlation")))
         elif what == _MEMOP:
             stream = args.get("stream")
             # peer copies (CUpti_ActivityMemcpy2) name the executing device "inDevice"
@@ -430,7 +439,7 @@ def from_document(doc: dict[str, Any], path: Path) -> Ingest:
     _read_events(events, t)
     _keep_launches_of_gpu_work(t)
     for (cat, reason), n in sorted(t.skipped.items()):
-        what = "entries" if cat == "traceEvents" else f"'{cat}' events"
+        what = "traceEvents entries" if cat == "traceEvents" else f"'{cat}' events"
         warnings.append(f"{n} {what} skipped: {reason}")
     if not t.kernels["name"] and not t.memops["name"]:
         warnings.append("no GPU kernels or memory operations in the trace (profiled without ProfilerActivity.CUDA?)")

@@ -19,6 +19,7 @@ from typing import Any
 
 from traceinsight.errors import FormatError
 from traceinsight.ingest.base import Ingest
+from traceinsight.ingest.sidecar import key_matches_sql
 from traceinsight.ingest.store import TraceDB
 
 HEADER_PREFIX = '"ID","Process ID","Process Name"'
@@ -26,8 +27,19 @@ PUSH_POP_PREFIX = "thread Domain:Push/Pop_Range"
 START_STOP_PREFIX = "Id:Domain:Start/Stop_Range"
 # Identity columns of the raw page; every other column is a metric.
 IDENTITY_COLUMNS = frozenset(
-    {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
-     "Grid Size", "Device", "CC"}
+    {
+        "ID",
+        "Process ID",
+        "Process Name",
+        "Host Name",
+        "Kernel Name",
+        "Context",
+        "Stream",
+        "Block Size",
+        "Grid Size",
+        "Device",
+        "CC",
+    }
 )
 # The details page (ncu --csv without --page raw) is long already but names metrics for display only.
 _DETAILS_COLUMNS = {"Section Name", "Metric Name", "Metric Value"}
@@ -53,7 +65,7 @@ def parse_number(text: str) -> float | None:
 
 
 def parse_dim3(text: str) -> tuple[int, int, int] | None:
-    """"(288, 4, 1)" -> (288, 4, 1); None for an empty or malformed cell."""
+    """ "(288, 4, 1)" -> (288, 4, 1); None for an empty or malformed cell."""
     m = _DIM3.match(text.strip())
     return (int(m[1]), int(m[2]), int(m[3])) if m else None
 
@@ -111,8 +123,19 @@ def read(path: Path) -> Ingest:
     ingest = Ingest(format="ncu-csv")
     kernels = ingest.columns(
         "ncu_kernels",
-        ["ncu_id", "name", "device_id", "stream_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
-         "block_z", "nvtx"],
+        [
+            "ncu_id",
+            "name",
+            "device_id",
+            "stream_id",
+            "grid_x",
+            "grid_y",
+            "grid_z",
+            "block_x",
+            "block_y",
+            "block_z",
+            "nvtx",
+        ],
     )
     metrics = ingest.columns("ncu_metrics", ["ncu_id", "metric", "unit", "value", "text"])
     reader = csv.reader(_csv_lines(path), strict=True)
@@ -129,7 +152,8 @@ def read(path: Path) -> Ingest:
         push_pop = next((i for i, n in enumerate(header) if n.startswith(PUSH_POP_PREFIX)), None)
         start_stop = next((i for i, n in enumerate(header) if n.startswith(START_STOP_PREFIX)), None)
         metric_cols = [
-            i for i, n in enumerate(header)
+            i
+            for i, n in enumerate(header)
             if n not in IDENTITY_COLUMNS and i not in (push_pop, start_stop) and n.strip()
         ]
         units = [""] * len(header)
@@ -210,10 +234,13 @@ def match(db: TraceDB, trace_id: int) -> int:
     """Set `ncu_kernels.kernel_id` for the ncu rows attached to `trace_id`; return how many were matched.
 
     A key is (kernel name as `name_key_sql`, grid, block) plus, when the ncu rows carry NVTX text and the trace
-    has CPU ranges of kind 'nvtx'/'annotation', the text of the kernel's innermost enclosing range: the
-    latest-starting CPU range (on the launching thread when both threads are known) whose [start, end]
-    contains the kernel's launch (`launches.start_ns` via correlation id, else the kernel's start). The k-th
-    ncu kernel of a key (in ncu ID order) is matched to the k-th trace kernel of that key (in start order).
+    has CPU ranges of kind 'nvtx'/'annotation', the NVTX text: for an ncu kernel its innermost range, for a
+    trace kernel its innermost enclosing range, the latest-starting CPU range (on the launching thread when both
+    threads are known) whose [start, end] contains the kernel's launch (`launches.start_ns` via correlation id,
+    else the kernel's start). The texts must be equal; failing that, a trace range whose name holds every token
+    of an ncu text (`sidecar.key_matches`: "decode tc=0 dist=uniform bs=32 step=0" for "tc=0 dist=uniform
+    bs=32") counts as that text, the ncu text with the most tokens winning. The k-th ncu kernel of a key (in ncu
+    ID order) is matched to the k-th trace kernel of that key (in start order).
     """
     params = {"t": trace_id}
     db.sql("UPDATE ncu_kernels SET kernel_id = NULL WHERE trace_id = $t", params)
@@ -243,13 +270,30 @@ def match(db: TraceDB, trace_id: int) -> int:
               ON r.trace_id = $t AND r.side = 'cpu' AND r.kind IN {_RANGE_KINDS}
              AND r.start_ns <= a.launch_ns AND a.launch_ns <= r.end_ns
              AND (r.thread_id IS NULL OR a.thread_id IS NULL OR r.thread_id = a.thread_id)
-            WHERE {'true' if use_nvtx else 'false'}
+            WHERE {"true" if use_nvtx else "false"}
             GROUP BY a.kernel_id
         ),
+        ncu_texts AS (
+            SELECT DISTINCT nvtx AS txt FROM ncu_kernels WHERE trace_id = $t AND nvtx IS NOT NULL
+        ),
+        range_names AS (SELECT DISTINCT nvtx FROM enclosing),
+        name_map AS (  -- each enclosing range name -> the ncu NVTX text it stands for (per name, not per kernel)
+            SELECT g.nvtx,
+                   coalesce(arg_max(c.txt, struct_pack(same := c.txt = g.nvtx,
+                                                       ntok := len(regexp_split_to_array(trim(c.txt), '\\s+')),
+                                                       txt := c.txt)),
+                            g.nvtx) AS label
+            FROM range_names g
+            LEFT JOIN ncu_texts c ON c.txt = g.nvtx OR {key_matches_sql("c.txt", "g.nvtx")}
+            GROUP BY g.nvtx
+        ),
+        labelled AS (
+            SELECT e.kernel_id, m.label AS nvtx FROM enclosing e JOIN name_map m USING (nvtx)
+        ),
         trace_side AS (
-            SELECT a.kernel_id, {name_key_sql('a.name')} AS nk, a.grid_x, a.grid_y, a.grid_z,
+            SELECT a.kernel_id, {name_key_sql("a.name")} AS nk, a.grid_x, a.grid_y, a.grid_z,
                    a.block_x, a.block_y, a.block_z, {nvtx_trace} AS nv, a.start_ns
-            FROM launch a LEFT JOIN enclosing e USING (kernel_id)
+            FROM launch a LEFT JOIN labelled e USING (kernel_id)
         ),
         trace_ranked AS (
             SELECT *, row_number() OVER (
@@ -258,10 +302,10 @@ def match(db: TraceDB, trace_id: int) -> int:
             FROM trace_side
         ),
         ncu_ranked AS (
-            SELECT n.ncu_id, {name_key_sql('n.name')} AS nk, n.grid_x, n.grid_y, n.grid_z,
+            SELECT n.ncu_id, {name_key_sql("n.name")} AS nk, n.grid_x, n.grid_y, n.grid_z,
                    n.block_x, n.block_y, n.block_z, {nvtx_ncu} AS nv,
                    row_number() OVER (
-                       PARTITION BY {name_key_sql('n.name')}, n.grid_x, n.grid_y, n.grid_z,
+                       PARTITION BY {name_key_sql("n.name")}, n.grid_x, n.grid_y, n.grid_z,
                                     n.block_x, n.block_y, n.block_z, {nvtx_ncu}
                        ORDER BY n.ncu_id) AS k
             FROM ncu_kernels n WHERE n.trace_id = $t

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import orjson
+
 from traceinsight.errors import FormatError
 from traceinsight.ingest.base import Columns, Ingest
 
@@ -31,8 +33,8 @@ GPU_TABLE = "TARGET_INFO_GPU"
 CUDA_DEVICE_TABLE = "TARGET_INFO_CUDA_DEVICE"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # schema 3.x, schema 2.x
 
-# Rows fetched per round trip; bounds the transient tuples held while columns are built.
-FETCH_ROWS = 65536
+# Rowids read per query; bounds the transient JSON text held while columns are built.
+FETCH_ROWS = 1 << 21
 
 # NVTX event types (ENUM_NSYS_EVENT_TYPE), stable since the 2.x schemas that lack the enum table.
 NVTX_RANGE_TYPES = {
@@ -46,14 +48,27 @@ NVTX_DOMAIN_CREATE_TYPES = {"NvtxDomainCreate": 75}
 
 # Runtime-table event classes (ENUM_NSYS_EVENT_CLASS) that repeat an API call to attach its backtrace;
 # schema 2.x exports store such a second row under the call's correlation id.
-BACKTRACE_CLASSES = {"TRACE_PROCESS_EVENT_CUDABACKTRACE": 67, "TRACE_PROCESS_EVENT_CUDABACKTRACE_START": 68,
-                     "TRACE_PROCESS_EVENT_CUDABACKTRACE_FINISH": 69}
+BACKTRACE_CLASSES = {
+    "TRACE_PROCESS_EVENT_CUDABACKTRACE": 67,
+    "TRACE_PROCESS_EVENT_CUDABACKTRACE_START": 68,
+    "TRACE_PROCESS_EVENT_CUDABACKTRACE_FINISH": 69,
+}
 
 # CUpti_ActivityMemcpyKind labels, as ENUM_CUDA_MEMCPY_OPER states them in exports that have it.
 MEMCPY_KINDS = {
-    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
-    5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device", 9: "Host-to-Host",
-    10: "Peer-to-Peer", 11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
+    0: "Unknown",
+    1: "Host-to-Device",
+    2: "Device-to-Host",
+    3: "Host-to-Array",
+    4: "Array-to-Host",
+    5: "Array-to-Array",
+    6: "Array-to-Device",
+    7: "Device-to-Array",
+    8: "Device-to-Device",
+    9: "Host-to-Host",
+    10: "Peer-to-Peer",
+    11: "Unified Host-to-Device",
+    12: "Unified Device-to-Host",
     13: "Unified Device-to-Device",
 }
 
@@ -135,10 +150,11 @@ def _first_line(exc: BaseException) -> str:
 class _Reader:
     """Queries one open export; each method fills one normalized table of `ingest`."""
 
-    def __init__(self, con: sqlite3.Connection, tables: set[str], ingest: Ingest) -> None:
+    def __init__(self, con: sqlite3.Connection, tables: set[str], ingest: Ingest, use_json: bool = True) -> None:
         self.con = con
         self.tables = tables
         self.ingest = ingest
+        self.use_json = use_json
         self._cols: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ helpers
@@ -147,18 +163,36 @@ class _Reader:
             self._cols[table] = {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
         return self._cols[table]
 
-    def col(self, table: str, name: str, expr: str | None = None) -> str:
-        """`expr` (default: the column itself) when `table` has column `name`, else NULL."""
-        return (expr or name) if name in self.columns(table) else "NULL"
+    def col(self, table: str, name: str) -> str:
+        """`name` when `table` has that column, else the SQL literal NULL."""
+        return name if name in self.columns(table) else "NULL"
 
-    def fetch(self, sql: str, names: list[str], params: Iterable[Any] = ()) -> Columns:
-        """Run `sql` and return its result as one list per column, fetched in chunks."""
-        out: list[list[Any]] = [[] for _ in names]
-        cur = self.con.execute(sql, tuple(params))
-        while rows := cur.fetchmany(FETCH_ROWS):
-            for column, values in zip(out, zip(*rows, strict=True), strict=True):
-                column.extend(values)
-        return dict(zip(names, out, strict=True))
+    def fetch(self, table: str, exprs: list[str], names: list[str], where: str = "") -> Columns:
+        """Evaluate `exprs` over the rows of `table` matching `where`; return one list per name.
+
+        Rows are read in rowid slices of FETCH_ROWS. Each slice comes back as one JSON array per column
+        (`json_group_array`, parsed with orjson), several times faster than Python's row-by-row cursor; where
+        SQLite lacks JSON support the slice is fetched as rows instead."""
+        out: Columns = {n: [] for n in names}
+        lo, hi = self.con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+        if lo is None:
+            return out
+        for first in range(lo, hi + 1, FETCH_ROWS):
+            cond = f"rowid BETWEEN {first} AND {first + FETCH_ROWS - 1}" + (f" AND ({where})" if where else "")
+            parts: list[Any] | None = None
+            if self.use_json:
+                try:
+                    aggregates = ", ".join(f"json_group_array({e})" for e in exprs)
+                    row = self.con.execute(f"SELECT {aggregates} FROM {table} WHERE {cond}").fetchone()
+                    parts = [orjson.loads(x) for x in row]
+                except sqlite3.OperationalError:  # no JSON1 in this SQLite, or a value JSON cannot hold
+                    self.use_json = False
+            if parts is None:
+                rows = self.con.execute(f"SELECT {', '.join(exprs)} FROM {table} WHERE {cond}").fetchall()
+                parts = list(zip(*rows, strict=True)) if rows else [() for _ in exprs]
+            for name, values in zip(names, parts, strict=True):
+                out[name].extend(values)
+        return out
 
     def strings(self, ids: Iterable[Any]) -> dict[int, str]:
         """StringIds values of `ids` (None and unknown ids are left out)."""
@@ -187,17 +221,28 @@ class _Reader:
         t = KERNEL_TABLE
         c = self.col
         static, dynamic = c(t, "staticSharedMemory"), c(t, "dynamicSharedMemory")
-        smem = f"{static} + {dynamic}" if "NULL" not in (static, dynamic) else "NULL"
-        cols = self.fetch(
-            f"SELECT start, end, {c(t, 'deviceId')}, {c(t, 'streamId')}, {c(t, 'gridX')}, {c(t, 'gridY')}, "
-            f"{c(t, 'gridZ')}, {c(t, 'blockX')}, {c(t, 'blockY')}, {c(t, 'blockZ')}, "
-            f"{c(t, 'registersPerThread')}, {static}, {dynamic}, {smem}, {c(t, 'correlationId')}, "
-            f"{c(t, 'graphNodeId')}, {c(t, 'demangledName')}, {c(t, 'shortName')}, {c(t, 'mangledName')} "
-            f"FROM {t}",
-            ["start_ns", "end_ns", "device_id", "stream_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
-             "block_z", "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes",
-             "correlation_id", "graph_node_id", "_demangled", "_short", "_mangled"],
-        )
+        fields = {
+            "start_ns": "start",
+            "end_ns": "end",
+            "device_id": c(t, "deviceId"),
+            "stream_id": c(t, "streamId"),
+            "grid_x": c(t, "gridX"),
+            "grid_y": c(t, "gridY"),
+            "grid_z": c(t, "gridZ"),
+            "block_x": c(t, "blockX"),
+            "block_y": c(t, "blockY"),
+            "block_z": c(t, "blockZ"),
+            "registers_per_thread": c(t, "registersPerThread"),
+            "static_smem_bytes": static,
+            "dynamic_smem_bytes": dynamic,
+            "smem_bytes": f"{static} + {dynamic}" if "NULL" not in (static, dynamic) else "NULL",
+            "correlation_id": c(t, "correlationId"),
+            "graph_node_id": c(t, "graphNodeId"),
+            "_demangled": c(t, "demangledName"),
+            "_short": c(t, "shortName"),
+            "_mangled": c(t, "mangledName"),
+        }
+        cols = self.fetch(t, list(fields.values()), list(fields))
         demangled, short, mangled = cols.pop("_demangled"), cols.pop("_short"), cols.pop("_mangled")
         names = self.strings({*demangled, *short, *mangled})
         get = names.get
@@ -209,59 +254,73 @@ class _Reader:
         self.ingest.tables["kernels"] = cols
 
     def memops(self) -> None:
-        parts: list[Columns] = []
-        names = ["kind", "_copy", "device_id", "stream_id", "start_ns", "end_ns", "bytes", "correlation_id"]
-        if MEMCPY_TABLE in self.tables:
-            t = MEMCPY_TABLE
-            c = self.col
-            parts.append(self.fetch(
-                f"SELECT 'memcpy', {c(t, 'copyKind')}, {c(t, 'deviceId')}, {c(t, 'streamId')}, start, end, "
-                f"{c(t, 'bytes')}, {c(t, 'correlationId')} FROM {t}",
-                names,
-            ))
-        if MEMSET_TABLE in self.tables:
-            t = MEMSET_TABLE
-            c = self.col
-            parts.append(self.fetch(
-                f"SELECT 'memset', NULL, {c(t, 'deviceId')}, {c(t, 'streamId')}, start, end, {c(t, 'bytes')}, "
-                f"{c(t, 'correlationId')} FROM {t}",
-                names,
-            ))
-        if not parts:
-            return
+        names = ["device_id", "stream_id", "start_ns", "end_ns", "bytes", "correlation_id"]
+        out: Columns = {n: [] for n in ["kind", "name", *names]}
         labels = dict(MEMCPY_KINDS)
         if "ENUM_CUDA_MEMCPY_OPER" in self.tables and "label" in self.columns("ENUM_CUDA_MEMCPY_OPER"):
             labels.update(self.con.execute("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER WHERE label IS NOT NULL"))
-        cols: Columns = {n: [] for n in names}
-        for part in parts:
+        for table, kind in ((MEMCPY_TABLE, "memcpy"), (MEMSET_TABLE, "memset")):
+            if table not in self.tables:
+                continue
+            c = self.col
+            exprs = [
+                c(table, "deviceId"),
+                c(table, "streamId"),
+                "start",
+                "end",
+                c(table, "bytes"),
+                c(table, "correlationId"),
+                c(table, "copyKind") if kind == "memcpy" else "NULL",
+            ]
+            cols = self.fetch(table, exprs, [*names, "_copy"])
             for n in names:
-                cols[n].extend(part[n])
-        copy = cols.pop("_copy")
-        cols["name"] = [
-            "[CUDA memset]" if kind == "memset" else f"[CUDA memcpy {labels.get(ck, f'kind {ck}')}]"
-            for kind, ck in zip(cols["kind"], copy, strict=True)
-        ]
-        self.ingest.tables["memops"] = cols
+                out[n].extend(cols[n])
+            out["kind"].extend([kind] * len(cols["_copy"]))
+            if kind == "memset":
+                out["name"].extend(["[CUDA memset]"] * len(cols["_copy"]))
+            else:
+                text = {k: f"[CUDA memcpy {labels.get(k, f'kind {k}')}]" for k in set(cols["_copy"])}
+                out["name"].extend([text[k] for k in cols["_copy"]])
+        if out["kind"]:
+            self.ingest.tables["memops"] = out
 
     def launches(self) -> None:
         """Runtime/driver API calls whose correlation id launched a kernel, memcpy or memset."""
-        if RUNTIME_TABLE not in self.tables:
-            self.ingest.warnings.append(f"no {RUNTIME_TABLE} table: kernels cannot be traced to their launches")
-            return
         t = RUNTIME_TABLE
-        gpu_work = [x for x in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
-                    if x in self.tables and "correlationId" in self.columns(x)]
-        if not gpu_work or "correlationId" not in self.columns(t):
+        if t not in self.tables or "correlationId" not in self.columns(t):
+            self.ingest.warnings.append(f"no {t} table: kernels cannot be traced to the calls that launched them")
             return
-        launched = " UNION ".join(f"SELECT correlationId FROM {x}" for x in gpu_work)
-        where = f"correlationId IN ({launched})"
+        gpu_work = [
+            x
+            for x in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
+            if x in self.tables and "correlationId" in self.columns(x)
+        ]
+        if not gpu_work:
+            return
+        # The launched ids go to an in-memory temp table (never the user's file) so that every rowid slice
+        # of the runtime table probes one index instead of rebuilding it.
+        self.con.execute("PRAGMA temp_store = MEMORY")
+        self.con.execute("CREATE TEMP TABLE IF NOT EXISTS _launched (id INTEGER PRIMARY KEY)")
+        self.con.execute(
+            "INSERT OR IGNORE INTO _launched "
+            + " UNION ALL ".join(f"SELECT correlationId FROM {x} WHERE correlationId IS NOT NULL" for x in gpu_work)
+        )
+        where = "correlationId IN _launched"
         if "eventClass" in self.columns(t):
             where += f" AND eventClass NOT IN ({_id_list(self.enum_ids('ENUM_NSYS_EVENT_CLASS', BACKTRACE_CLASSES))})"
         tid = self.col(t, "globalTid")
         cols = self.fetch(
-            f"SELECT correlationId, {self.col(t, 'nameId')}, start, end, {_PID_SQL.format(col=tid)}, "
-            f"{_TID_SQL.format(col=tid)} FROM {t} WHERE {where}",
+            t,
+            [
+                "correlationId",
+                self.col(t, "nameId"),
+                "start",
+                "end",
+                _PID_SQL.format(col=tid),
+                _TID_SQL.format(col=tid),
+            ],
             ["correlation_id", "_name", "start_ns", "end_ns", "process_id", "thread_id"],
+            where,
         )
         name_ids = cols.pop("_name")
         names = {i: _API_VERSION_SUFFIX.sub("", s) for i, s in self.strings(name_ids).items()}
@@ -270,9 +329,9 @@ class _Reader:
 
     def ranges(self) -> None:
         """NVTX push/pop and start/end ranges, on the CPU thread that opened them."""
-        if NVTX_TABLE not in self.tables:
-            return
         t = NVTX_TABLE
+        if t not in self.tables:
+            return
         c = self.col
         range_types = _id_list(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_RANGE_TYPES))
         mark_types = _id_list(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_MARK_TYPES))
@@ -288,9 +347,10 @@ class _Reader:
         if open_ranges:
             self.ingest.warnings.append(f"{open_ranges} NVTX ranges without an end skipped (open at capture stop)")
         cols = self.fetch(
-            f"SELECT start, end, {text}, {text_id}, {pid_sql}, {tid_sql}, {domain_id} FROM {t} "
-            f"WHERE eventType IN ({range_types}) AND end IS NOT NULL",
+            t,
+            ["start", "end", text, text_id, pid_sql, tid_sql, domain_id],
             ["start_ns", "end_ns", "_text", "_text_id", "process_id", "thread_id", "_domain"],
+            f"eventType IN ({range_types}) AND end IS NOT NULL",
         )
         texts, text_ids, dids = cols.pop("_text"), cols.pop("_text_id"), cols.pop("_domain")
         created = self.con.execute(
@@ -325,15 +385,24 @@ class _Reader:
         t = GPU_TABLE
         c = self.col
         fields = {
-            "_gpu_id": c(t, "id"), "_cu_device": c(t, "cuDevice"), "name": c(t, "name"),
-            "num_sms": c(t, "smCount"), "compute_major": c(t, "computeMajor"),
-            "compute_minor": c(t, "computeMinor"), "regs_per_sm": c(t, "maxRegistersPerSm"),
-            "regs_per_block": c(t, "maxRegistersPerBlock"), "smem_per_sm_bytes": c(t, "maxShmemPerSm"),
+            "_gpu_id": c(t, "id"),
+            "_cu_device": c(t, "cuDevice"),
+            "name": c(t, "name"),
+            "num_sms": c(t, "smCount"),
+            "compute_major": c(t, "computeMajor"),
+            "compute_minor": c(t, "computeMinor"),
+            "regs_per_sm": c(t, "maxRegistersPerSm"),
+            "regs_per_block": c(t, "maxRegistersPerBlock"),
+            "smem_per_sm_bytes": c(t, "maxShmemPerSm"),
             "smem_per_block_optin_bytes": c(t, "maxShmemPerBlockOptin"),
-            "max_threads_per_block": c(t, "maxThreadsPerBlock"), "max_blocks_per_sm": c(t, "maxBlocksPerSm"),
-            "max_warps_per_sm": c(t, "maxWarpsPerSm"), "warp_size": c(t, "threadsPerWarp"),
-            "total_mem_bytes": c(t, "totalMemory"), "mem_bandwidth_bytes_per_s": c(t, "memoryBandwidth"),
-            "clock_hz": c(t, "clockRate"), "l2_bytes": c(t, "l2CacheSize"),
+            "max_threads_per_block": c(t, "maxThreadsPerBlock"),
+            "max_blocks_per_sm": c(t, "maxBlocksPerSm"),
+            "max_warps_per_sm": c(t, "maxWarpsPerSm"),
+            "warp_size": c(t, "threadsPerWarp"),
+            "total_mem_bytes": c(t, "totalMemory"),
+            "mem_bandwidth_bytes_per_s": c(t, "memoryBandwidth"),
+            "clock_hz": c(t, "clockRate"),
+            "l2_bytes": c(t, "l2CacheSize"),
         }
         rows = self.con.execute(f"SELECT {', '.join(fields.values())} FROM {t} ORDER BY {fields['_gpu_id']}")
         gpus = [dict(zip(fields, r, strict=True)) for r in rows]
@@ -348,8 +417,9 @@ class _Reader:
         cols: Columns = {n: [] for n in names}
         seen: dict[int, str] = {}
         for gpu in gpus:
-            ids = ordinals.get(gpu["_gpu_id"]) or [gpu["_cu_device"] if gpu["_cu_device"] is not None
-                                                   else gpu["_gpu_id"]]
+            ids = ordinals.get(gpu["_gpu_id"]) or [
+                gpu["_cu_device"] if gpu["_cu_device"] is not None else gpu["_gpu_id"]
+            ]
             for device_id in ids:
                 if device_id is None:
                     continue
@@ -361,8 +431,11 @@ class _Reader:
                     continue
                 seen[device_id] = gpu["name"]
                 warps, warp = gpu["max_warps_per_sm"], gpu["warp_size"]
-                row = {**gpu, "device_id": device_id,
-                       "max_threads_per_sm": warps * warp if warps is not None and warp is not None else None}
+                row = {
+                    **gpu,
+                    "device_id": device_id,
+                    "max_threads_per_sm": warps * warp if warps is not None and warp is not None else None,
+                }
                 for n in names:
                     cols[n].append(row[n])
         self.ingest.tables["devices"] = cols

@@ -149,7 +149,7 @@ CREATE TABLE IF NOT EXISTS batches (
     page_size       INTEGER,
     kv_dtype        VARCHAR,
     path            VARCHAR,            -- 'cuda-core' | 'tensor-core' | ...
-    backend         VARCHAR,            -- the planner's backend ('fa2', 'fa3', 'sm90', ...)
+    backend         VARCHAR,            -- backend id as the labels use it ('flashinfer-cuda-core', 'flashinfer-fa2', ...)
     cuda_graph      BOOLEAN,
     planned_padded_batch INTEGER,       -- the planner's own decision when recorded
     planned_split_kv BOOLEAN,

@@ -30,8 +30,21 @@ SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_MAJOR}"
 _SCHEMA_RE = re.compile(r"^traceinsight\.sidecar/(\d+)(?:\.(\d+))?$")
 
 BATCH_COLUMNS = [
-    "step_key", "batch_size", "kv_lens", "qo_heads", "kv_heads", "head_dim", "page_size", "kv_dtype", "path",
-    "backend", "cuda_graph", "planned_padded_batch", "planned_split_kv", "planned_chunk_tokens", "plan_info",
+    "step_key",
+    "batch_size",
+    "kv_lens",
+    "qo_heads",
+    "kv_heads",
+    "head_dim",
+    "page_size",
+    "kv_dtype",
+    "path",
+    "backend",
+    "cuda_graph",
+    "planned_padded_batch",
+    "planned_split_kv",
+    "planned_chunk_tokens",
+    "plan_info",
 ]
 
 # FlashInfer 0.6.1 `wrapper._plan_info` layouts, told apart by their length.
@@ -59,6 +72,7 @@ def key_matches(step_key: str, range_name: str) -> bool:
 
 def key_matches_sql(step_key: str, range_name: str) -> str:
     """The DuckDB expression of `key_matches` over two SQL expressions (e.g. 'b.step_key', 'r.name')."""
+
     def toks(e: str) -> str:
         return rf"list_filter(regexp_split_to_array({e}, '\s+'), lambda x: x <> '')"
 
@@ -94,8 +108,9 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _int(obj: dict[str, Any], key: str, where: str, *, minimum: int, required: bool = False,
-         nullable: bool = False) -> None:
+def _int(
+    obj: dict[str, Any], key: str, where: str, *, minimum: int, required: bool = False, nullable: bool = False
+) -> None:
     if key not in obj:
         if required:
             raise _Problem(where, f"missing required field {key!r}")
@@ -313,8 +328,7 @@ def legacy_plan(tc: int, plan_info: list[int] | None, backend: str | None) -> di
     15 ints (FA2): [0] padded_batch_size, [13] enable_cuda_graph, [14] split_kv.
     9 ints (SM90): offsets only; never splits KV; padded batch and CUDA-graph mode are not recorded.
     """
-    out: dict[str, Any] = {"backend": None, "planned_padded_batch": None, "planned_split_kv": None,
-                           "cuda_graph": None}
+    out: dict[str, Any] = {"backend": None, "planned_padded_batch": None, "planned_split_kv": None, "cuda_graph": None}
     n = len(plan_info) if plan_info is not None else None
     if tc == 0:
         out["backend"] = "flashinfer-cuda-core"

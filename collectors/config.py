@@ -1,0 +1,203 @@
+"""What a collection run is: the model shape, the decode paths, the cases or the serving replay, the profiler.
+
+Everything here is plain data (JSON-serializable dataclasses) so that a run can be handed to a child process
+(the nsys / ncu re-execution) as one JSON file. Pure Python: no torch needed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collectors.distributions import DEFAULT_TOTAL_TOKENS
+
+KINDS = ("sweep", "serving", "timing")
+PROFILERS = ("torch", "nsys", "ncu", "none")
+KV_DTYPES = ("bf16", "fp16", "fp8_e4m3")
+Q_DTYPES = ("bf16", "fp16")
+# CLI dtype names -> torch's names without "torch." (what the sidecar's model records).
+TORCH_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8_e4m3": "float8_e4m3fn"}
+
+DEFAULT_BATCH_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 296, 297, 320, 384, 512)
+DEFAULT_STEPS = {"sweep": 3, "serving": 200, "timing": 30}
+
+# Metrics for `--profiler ncu`: durations, DRAM traffic, launch shape and occupancy limits, and the per-SM
+# active cycles whose min/avg/max measure SM load imbalance (1 - avg/max = idle share of the critical SM time).
+NCU_METRICS = (
+    "gpu__time_duration.sum",
+    "sm__cycles_active.min",
+    "sm__cycles_active.avg",
+    "sm__cycles_active.max",
+    "sm__cycles_active.sum",
+    "sm__cycles_elapsed.avg",
+    "sm__cycles_elapsed.max",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__maximum_warps_per_active_cycle_pct",
+    "dram__bytes_read.sum",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "launch__grid_size",
+    "launch__block_size",
+    "launch__registers_per_thread",
+    "launch__shared_mem_per_block",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_warps",
+    "launch__occupancy_limit_blocks",
+    "launch__waves_per_multiprocessor",
+    "launch__sm_count",
+)
+# Attention and merge kernels of FlashInfer (CUDA-core decode, FA2 and SM90 prefill kernels, merge states).
+NCU_KERNEL_REGEX = "BatchDecodeWithPagedKVCache|PrefillWithKVCache|BatchPrefillWithPagedKVCache|MergeStates"
+
+
+@dataclass(frozen=True)
+class PathSpec:
+    """A FlashInfer decode path: how the wrapper is built and the tokens that name it in step ranges."""
+
+    name: str  # the CLI name: cuda-core | tc-fa2 | tc-auto
+    use_tensor_cores: bool
+    backend: str  # the wrapper's `backend` argument
+    tokens: str  # what the step range names carry, e.g. "path=tensor-core backend=fa2"
+    sidecar_path: str  # the sidecar's `path`: cuda-core | tensor-core
+
+
+PATHS: dict[str, PathSpec] = {
+    p.name: p
+    for p in (
+        PathSpec("cuda-core", False, "auto", "path=cuda-core", "cuda-core"),
+        PathSpec("tc-fa2", True, "fa2", "path=tensor-core backend=fa2", "tensor-core"),
+        PathSpec("tc-auto", True, "auto", "path=tensor-core backend=auto", "tensor-core"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The attention shape of one layer on one GPU: heads, head_dim (elements), page size (tokens), dtypes."""
+
+    qo_heads: int = 32
+    kv_heads: int = 4
+    head_dim: int = 128
+    page_size: int = 16
+    kv_dtype: str = "bf16"
+    q_dtype: str = "bf16"
+
+    def check(self) -> None:
+        """Raise ValueError (one line) when the shape cannot be run."""
+        for name in ("qo_heads", "kv_heads", "head_dim", "page_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.qo_heads % self.kv_heads:
+            raise ValueError(f"--qo-heads {self.qo_heads} is not a multiple of --kv-heads {self.kv_heads}")
+        if self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"unknown --kv-dtype {self.kv_dtype!r} (choose from {', '.join(KV_DTYPES)})")
+        if self.q_dtype not in Q_DTYPES:
+            raise ValueError(f"unknown --q-dtype {self.q_dtype!r} (choose from {', '.join(Q_DTYPES)})")
+
+    def to_sidecar(self) -> dict[str, Any]:
+        """The sidecar's `model` object (dtypes by torch's names)."""
+        return {"qo_heads": self.qo_heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
+                "page_size": self.page_size, "kv_dtype": TORCH_DTYPE_NAMES[self.kv_dtype],
+                "q_dtype": TORCH_DTYPE_NAMES[self.q_dtype]}
+
+    @property
+    def tag(self) -> str:
+        """'q32kv4d128' (+ '_fp8' for an fp8 KV cache): the shape part of default file names."""
+        tag = f"q{self.qo_heads}kv{self.kv_heads}d{self.head_dim}"
+        if self.page_size != 16:
+            tag += f"p{self.page_size}"
+        return tag + ("_fp8" if self.kv_dtype.startswith("fp8") else "")
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """A continuous-batching replay. Lengths are tokens; rates are requests per decode step.
+
+    Requests arrive as a Poisson process (`arrival_rate` per step, seeded), are admitted first come first served
+    while fewer than `max_batch` run, decode one token per step and leave after `output_len` tokens. Every
+    `long_every`-th arrival (0: none) has a prompt of `long_len` tokens. `initial` requests are present at step 0.
+    """
+
+    max_batch: int = 256
+    arrival_rate: float = 1.0
+    prompt_len: tuple[int, int] = (512, 4096)
+    output_len: tuple[int, int] = (64, 512)
+    long_every: int = 0
+    long_len: int = 131_072
+    initial: int = 128
+    capture_sizes: tuple[int, ...] = ()  # CUDA-graph batch sizes; () = 1, 2, 4, 8, then every 16 up to max
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One collection run, as handed to the runner (and, for nsys / ncu, to the re-executed child)."""
+
+    kind: str
+    out: str
+    name: str
+    profiler: str
+    shape: ModelShape = field(default_factory=ModelShape)
+    paths: tuple[str, ...] = ("cuda-core", "tc-fa2")
+    cuda_graph: bool = False
+    seed: int = 0
+    steps: int = 3
+    warmup: int = 5
+    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
+    dists: tuple[str, ...] = ("uniform", "skew40", "skew60", "skew80", "two40")
+    total_tokens: int = DEFAULT_TOTAL_TOKENS
+    serving: ServingConfig = field(default_factory=ServingConfig)
+    ncu_metrics: tuple[str, ...] = NCU_METRICS
+    ncu_kernels: str = NCU_KERNEL_REGEX
+    workspace_mb: int = 512
+    keep_nsys_rep: bool = True
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out)
+
+    def output(self, suffix: str) -> Path:
+        """The run's file with this suffix: out/name + suffix ('.sidecar.json', '.ncu.csv', ...)."""
+        return self.out_dir / f"{self.name}{suffix}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        raw: dict[str, Any] = json.loads(text)
+        serving = raw.pop("serving")
+        serving["prompt_len"] = tuple(serving["prompt_len"])
+        serving["output_len"] = tuple(serving["output_len"])
+        serving["capture_sizes"] = tuple(serving["capture_sizes"])
+        tuples = {k: tuple(v) for k, v in raw.items() if isinstance(v, list)}
+        return cls(**{**raw, **tuples, "shape": ModelShape(**raw.pop("shape")), "serving": ServingConfig(**serving)})
+
+
+def default_name(kind: str, shape: ModelShape, cuda_graph: bool, profiler: str) -> str:
+    """'sweep_q32kv4d128_torch', 'serving_q64kv8d128_graph_nsys', ...: the stem of a run's files."""
+    return f"{kind}_{shape.tag}" + ("_graph" if cuda_graph else "") + f"_{profiler}"
+
+
+# ---------------------------------------------------------------------------------------------- step names
+def sweep_key(path: str, dist: str, batch_size: int, step: int) -> str:
+    """The sidecar key of a sweep step; its range is named 'decode ' + key."""
+    return f"{PATHS[path].tokens} dist={dist} bs={batch_size} step={step}"
+
+
+def case_key(path: str, dist: str, batch_size: int) -> str:
+    """The key of a sweep case (timing mode: one entry per case, no step token)."""
+    return f"{PATHS[path].tokens} dist={dist} bs={batch_size}"
+
+
+def serving_key(path: str, step: int, batch_size: int, live: int | None = None) -> str:
+    """The sidecar key of a serving step; `live` (CUDA graph only) is the number of real requests when the
+    batch was padded up to a captured size."""
+    key = f"{PATHS[path].tokens} step={step} bs={batch_size}"
+    return key if live is None else f"{key} live={live}"
+
+
+def range_name(key: str) -> str:
+    """The NVTX / record_function range name of a step: 'decode ' + its key."""
+    return f"decode {key}"

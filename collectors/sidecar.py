@@ -1,0 +1,97 @@
+"""Writing the `traceinsight.sidecar/1` file of a run (docs/SIDECAR.md is the specification).
+
+Stdlib only, because it also runs on the GPU machine, where traceinsight's analyzer dependencies (duckdb) are
+absent. Where `traceinsight.ingest.sidecar` imports, the document is checked with its `validate()` before it is
+written, so a collector never writes a sidecar the analyzer would reject.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "traceinsight.sidecar/1"
+
+
+@dataclass
+class PlanRecord:
+    """The planner's decision read back from the wrapper (FlashInfer 0.6.1 private `_plan_info`).
+
+    `padded_batch_size`: CTAs along grid x (None for the SM90 backend, which does not record it);
+    `split_kv`: whether KV was split into chunks (a merge kernel follows); `chunk_tokens`: the KV chunk length
+    in tokens (None where the backend has none); `plan_info`: the raw integers.
+    """
+
+    padded_batch_size: int | None
+    split_kv: bool
+    chunk_tokens: int | None
+    plan_info: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"padded_batch_size": self.padded_batch_size, "split_kv": self.split_kv,
+                "chunk_tokens": self.chunk_tokens, "plan_info": self.plan_info}
+
+
+@dataclass
+class StepRecord:
+    """One annotated decode step: the key its range name carries and what the batch held."""
+
+    key: str
+    kv_lens: list[int]
+    path: str  # cuda-core | tensor-core
+    backend: str  # flashinfer-cuda-core | flashinfer-fa2 | flashinfer-sm90
+    cuda_graph: bool
+    plan: PlanRecord
+    extra: dict[str, Any] = field(default_factory=dict)  # dist, live requests, ... (readers ignore them)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "batch_size": len(self.kv_lens), "kv_lens": self.kv_lens, "path": self.path,
+                "backend": self.backend, "cuda_graph": self.cuda_graph, "plan": self.plan.to_json(), **self.extra}
+
+
+def document(gpu: dict[str, Any], software: dict[str, str], model: dict[str, Any], steps: list[StepRecord],
+             run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The sidecar document. `run` (optional) records how the collection was made (kind, command, profiler)."""
+    doc: dict[str, Any] = {"schema": SCHEMA, "gpu": gpu, "software": software, "model": model}
+    if run:
+        doc["run"] = run
+    doc["steps"] = [s.to_json() for s in steps]
+    return doc
+
+
+def _validator() -> Any:
+    """traceinsight's sidecar validator when the analyzer's dependencies are importable, else None."""
+    try:
+        from traceinsight.ingest.sidecar import validate
+    except ImportError:
+        return None
+    return validate
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """JSON with one line per step (readable, and a fraction of the size of fully indented output)."""
+    head = {k: v for k, v in doc.items() if k != "steps"}
+    lines = json.dumps(head, indent=1)[:-2].rstrip()  # drop the closing brace; reopened below
+    steps = ",\n  ".join(json.dumps(s, separators=(", ", ": ")) for s in doc["steps"])
+    return f'{lines},\n "steps": [\n  {steps}\n ]\n}}\n'
+
+
+def write(path: Path, doc: dict[str, Any]) -> Path:
+    """Validate (where possible) and write `doc` to `path` atomically. Returns the path."""
+    validate = _validator()
+    if validate is not None:
+        validate(doc, source=path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(dumps(doc))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

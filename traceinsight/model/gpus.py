@@ -1,0 +1,182 @@
+"""GPU limits the schedule model needs, from the bundled table (`gpus.toml`) and the trace's own device row.
+
+`gpu_for(name, overrides)` picks the table entry whose patterns match the trace's device name and lets every
+property the trace states win over the table. Units: bytes, bytes per second, counts.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from traceinsight.errors import TraceInsightError
+
+
+class UnknownGPUError(TraceInsightError):
+    """The device name matches no table entry and the trace does not give enough properties to model it."""
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU model's limits (bytes, bytes/s, counts)."""
+
+    key: str  # table id, e.g. 'h200'; 'custom' when built from trace properties alone
+    name: str  # display name
+    compute_capability: tuple[int, int]
+    num_sms: int
+    smem_per_sm_bytes: int  # shared memory an SM can give to resident blocks (largest carveout)
+    smem_per_block_optin_bytes: int  # largest dynamic + static shared memory one block may opt in to
+    reserved_smem_per_block_bytes: int  # driver-reserved shared memory per resident block (1 KB on sm80+)
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    max_warps_per_sm: int
+    regs_per_sm: int = 65536  # 32-bit registers
+    regs_per_block: int = 65536
+    max_regs_per_thread: int = 255
+    max_threads_per_block: int = 1024
+    warp_size: int = 32
+    reg_alloc_unit: int = 256  # registers are allocated per warp in multiples of this
+    reg_subpartitions: int = 4  # register file sub-partitions (warp allocation granularity)
+    smem_alloc_unit: int = 128  # shared memory allocation granularity per block
+    hbm_bandwidth_bytes_per_s: float | None = None  # peak DRAM bandwidth; None when unknown
+    l2_bytes: int | None = None
+    patterns: tuple[str, ...] = ()
+
+    @property
+    def sm_arch(self) -> int:
+        """Compute capability as one number: (9, 0) -> 90."""
+        return self.compute_capability[0] * 10 + self.compute_capability[1]
+
+
+# Trace property names (normalized `devices` table columns, Kineto deviceProperties, Nsight Systems
+# TARGET_INFO_GPU) -> GPU field.
+_OVERRIDE_KEYS: dict[str, str] = {
+    "num_sms": "num_sms",
+    "numSms": "num_sms",
+    "smCount": "num_sms",
+    "regs_per_sm": "regs_per_sm",
+    "regsPerMultiprocessor": "regs_per_sm",
+    "maxRegistersPerSm": "regs_per_sm",
+    "regs_per_block": "regs_per_block",
+    "regsPerBlock": "regs_per_block",
+    "maxRegistersPerBlock": "regs_per_block",
+    "smem_per_sm_bytes": "smem_per_sm_bytes",
+    "sharedMemPerMultiprocessor": "smem_per_sm_bytes",
+    "maxShmemPerSm": "smem_per_sm_bytes",
+    "smem_per_block_optin_bytes": "smem_per_block_optin_bytes",
+    "sharedMemPerBlockOptin": "smem_per_block_optin_bytes",
+    "maxShmemPerBlockOptin": "smem_per_block_optin_bytes",
+    "max_threads_per_sm": "max_threads_per_sm",
+    "maxThreadsPerMultiprocessor": "max_threads_per_sm",
+    "max_threads_per_block": "max_threads_per_block",
+    "maxThreadsPerBlock": "max_threads_per_block",
+    "max_blocks_per_sm": "max_blocks_per_sm",
+    "maxBlocksPerSm": "max_blocks_per_sm",
+    "max_warps_per_sm": "max_warps_per_sm",
+    "maxWarpsPerSm": "max_warps_per_sm",
+    "warp_size": "warp_size",
+    "warpSize": "warp_size",
+    "mem_bandwidth_bytes_per_s": "hbm_bandwidth_bytes_per_s",
+    "hbm_bandwidth_bytes_per_s": "hbm_bandwidth_bytes_per_s",
+    "l2_bytes": "l2_bytes",
+    "reserved_smem_per_block_bytes": "reserved_smem_per_block_bytes",
+}
+_MAJOR_KEYS = ("compute_major", "computeMajor", "computeCapabilityMajor")
+_MINOR_KEYS = ("compute_minor", "computeMinor", "computeCapabilityMinor")
+
+
+@cache
+def _table() -> dict[str, Any]:
+    text = resources.files("traceinsight.model").joinpath("gpus.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def _entry(raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> GPU:
+    merged = {**defaults, **raw}
+    merged["compute_capability"] = tuple(merged["compute_capability"])
+    merged["patterns"] = tuple(merged.get("patterns", ()))
+    return GPU(**merged)
+
+
+@cache
+def known_gpus() -> tuple[GPU, ...]:
+    """Every GPU in the bundled table, in match order."""
+    table = _table()
+    return tuple(_entry(raw, table["defaults"]) for raw in table["gpu"])
+
+
+def gpu_by_key(key: str) -> GPU:
+    """The table entry with this key ('h200', 'a100-80gb-sxm', ...)."""
+    for gpu in known_gpus():
+        if gpu.key == key:
+            return gpu
+    raise UnknownGPUError(f"{key}: no such GPU in the table (known: {', '.join(g.key for g in known_gpus())})")
+
+
+def match_gpu(name: str) -> GPU | None:
+    """The first table entry whose pattern occurs in `name` (case-insensitive), or None."""
+    for gpu in known_gpus():
+        if any(re.search(p, name, re.IGNORECASE) for p in gpu.patterns):
+            return gpu
+    return None
+
+
+def _arch_defaults(cc: tuple[int, int]) -> dict[str, Any]:
+    best: dict[str, Any] | None = None
+    for raw in _table()["arch"]:
+        if tuple(raw["compute_capability"]) <= cc and (
+            best is None or tuple(raw["compute_capability"]) > tuple(best["compute_capability"])
+        ):
+            best = raw
+    if best is None:
+        raise UnknownGPUError(f"compute capability {cc[0]}.{cc[1]} is older than any GPU the model knows")
+    return {k: v for k, v in best.items() if k != "compute_capability"}
+
+
+def _first(overrides: Mapping[str, Any], keys: tuple[str, ...]) -> int | None:
+    for k in keys:
+        v = overrides.get(k)
+        if v is not None:
+            return int(v)
+    return None
+
+
+def gpu_for(name: str | None, overrides: Mapping[str, Any] | None = None) -> GPU:
+    """The GPU a trace ran on: the table entry matching `name`, with the trace's own properties winning.
+
+    `overrides` is the trace's device row (keys of the normalized `devices` table such as `num_sms`,
+    `regs_per_sm`, `smem_per_sm_bytes`, `compute_major`; Kineto's `numSms`, `regsPerMultiprocessor`, ... are
+    accepted too). None values are ignored, unknown keys too. A name that matches nothing still works when the
+    overrides give `num_sms` and the compute capability (limits then come from the architecture's defaults).
+    Raises UnknownGPUError otherwise.
+    """
+    overrides = overrides or {}
+    base = match_gpu(name or "")
+    major, minor = _first(overrides, _MAJOR_KEYS), _first(overrides, _MINOR_KEYS)
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        field_name = _OVERRIDE_KEYS.get(key)
+        if field_name is not None and value is not None:
+            changes[field_name] = float(value) if field_name == "hbm_bandwidth_bytes_per_s" else int(value)
+    if major is not None:
+        changes["compute_capability"] = (major, minor or 0)
+    if base is None:
+        if "num_sms" not in changes or "compute_capability" not in changes:
+            raise UnknownGPUError(
+                f"{name or '(unnamed GPU)'}: unknown GPU and the trace does not state its SM count and "
+                "compute capability"
+            )
+        table_defaults = _table()["defaults"]
+        params: dict[str, Any] = {**table_defaults, **_arch_defaults(changes["compute_capability"])}
+        params.update(changes)
+        params.setdefault("name", name or "unknown GPU")
+        known = {f.name for f in fields(GPU)}
+        return GPU(key="custom", **{k: v for k, v in params.items() if k in known and k != "key"})
+    if name:
+        changes.setdefault("name", name)
+    return replace(base, **changes)

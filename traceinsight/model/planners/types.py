@@ -1,0 +1,162 @@
+"""Types shared by the planners: a decode batch, the work items a planner makes of it, and the plan."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+def ceil_div(a: int, b: int) -> int:
+    """Integer ceiling division for non-negative `a` and positive `b`."""
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One decode step's batch composition and model shape.
+
+    kv_lens: every request's KV length (tokens); page_size: tokens per KV page; qo_heads / kv_heads: query and
+    KV heads on this GPU (after tensor parallelism); head_dim: elements per head; qo_lens: query tokens per
+    request (None: 1 each, i.e. decode); kv_dtype_bytes: bytes per KV element (2 for bf16, 1 for fp8).
+    """
+
+    kv_lens: tuple[int, ...]
+    page_size: int
+    qo_heads: int
+    kv_heads: int
+    head_dim: int
+    qo_lens: tuple[int, ...] | None = None
+    kv_dtype_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kv_lens", tuple(int(x) for x in self.kv_lens))
+        if self.qo_lens is not None:
+            object.__setattr__(self, "qo_lens", tuple(int(x) for x in self.qo_lens))
+            if len(self.qo_lens) != len(self.kv_lens):
+                raise ValueError("qo_lens and kv_lens must have one entry per request")
+        if not self.kv_lens:
+            raise ValueError("a batch needs at least one request")
+        if min(self.kv_lens) < 0:
+            raise ValueError("KV lengths must be non-negative")
+        if self.page_size <= 0 or self.kv_heads <= 0 or self.qo_heads <= 0 or self.head_dim <= 0:
+            raise ValueError("page_size, heads and head_dim must be positive")
+        if self.qo_heads % self.kv_heads:
+            raise ValueError(f"qo_heads {self.qo_heads} is not a multiple of kv_heads {self.kv_heads}")
+
+    @property
+    def batch_size(self) -> int:
+        """Number of requests B."""
+        return len(self.kv_lens)
+
+    @property
+    def group_size(self) -> int:
+        """GQA group G = H_q / H_kv."""
+        return self.qo_heads // self.kv_heads
+
+    @property
+    def query_lens(self) -> tuple[int, ...]:
+        """Query tokens per request (1 each for decode)."""
+        return self.qo_lens if self.qo_lens is not None else (1,) * len(self.kv_lens)
+
+    @property
+    def pages(self) -> tuple[int, ...]:
+        """KV pages per request, ceil(kv_len / page_size)."""
+        return tuple(ceil_div(n, self.page_size) for n in self.kv_lens)
+
+    @property
+    def total_kv_tokens(self) -> int:
+        """Sum of the KV lengths (tokens)."""
+        return sum(self.kv_lens)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V one KV head holds per token (2 * head_dim * kv_dtype_bytes)."""
+        return 2 * self.head_dim * self.kv_dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """One unit of work a CTA (or a persistent CTA's loop iteration) does.
+
+    request: index into Batch.kv_lens; kv_head: KV head (None: all heads); chunk_index: which KV chunk of the
+    request; kv_start / kv_tokens: the chunk's token range; qo_head: query head for backends that schedule
+    query heads separately (FlashInfer SM90), else None; qo_tile: query tile index; cta: linear CTA index
+    x + gx * (y + gy * z) for non-persistent grids, position in the pull order for persistent ones;
+    worker: the persistent CTA a static scheduler assigned it to (None: pulled dynamically / not persistent).
+    """
+
+    request: int
+    kv_head: int | None
+    chunk_index: int
+    kv_start: int
+    kv_tokens: int
+    qo_head: int | None = None
+    qo_tile: int = 0
+    cta: int = 0
+    worker: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A planner's decision for one launch.
+
+    work_items: in launch order (linear CTA order, or pull order for persistent grids); chunk_tokens: KV chunk
+    length in tokens (None when it varies per request); split_kv: the planner's split flag (as FlashInfer's
+    plan_info reports it); padded_batch_size: grid.x the planner pads to (None for persistent backends);
+    grid: launch grid (x, y, z); merge: a merge/combine kernel follows; persistent: CTAs loop over work items
+    (grid = workers) instead of one CTA per item; max_grid: the CTA count the planner targets;
+    splits: number of KV chunks per request; details: planner internals (ints/floats/bools) for reports.
+    """
+
+    backend: str
+    batch: Batch
+    work_items: tuple[WorkItem, ...]
+    chunk_tokens: int | None
+    split_kv: bool
+    padded_batch_size: int | None
+    grid: tuple[int, int, int]
+    merge: bool
+    persistent: bool
+    max_grid: int
+    splits: tuple[int, ...]
+    details: Mapping[str, int | float | bool] = field(default_factory=dict, compare=False)
+
+    @property
+    def num_ctas(self) -> int:
+        """CTAs launched (grid.x * grid.y * grid.z), padding CTAs included."""
+        x, y, z = self.grid
+        return x * y * z
+
+    @property
+    def long_request_split(self) -> bool:
+        """True when some request's KV was actually cut into more than one chunk."""
+        return any(s > 1 for s in self.splits)
+
+
+def chunk_items(
+    kv_len: int, chunk_tokens: int, request: int, kv_head: int | None, first_cta: int, stride: int = 1
+) -> list[WorkItem]:
+    """Work items for one request cut into chunks of `chunk_tokens` (an empty request still gets one item).
+
+    CTA indices start at `first_cta` and advance by `stride`.
+    """
+    n = max(ceil_div(max(kv_len, 1), chunk_tokens), 1) if kv_len > 0 else 1
+    items = []
+    for i in range(n):
+        start = i * chunk_tokens
+        items.append(
+            WorkItem(
+                request=request,
+                kv_head=kv_head,
+                chunk_index=i,
+                kv_start=start,
+                kv_tokens=max(min(chunk_tokens, kv_len - start), 0),
+                cta=first_cta + i * stride,
+            )
+        )
+    return items
+
+
+def as_sequence(values: Sequence[int]) -> tuple[int, ...]:
+    """Tuple of ints."""
+    return tuple(int(v) for v in values)

@@ -1,0 +1,274 @@
+"""Static plots for the reports (matplotlib, Agg): the step-time timeline with spikes coloured by cause, latency vs
+batch size per KV-length distribution with B_th drawn, and the simulated per-SM Gantt of one launch. Each
+`*_figure` function returns a matplotlib Figure; `to_svg` / `to_png` serialise it (the SVG has no external
+reference, so it can be inlined in an offline HTML page). Inputs are the data of `report.sections`; times in ns,
+plotted in ms.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+
+if TYPE_CHECKING:
+    from traceinsight.report.sections import SweepPanel, TimelinePoint
+
+# Colour of each finding id (a spike's cause); anything else gets CAUSE_OTHER.
+CAUSE_COLOURS = {
+    "split-kv-off": "#d62728",
+    "split-kv-starved": "#ff7f0e",
+    "tail-ctas": "#9467bd",
+    "sm-idle": "#8c564b",
+    "decode-on-prefill-kernel": "#e377c2",
+    "slow-path": "#bcbd22",
+    "wave-quantization": "#17becf",
+    "kv-bandwidth": "#1f77b4",
+    "gpu-idle-gaps": "#7f7f7f",
+}
+CAUSE_OTHER = "#111111"
+DIST_COLOURS = ["#1f77b4", "#ff7f0e", "#d62728", "#8c2d04", "#2ca02c", "#9467bd", "#17becf", "#7f7f7f"]
+BASE = "#9aa5b1"
+TAIL = "#d62728"
+BUSY = "#4c78a8"
+
+_STYLE = {
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial"],
+    "font.size": 9.5,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.titlelocation": "left",
+    "axes.labelsize": 9.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.edgecolor": "#555555",
+    "axes.grid": True,
+    "grid.color": "#e4e7eb",
+    "grid.linewidth": 0.8,
+    "legend.frameon": False,
+    "legend.fontsize": 8.5,
+    "svg.fonttype": "none",  # text stays text: small, crisp, selectable
+    "svg.hashsalt": "traceinsight",  # stable ids, so reports of the same trace are identical
+}
+
+
+def _ms(ns: float) -> float:
+    return ns / 1e6
+
+
+def _ms_label(v: float, _pos: object = None) -> str:
+    if v >= 10:
+        return f"{v:.0f}"
+    if v >= 1:
+        return f"{v:.1f}".rstrip("0").rstrip(".")
+    return f"{v:.2g}"
+
+
+def _new(width_in: float, height_in: float, ncols: int = 1) -> tuple[Figure, list]:
+    with plt.rc_context(_STYLE):
+        fig = Figure(figsize=(width_in, height_in), layout="constrained")
+        axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _log_ms_axis(ax: object, values_ms: list[float]) -> None:
+    lo, hi = min(values_ms), max(values_ms)
+    if lo > 0 and hi / lo > 12:
+        ax.set_yscale("log")  # type: ignore[attr-defined]
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # type: ignore[attr-defined]
+        ax.yaxis.set_minor_formatter(NullFormatter())  # type: ignore[attr-defined]
+    ax.yaxis.set_major_formatter(FuncFormatter(_ms_label))  # type: ignore[attr-defined]
+
+
+# --- timeline -----------------------------------------------------------------------------------------------
+
+def timeline_figure(points: list[TimelinePoint], title: str = "Step time") -> Figure:
+    """Step time per step (in trace order); spikes as large markers coloured by their cause."""
+    with plt.rc_context(_STYLE):
+        fig, (ax,) = _new(10.5, 3.4)
+        xs = [p.index for p in points]
+        ys = [_ms(p.dur_ns) for p in points]
+        many = len(points) > 3000
+        ax.plot(xs, ys, color=BASE, linewidth=0.7, zorder=1, rasterized=many)
+        ax.scatter(xs, ys, s=6 if not many else 2, color=BASE, zorder=2, rasterized=many, linewidths=0)
+        causes: dict[str, list[TimelinePoint]] = {}
+        for p in points:
+            if p.spike:
+                causes.setdefault(p.cause or "unexplained", []).append(p)
+        handles = [Line2D([], [], color=BASE, marker="o", markersize=3, linewidth=0.7, label="step")]
+        for cause, pts in sorted(causes.items(), key=lambda kv: -len(kv[1])):
+            colour = CAUSE_COLOURS.get(cause, CAUSE_OTHER)
+            ax.scatter([p.index for p in pts], [_ms(p.dur_ns) for p in pts], s=34, color=colour, zorder=3,
+                       edgecolors="white", linewidths=0.6)
+            handles.append(Line2D([], [], color=colour, marker="o", linestyle="", markersize=6,
+                                  label=f"spike: {cause} ({len(pts)})"))
+        if ys:
+            _log_ms_axis(ax, ys)
+        ax.set_xlabel("step (trace order)")
+        ax.set_ylabel("step time (ms)")
+        ax.set_title(title)
+        ax.margins(x=0.01)
+        ax.legend(handles=handles, loc="upper left", ncols=min(4, len(handles)))
+    return fig
+
+
+# --- sweep --------------------------------------------------------------------------------------------------
+
+def sweep_figure(panels: list[SweepPanel]) -> Figure:
+    """Latency vs batch size, one line per distribution, one panel per sweep; B_th as a vertical line.
+    Filled markers: split-KV on; crosses: every launch of the case ran split-KV off."""
+    with plt.rc_context(_STYLE):
+        n = len(panels)
+        fig, axes = _new(min(5.6 * n, 12.0), 3.9, ncols=n)
+        dists = []
+        for p in panels:
+            for s in p.series:
+                if s.dist not in dists:
+                    dists.append(s.dist)
+        colour = {d: DIST_COLOURS[i % len(DIST_COLOURS)] for i, d in enumerate(dists)}
+        for ax, p in zip(axes, panels, strict=True):
+            all_ms = []
+            flags = {o for s in p.series for o in s.split_off}
+            mark_off = flags == {True, False}  # a backend that never splits is off everywhere: no marks
+            for s in p.series:
+                ms = [_ms(v) for v in s.median_ns]
+                all_ms += ms
+                ax.plot(s.batch, ms, color=colour[s.dist], linewidth=1.6, label=s.dist, zorder=2)
+                on = [(b, m) for b, m, o in zip(s.batch, ms, s.split_off, strict=True) if not (o and mark_off)]
+                off = [(b, m) for b, m, o in zip(s.batch, ms, s.split_off, strict=True) if o and mark_off]
+                if on:
+                    ax.scatter(*zip(*on, strict=True), s=16, color=colour[s.dist], zorder=3, linewidths=0)
+                if off:
+                    ax.scatter(*zip(*off, strict=True), s=34, color=colour[s.dist], marker="X", zorder=3,
+                               edgecolors="white", linewidths=0.5)
+            ax.set_xscale("log", base=2)
+            sizes = p.batch_sizes
+            ticks = [b for b in sizes if b & (b - 1) == 0] or sizes
+            ax.set_xticks(ticks, [str(b) for b in ticks])
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            if all_ms:
+                _log_ms_axis(ax, all_ms)
+            if p.b_threshold:
+                ax.axvline(p.b_threshold, color="#333333", linestyle="--", linewidth=1.1, zorder=1)
+                ax.annotate(f"B_th = {p.b_threshold}", xy=(p.b_threshold, 1.0), xycoords=("data", "axes fraction"),
+                            xytext=(-4, -4), textcoords="offset points", ha="right", va="top", fontsize=9,
+                            fontweight="bold", color="#333333")
+            sub = f"{p.kernel} [{p.backend}]" if p.kernel else ""
+            ax.set_title(f"{p.key}: {sub}" if sub else p.key, fontsize=10)
+            ax.set_xlabel("batch size (requests)")
+            ax.set_ylabel("attention time per step (ms)")
+        handles = [Line2D([], [], color=colour[d], marker="o", markersize=4, label=d) for d in dists]
+        handles.append(Line2D([], [], color="#555555", marker="X", linestyle="", markersize=6, label="split-KV off"))
+        if any(p.b_threshold for p in panels):
+            handles.append(Line2D([], [], color="#333333", linestyle="--", label="B_th (split-KV stops)"))
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles))
+    return fig
+
+
+# --- Gantt --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Segment:
+    """One work item (CTA) on one SM: [start_ns, end_ns) from the launch start; `slot` is its resident slot on
+    the SM (0-based) when known; `tail` marks the work items that form the tail."""
+
+    sm: int
+    start_ns: float
+    end_ns: float
+    tail: bool = False
+    slot: int | None = None
+    label: str = ""
+
+
+@dataclass
+class Schedule:
+    """A simulated launch, ready to draw."""
+
+    title: str
+    num_sms: int
+    slots_per_sm: int
+    segments: list[Segment] = field(default_factory=list)
+    predicted_ns: float | None = None
+    measured_ns: float | None = None
+    tail_start_ns: float | None = None
+    sm_idle: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def gantt_figure(sched: Schedule) -> Figure:
+    """One row per SM (its resident slots as thin lanes when known); work items in blue, the tail in red,
+    idle time blank. The dashed line marks where the tail starts."""
+    with plt.rc_context(_STYLE):
+        height = min(9.0, max(3.2, 0.045 * sched.num_sms + 1.6))
+        fig, (ax,) = _new(10.5, height)
+        slots = max(1, sched.slots_per_sm)
+        lane = 0.86 / slots
+        normal: list[tuple[float, float, float]] = []
+        tail: list[tuple[float, float, float]] = []
+        for seg in sched.segments:
+            y = seg.sm + 0.07 + (seg.slot % slots if seg.slot is not None else 0) * lane
+            h = lane if seg.slot is not None else 0.86
+            (tail if seg.tail else normal).append((_ms(seg.start_ns), _ms(seg.end_ns - seg.start_ns), y + h / 2))
+        for items, colour, alpha in ((normal, BUSY, 0.75), (tail, TAIL, 0.95)):
+            if items:
+                h = lane if any(s.slot is not None for s in sched.segments) else 0.86
+                ax.barh([y for _, _, y in items], [w for _, w, _ in items], left=[x for x, _, _ in items],
+                        height=h * 0.92, color=colour, alpha=alpha, linewidth=0, rasterized=len(items) > 4000)
+        end = max([seg.end_ns for seg in sched.segments] + [sched.predicted_ns or 0])
+        if sched.tail_start_ns is not None:
+            ax.axvline(_ms(sched.tail_start_ns), color=TAIL, linestyle="--", linewidth=1)
+        if sched.measured_ns:
+            ax.axvline(_ms(sched.measured_ns), color="#333333", linestyle=":", linewidth=1)
+        ax.set_ylim(sched.num_sms, 0)
+        ax.set_xlim(0, _ms(max(end, sched.measured_ns or 0)) * 1.02 or 1)
+        ax.set_ylabel(f"SM (0–{sched.num_sms - 1})")
+        ax.set_xlabel("time since launch start (ms)")
+        ax.grid(axis="y", visible=False)
+        ax.set_title(sched.title, fontsize=10)
+        handles = [Patch(color=BUSY, alpha=0.75, label="work item (CTA)"),
+                   Patch(color=TAIL, label="tail work items")]
+        if sched.tail_start_ns is not None:
+            handles.append(Line2D([], [], color=TAIL, linestyle="--", label="tail starts"))
+        if sched.measured_ns:
+            handles.append(Line2D([], [], color="#333333", linestyle=":", label="measured end"))
+        ax.legend(handles=handles, loc="lower right", ncols=len(handles),
+                  framealpha=0.9, frameon=True)
+    return fig
+
+
+# --- serialisation --------------------------------------------------------------------------------------------
+
+_SVG_HEAD = re.compile(r"^.*?(?=<svg\b)", re.S)
+_SVG_META = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
+_SVG_NS = re.compile(r'\s+xmlns(?::xlink)?="[^"]*"')
+
+
+def to_svg(fig: Figure, inline: bool = True) -> str:
+    """SVG text. `inline`: stripped of the XML prolog, DOCTYPE, metadata and namespace URLs (HTML5 knows SVG), so
+    that the page holds no URL at all."""
+    with plt.rc_context(_STYLE):
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    text = buf.getvalue()
+    if inline:
+        text = _SVG_META.sub("", _SVG_HEAD.sub("", text, count=1))
+        text = _SVG_NS.sub("", text)
+    return text
+
+
+def to_png(fig: Figure, dpi: int = 130) -> bytes:
+    with plt.rc_context(_STYLE):
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    return buf.getvalue()

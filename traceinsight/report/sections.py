@@ -1,0 +1,397 @@
+"""The report's content as data, read from the JSON document of an analysis (`traceinsight.analysis/1`): the
+verdict, the step timeline, the batch-size sweep, the kernel and threshold tables and the methods notes. The
+HTML, Markdown and dashboard renderers only lay these out. Times in ns.
+
+Every builder tolerates missing pieces (no findings, no thresholds, no per-launch model): it returns an empty
+result and `missing()` says what is needed to get it.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+SPIKE_ID = "latency-spike"
+
+# Findings that concern the trace as a whole (or a model config) rather than the steps they list: they do not
+# colour spikes in the timeline.
+GLOBAL_FINDINGS = frozenset({"codesign", "threshold-proximity", "gpu-idle-gaps"})
+
+# `key=value` tokens in step names, e.g. "decode tc=0 dist=skew80 bs=384 step=2".
+_TOKEN = re.compile(r"(?<![\w-])([A-Za-z_][\w-]*)=([^\s,;]+)")
+# Tokens that only repeat a case (not part of what distinguishes one sweep panel from another).
+_REPEAT_KEYS = frozenset({"step", "iter", "rep", "run", "i"})
+
+
+def severity_rank(severity: str | None) -> int:
+    return SEVERITY_RANK.get(severity or "", len(SEVERITY_RANK))
+
+
+def sorted_findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Findings, worst first: by severity, then by estimated saving (largest first), then by id."""
+    return sorted(
+        doc.get("findings") or [],
+        key=lambda f: (severity_rank(f.get("severity")), -(f.get("saving_ns") or 0), f.get("id", "")),
+    )
+
+
+def total_step_ns(doc: dict[str, Any]) -> int:
+    return sum(s["dur_ns"] for s in doc.get("steps") or [])
+
+
+@dataclass(frozen=True)
+class VerdictLine:
+    """One finding summarised in a line."""
+
+    severity: str
+    id: str
+    summary: str
+    saving_ns: int | None
+    steps: int
+
+
+def verdict(doc: dict[str, Any], limit: int = 6) -> list[VerdictLine]:
+    """The worst findings, one line each (at most `limit`)."""
+    return [
+        VerdictLine(f.get("severity", "info"), f.get("id", "?"), f.get("summary", ""), f.get("saving_ns"),
+                    len(f.get("steps") or []))
+        for f in sorted_findings(doc)[:limit]
+    ]
+
+
+# --- timeline -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """One step in the time series. `cause` is the id of the finding that explains a spike (None if none)."""
+
+    index: int
+    name: str
+    start_ns: int
+    dur_ns: int
+    attention_ns: int
+    split_kv: bool | None
+    spike: bool
+    cause: str | None
+
+
+def _spike_causes(finding: dict[str, Any]) -> dict[int, str]:
+    """Cause per spike step when the latency-spike finding names one in its evidence: accepts
+    `evidence.causes` as {step: id} or [{step, cause}], or `evidence.spikes` as [{step, cause}]."""
+    ev = finding.get("evidence") or {}
+    out: dict[int, str] = {}
+    raw = ev.get("causes")
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            if str(k).lstrip("-").isdigit() and isinstance(v, str):
+                out[int(k)] = v
+    for key in ("causes", "spikes"):
+        items = ev.get(key)
+        if isinstance(items, list):
+            for item in items:
+                if isinstance(item, dict) and isinstance(item.get("step"), int):
+                    cause = item.get("cause") or item.get("id")
+                    if isinstance(cause, list):
+                        cause = cause[0] if cause else None
+                    if isinstance(cause, str):
+                        out[item["step"]] = cause
+    return out
+
+
+def timeline(doc: dict[str, Any]) -> list[TimelinePoint]:
+    """Every step with its spike flag and cause. A spike's cause is the one the latency-spike finding names,
+    else the worst step-level finding that lists the step."""
+    findings = sorted_findings(doc)
+    spikes: set[int] = set()
+    named: dict[int, str] = {}
+    by_step: dict[int, str] = {}
+    for f in findings:
+        steps = f.get("steps") or []
+        if f.get("id") == SPIKE_ID:
+            spikes.update(steps)
+            named.update(_spike_causes(f))
+        elif f.get("id") not in GLOBAL_FINDINGS:
+            for i in steps:
+                by_step.setdefault(i, f["id"])  # findings are worst first
+    out = []
+    for s in doc.get("steps") or []:
+        i = s["index"]
+        spike = i in spikes
+        out.append(TimelinePoint(i, s["name"], s["start_ns"], s["dur_ns"], s["attention_ns"], s["split_kv"], spike,
+                                 (named.get(i) or by_step.get(i)) if spike else None))
+    return out
+
+
+# --- sweep --------------------------------------------------------------------------------------------------
+
+@dataclass
+class SweepSeries:
+    """Latency against batch size for one KV-length distribution (median over repeated steps, ns)."""
+
+    dist: str
+    batch: list[int] = field(default_factory=list)
+    median_ns: list[int] = field(default_factory=list)
+    split_off: list[bool] = field(default_factory=list)  # True where every launch of the case ran split-KV off
+
+
+@dataclass
+class SweepPanel:
+    """One sweep (e.g. one decode path `tc=1`), with its attention kernel and the split-KV threshold."""
+
+    key: str
+    kernel: str | None
+    backend: str | None
+    series: list[SweepSeries]
+    b_threshold: int | None
+    threshold_source: str | None  # which thresholds entry gave B_th
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted({b for s in self.series for b in s.batch})
+
+
+def step_tokens(name: str) -> dict[str, str]:
+    """`key=value` tokens of a step name."""
+    return dict(_TOKEN.findall(name or ""))
+
+
+def _int(v: str | None) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def _threshold_for(doc: dict[str, Any], kernel: str | None, backend: str | None) -> tuple[int | None, str | None]:
+    rows = doc.get("thresholds") or []
+    for match in (lambda t: t.get("kernel") == kernel and t.get("backend") == backend,
+                  lambda t: t.get("backend") == backend and backend is not None,
+                  lambda t: t.get("kernel") == kernel and kernel is not None):
+        for t in rows:
+            if match(t):
+                return t.get("b_threshold"), f"{t.get('kernel')} ({t.get('backend')}, H_kv={t.get('kv_heads')})"
+    return None, None
+
+
+def sweep(doc: dict[str, Any]) -> list[SweepPanel]:
+    """Panels of latency vs batch size per distribution, from steps named with `dist=… bs=…` tokens. Steps
+    whose names carry other tokens (like `tc=0`) are split into one panel per value; `step=`/`iter=` tokens
+    only repeat a case. Empty when the trace is not such a sweep."""
+    cases: dict[str, dict[str, dict[int, list[dict[str, Any]]]]] = defaultdict(lambda: defaultdict(dict))
+    for s in doc.get("steps") or []:
+        tok = step_tokens(s["name"])
+        b = _int(tok.get("bs") or tok.get("b") or tok.get("batch"))
+        dist = tok.get("dist")
+        if b is None or dist is None:
+            continue
+        key = " ".join(f"{k}={v}" for k, v in tok.items()
+                       if k not in ("bs", "b", "batch", "dist") and k not in _REPEAT_KEYS)
+        cases[key][dist].setdefault(b, []).append(s)
+    panels = []
+    for key in sorted(cases):
+        series = []
+        kernels: dict[tuple[str | None, str | None], int] = defaultdict(int)
+        for dist in sorted(cases[key], key=_dist_order):
+            ser = SweepSeries(dist)
+            for b in sorted(cases[key][dist]):
+                steps = cases[key][dist][b]
+                ser.batch.append(b)
+                ser.median_ns.append(int(statistics.median(s["attention_ns"] for s in steps)))
+                launches = [x for s in steps for x in s["launches"]]
+                ser.split_off.append(bool(launches) and all(x.get("split_kv") is False for x in launches))
+                for x in launches:
+                    kernels[(x.get("kernel"), x.get("backend"))] += 1
+            series.append(ser)
+        if sum(len(s.batch) for s in series) < 2:
+            continue
+        kernel, backend = max(kernels, key=lambda k: kernels[k]) if kernels else (None, None)
+        b_th, src = _threshold_for(doc, kernel, backend)
+        panels.append(SweepPanel(key or "sweep", kernel, backend, series, b_th, src))
+    return panels
+
+
+def _dist_order(dist: str) -> tuple[int, str]:
+    """uniform first, then the others by name (skew40 < skew60 < skew80)."""
+    return (0 if dist == "uniform" else 1, dist)
+
+
+# --- worst launch -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LaunchRef:
+    """Where a launch is in the document, and why it was chosen."""
+
+    step: int
+    launch: int
+    reason: str
+
+
+def worst_launch(doc: dict[str, Any]) -> LaunchRef | None:
+    """The attention launch the Gantt shows: the longest launch among the steps of the worst step-level
+    finding; else the launch with the longest simulated tail; else the longest launch."""
+    steps = doc.get("steps") or []
+    if not steps:
+        return None
+    by_index = {s["index"]: s for s in steps}
+
+    def longest(candidates: list[dict[str, Any]]) -> tuple[int, int] | None:
+        best = None
+        for s in candidates:
+            for j, x in enumerate(s["launches"]):
+                if best is None or x["dur_ns"] > best[0]:
+                    best = (x["dur_ns"], s["index"], j)
+        return (best[1], best[2]) if best else None
+
+    for f in sorted_findings(doc):
+        if f.get("id") in GLOBAL_FINDINGS or f.get("id") == SPIKE_ID:
+            continue
+        cands = [by_index[i] for i in f.get("steps") or [] if i in by_index]
+        hit = longest(cands)
+        if hit:
+            return LaunchRef(hit[0], hit[1], f"longest launch among the steps of finding {f['id']}")
+    tails = [(x["model"].get("tail_ns") or 0, s["index"], j) for s in steps for j, x in enumerate(s["launches"])
+             if isinstance(x.get("model"), dict)]
+    if tails:
+        _, i, j = max(tails)
+        return LaunchRef(i, j, "launch with the longest simulated tail")
+    hit = longest(steps)
+    return LaunchRef(hit[0], hit[1], "longest attention launch of the trace") if hit else None
+
+
+def launch_at(doc: dict[str, Any], ref: LaunchRef) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(step, launch) dicts of a LaunchRef."""
+    step = next(s for s in doc["steps"] if s["index"] == ref.step)
+    return step, step["launches"][ref.launch]
+
+
+# --- tables -------------------------------------------------------------------------------------------------
+
+KERNEL_COLUMNS = ("kernel", "family", "backend", "phase", "count", "total", "mean", "max", "share", "grids",
+                  "params")
+
+
+def kernel_rows(doc: dict[str, Any], limit: int | None = 40) -> list[dict[str, Any]]:
+    """The labeled kernel table, most GPU time first (ns in total_ns/mean_ns/max_ns)."""
+    rows = sorted(doc.get("kernels") or [], key=lambda k: -(k.get("total_ns") or 0))
+    return rows if limit is None else rows[:limit]
+
+
+def grids_text(grids: list[list[int]] | None, limit: int = 3) -> str:
+    grids = grids or []
+    text = " ".join("(" + ",".join(str(v) for v in g) + ")" for g in grids[:limit])
+    return text + (f" +{len(grids) - limit}" if len(grids) > limit else "")
+
+
+def params_text(params: dict[str, Any] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (params or {}).items())
+
+
+def threshold_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(doc.get("thresholds") or [])
+
+
+def model_coverage(doc: dict[str, Any]) -> dict[str, int]:
+    """How many attention launches carry a schedule model, by source ('sidecar' / 'trace'), and in all."""
+    out: dict[str, int] = defaultdict(int)
+    for s in doc.get("steps") or []:
+        for x in s["launches"]:
+            out["launches"] += 1
+            m = x.get("model")
+            if isinstance(m, dict):
+                out[m.get("source") or "unknown"] += 1
+    return dict(out)
+
+
+# --- availability ---------------------------------------------------------------------------------------------
+
+def missing(doc: dict[str, Any], what: str) -> str | None:
+    """None when the section `what` has data; else the sentence saying what it needs."""
+    if what == "findings" and not doc.get("findings"):
+        if "findings" not in doc:
+            return "not available: needs the diagnostics stage (traceinsight.diagnose)"
+        return "no findings: every diagnostic that could run passed"
+    if what == "thresholds" and not doc.get("thresholds"):
+        return ("not available: needs the schedule model's occupancy and planner for an attention kernel the model "
+                "knows, with registers/block/shared memory in the trace")
+    if what == "steps" and not doc.get("steps"):
+        return "not available: needs attention kernels in the trace (none were recognised)"
+    if what == "sweep" and not sweep(doc):
+        return "not available: needs a sweep, i.e. steps named with `dist=… bs=…` tokens (e.g. `decode dist=skew80 bs=384`)"
+    if what == "model" and not any(k != "launches" for k in model_coverage(doc)):
+        return ("not available: needs the schedule model and a batch composition (a sidecar via --meta, or one "
+                "bounded from the trace)")
+    return None
+
+
+# --- methods --------------------------------------------------------------------------------------------------
+
+def methods(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """How every number in the report was obtained: (topic, explanation) pairs, with this trace's specifics."""
+    tr = doc.get("trace") or {}
+    gpu = tr.get("gpu") or {}
+    steps = doc.get("steps") or []
+    sources: dict[str, int] = defaultdict(int)
+    for s in steps:
+        sources[s.get("source", "?").split(":")[0]] += 1
+    cov = model_coverage(doc)
+    modelled = {k: v for k, v in cov.items() if k != "launches"}
+    out = [
+        ("Trace", f"{tr.get('path')} read as {tr.get('format')}"
+         + (f" {tr.get('format_version')}" if tr.get("format_version") else "")
+         + (f" ({tr.get('tool_version')})" if tr.get("tool_version") else "")
+         + ". Every time is a GPU timestamp from the profiler, converted to integer nanoseconds; nothing is "
+           "sampled or estimated at ingest."),
+        ("GPU", f"{gpu.get('name') or 'unknown'}, {gpu.get('num_sms') or '?'} SMs, compute capability "
+         f"{gpu.get('compute_capability') or '?'}: from the trace's device properties where present, else the "
+         "built-in GPU table."),
+        ("Kernel labels", "Each kernel name is matched against the ordered label rules (first match wins): family, "
+         "backend, phase and template parameters come from the name; a launch's phase may be corrected by its step "
+         "(a prefill-named kernel with one query row per request is decode). Time and share are sums over the "
+         "kernel's executions; share is of all GPU kernel time."),
+        ("Steps", f"{len(steps)} steps: "
+         + (", ".join(f"{n} from {'annotation ranges' if k == 'range' else 'single launches'}"
+                      for k, n in sorted(sources.items())) or "none")
+         + ". A step is the outermost annotation/NVTX range around attention launches (whole-run wrappers "
+           "ignored), else one attention launch with its merge/prepare kernels. Step time = first kernel start "
+           "to last kernel end; attention time = attention + merge + prepare kernels."),
+        ("Split-KV", "From the trace alone: on when a merge/combine kernel follows the attention launch on the same "
+         "stream within the step; off when none does (for backends that split through a merge) or the backend never "
+         "splits (FlashInfer SM90); unknown otherwise. With a sidecar, the planner model's decision is shown too."),
+        ("Thresholds", "Resident CTAs per SM (occupancy) from registers/thread, threads/block and shared memory "
+         "against the SM's limits; max_grid = occupancy × SMs (FlashInfer FA2: 2 × SMs); B_th = the smallest batch "
+         "with B × H_kv ≥ max_grid, where the planner stops splitting KV."
+         + ("" if doc.get("thresholds") else " (Not computed for this trace.)")),
+        ("Schedule model", "Work items (request, KV chunk) from the backend's planner replayed on the batch "
+         "composition; CTAs dispatched greedily onto SMs × occupancy slots (persistent kernels: longest first); per-"
+         "CTA cost calibrated on this trace's balanced launches, with the speed-up of a CTA running alone on an SM "
+         "modelled. Predicted time = makespan; SM idle = 1 − Σ busy / (SMs × makespan); tail = time with fewer than "
+         "half the SMs busy. "
+         + (f"Modelled launches: {', '.join(f'{v} from {k}' for k, v in sorted(modelled.items()))} of "
+            f"{cov.get('launches', 0)}." if modelled else "No launch was modelled for this trace.")),
+        ("Findings and savings", "Each finding comes from one diagnostic rule (its id); the saving is that rule's "
+         "estimate of the time the remedy would save over the steps it lists (e.g. measured time minus the "
+         "predicted time with split-KV kept on). Spikes: step time against a linear-in-KV-tokens baseline when token "
+         "counts are known, else a robust rolling median; each spike is linked to the finding covering that step."),
+        ("Sweep figure", "Steps named with `dist=… bs=…` tokens grouped by the other tokens; each point is the "
+         "median attention time over the repeated steps of a case. The vertical line is B_th of the panel's "
+         "attention kernel."),
+    ]
+    return out
+
+
+def observed_switch(panel: SweepPanel) -> tuple[int | None, int | None]:
+    """From a sweep panel: the largest batch size whose launches all ran split-KV on, and the smallest whose
+    launches all ran it off, over the distributions that are not uniform (a uniform batch may stay balanced
+    either way). (None, None) when the panel never changes state."""
+    on: list[int] = []
+    off: list[int] = []
+    for s in panel.series:
+        for b, o in zip(s.batch, s.split_off, strict=True):
+            (off if o else on).append(b)
+    if not on or not off:
+        return None, None
+    return max(b for b in on if b < min(off)) if any(b < min(off) for b in on) else None, min(off)
