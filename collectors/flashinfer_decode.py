@@ -143,20 +143,21 @@ def backend_name(wrapper: Any, spec: PathSpec) -> str:
     return "flashinfer-fa2" if getattr(wrapper, "_backend", spec.backend) == "fa2" else "flashinfer-sm90"
 
 
-def _int32_at(rt: Runtime, wrapper: Any, offset: int) -> int | None:
+def _int32_at(wrapper: Any, offset: int) -> int | None:
+    """The int32 the planner wrote at byte `offset` of the pinned int workspace (None if absent or <= 0)."""
     buf = getattr(wrapper, "_pin_memory_int_workspace_buffer", None)
     if buf is None or offset < 0 or offset + 4 > buf.numel():
         return None
-    value = int(buf[offset:offset + 4].view(rt.torch.int32)[0])
+    value = int.from_bytes(bytes(buf[offset:offset + 4].tolist()), "little", signed=True)
     return value if value > 0 else None
 
 
-def read_plan(rt: Runtime, wrapper: Any, spec: PathSpec) -> tuple[str, PlanRecord]:
+def read_plan(wrapper: Any, spec: PathSpec) -> tuple[str, PlanRecord]:
     """(backend, plan) as the planner decided for the last `plan()` of `wrapper`."""
     info = [int(x) for x in wrapper._plan_info]
     backend = backend_name(wrapper, spec)
     if backend == "flashinfer-cuda-core" and len(info) == 10:
-        return backend, PlanRecord(info[0], bool(info[9]), _int32_at(rt, wrapper, info[7]), info)
+        return backend, PlanRecord(info[0], bool(info[9]), _int32_at(wrapper, info[7]), info)
     if backend == "flashinfer-fa2" and len(info) == 15:
-        return backend, PlanRecord(info[0], bool(info[14]), _int32_at(rt, wrapper, info[9]), info)
+        return backend, PlanRecord(info[0], bool(info[14]), _int32_at(wrapper, info[9]), info)
     return backend, PlanRecord(None, False, None, info)

@@ -27,9 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from traceinsight.errors import ToolMissingError
-
 from collectors.config import RunConfig
+from traceinsight.errors import ToolMissingError
 
 NSYS_GLOBS = ("/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-systems-*/bin/nsys",
               "/usr/local/cuda/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys")
@@ -75,7 +74,7 @@ class Session:
             try:
                 self._prof.toggle_collection_dynamic(False, [self.torch.profiler.ProfilerActivity.CPU])
                 toggled = True
-            except (AttributeError, RuntimeError, NotImplementedError):
+            except Exception:  # noqa: BLE001 - older torch: collect everything rather than fail
                 self._can_toggle = False
         if gpu and self.cfg.profiler == "ncu":
             self.torch.cuda.synchronize()
@@ -184,7 +183,8 @@ def run_ncu(cfg: RunConfig) -> list[Path]:
     csv_path = cfg.output(".ncu.csv")
     with csv_path.open("wb") as out:
         _run([ncu, "--profile-from-start", "off", "--nvtx", "--clock-control", "none", "--csv", "--page", "raw",
-              "--metrics", ",".join(cfg.ncu_metrics), "-k", f"regex:{cfg.ncu_kernels}", *_child(cfg_path)],
+              "--print-units", "base", "--metrics", ",".join(cfg.ncu_metrics), "-k", f"regex:{cfg.ncu_kernels}",
+              *_child(cfg_path)],
              "ncu", stdout=out)
     cfg_path.unlink(missing_ok=True)
     return [p for p in (csv_path, cfg.output(".sidecar.json")) if p.exists()]

@@ -1,11 +1,12 @@
 """Continuous-batching replay: the schedule of `schedule.py` run step by step on the GPU, as a server would.
 
-Each step is one range 'decode <path tokens> step=S bs=B' holding the host work a server does per step (page
-table, `wrapper.plan`) and the attention launch, followed by a synchronization (a server waits for the sampled
-tokens). Eager mode plans and runs one wrapper per path. CUDA-graph mode follows SGLang: one CUDA-graph wrapper
-with preallocated buffers per captured batch size, captured before the measured region; each step pads the
-batch up to the next captured size (padding requests hold 1 token on page 0), re-plans that wrapper and
-replays its graph; the range then also carries 'live=L', the real requests.
+Each step builds the page table and re-plans the wrapper (the host work a server does per step; it shows as the
+gap before the step), then launches attention inside one range 'decode <path tokens> step=S bs=B', then
+synchronizes (a server waits for the sampled tokens). Eager mode plans and runs one wrapper per path.
+CUDA-graph mode follows SGLang: one CUDA-graph wrapper with preallocated buffers per captured batch size,
+captured before the measured region; each step pads the batch up to the next captured size (padding requests
+hold 1 token on page 0), re-plans that wrapper and replays its graph; the range then also carries 'live=L',
+the real requests.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from collectors.profile import Session
 from collectors.runtime import Runtime
 from collectors.schedule import Step, assign_pages, capture_sizes, graph_size, make_requests, schedule
 from collectors.sidecar import StepRecord
-from collectors.sweep import warm_up
-
-WARM_UP_PAGES = 8 * 256  # warm_up() plans 8 requests of 4096 tokens on consecutive pages (page size >= 16)
+from collectors.sweep import warm_up, warm_up_pages
 
 
 def _graphs(rt: Runtime, bench: DecodeBench, path: str, sizes: set[int]) -> dict[int, tuple[Any, Any]]:
@@ -43,7 +42,7 @@ def run_serving(rt: Runtime, cfg: RunConfig, session: Session) -> list[StepRecor
     steps: list[Step] = schedule(requests, sc, cfg.steps)
     pages, pool = assign_pages(requests, steps, page)
     longs = {r.rid for r in requests if r.long}
-    bench = DecodeBench(rt, cfg.shape, max(pool, WARM_UP_PAGES), cfg.workspace_mb, cfg.seed)
+    bench = DecodeBench(rt, cfg.shape, max(pool, warm_up_pages(page)), cfg.workspace_mb, cfg.seed)
     warm_up(rt, bench, cfg.paths)
     ladder = capture_sizes(sc)
     graphs = {}
@@ -65,14 +64,15 @@ def run_serving(rt: Runtime, cfg: RunConfig, session: Session) -> list[StepRecor
                 own = [pages[r] for r in st.rids] + [[0]] * (size - live)
                 key = serving_key(path, st.index, size, live if cfg.cuda_graph else None)
                 w, replay = graphs[path][size] if cfg.cuda_graph else (eager[path], None)
-                with ann.step(range_name(key)):
+                with session.quiet():
                     bench.plan(w, paged_batch(rt, lens, page, own))
+                with ann.step(range_name(key)):
                     if replay is not None:
                         replay()
                     else:
                         w.run(q[:size], bench.kv, out=out[:size])
                 t.cuda.synchronize()
-                backend, plan = read_plan(rt, w, spec)
+                backend, plan = read_plan(w, spec)
                 records.append(StepRecord(key, lens, spec.sidecar_path, backend, cfg.cuda_graph, plan,
                                           {"live": live, "long_requests": sum(r in longs for r in st.rids)}))
     return records

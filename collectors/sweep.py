@@ -55,8 +55,16 @@ def max_pages(cfg: RunConfig) -> int:
                for _, d, b in case_list(cfg))
 
 
+WARM_UP_LENS = (1024,) * 8  # the batch warm_up() runs on every path
+
+
+def warm_up_pages(page_size: int) -> int:
+    return sum(pages_for(n, page_size) for n in WARM_UP_LENS)
+
+
 def new_bench(rt: Runtime, cfg: RunConfig) -> DecodeBench:
-    return DecodeBench(rt, cfg.shape, max_pages(cfg), cfg.workspace_mb, cfg.seed)
+    pages = max(max_pages(cfg), warm_up_pages(cfg.shape.page_size))
+    return DecodeBench(rt, cfg.shape, pages, cfg.workspace_mb, cfg.seed)
 
 
 def warm_up(rt: Runtime, bench: DecodeBench, paths: tuple[str, ...]) -> None:
@@ -64,8 +72,8 @@ def warm_up(rt: Runtime, bench: DecodeBench, paths: tuple[str, ...]) -> None:
     measured region)."""
     for path in paths:
         w = bench.wrapper(path)
-        bench.plan(w, paged_batch(rt, [4096] * 8, bench.shape.page_size))
-        bench.eager(w, 8)()
+        bench.plan(w, paged_batch(rt, WARM_UP_LENS, bench.shape.page_size))
+        bench.eager(w, len(WARM_UP_LENS))()
     rt.torch.cuda.synchronize()
 
 
@@ -83,7 +91,7 @@ def prepare(rt: Runtime, bench: DecodeBench, cfg: RunConfig, path: str, dist: st
                 wrappers[path] = bench.wrapper(path)
             w = wrappers[path]
         bench.plan(w, batch)
-        backend, plan = read_plan(rt, w, PATHS[path])
+        backend, plan = read_plan(w, PATHS[path])
         run = bench.graph(w, batch_size) if cfg.cuda_graph else bench.eager(w, batch_size)
         rt.torch.cuda.synchronize()
     return Case(path, dist, batch_size, lens, backend, plan, run)

@@ -1,17 +1,24 @@
-"""What the diagnostics read: one trace's analysis (labels, steps, and later the schedule model), to which
-the rules add findings. Times in ns."""
+"""What the diagnostics read: one trace's analysis (labels, steps, the schedule model attached to them), to
+which the rules add findings. Times in ns."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from traceinsight.model.attach import Schedule
 from traceinsight.model.steps import Step
 
 
 @dataclass
 class TraceAnalysis:
-    """Everything known about one trace after analysis. Times in ns."""
+    """Everything known about one trace after analysis. Times in ns.
+
+    schedule: thresholds, batch compositions, per-launch predictions and ncu measurements
+    (`traceinsight.model.attach`), None before the model stage ran; findings: what the rules found
+    (`traceinsight.diagnose.Finding`), most severe first; checks: one result per rule (fired, passed or not
+    applicable, with the reason); limits: overrides of the rules' thresholds, keyed 'rule-id.CONSTANT_NAME'.
+    """
 
     trace_id: int
     path: str
@@ -27,6 +34,9 @@ class TraceAnalysis:
     steps: list[Step]
     findings: list[Any] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    schedule: Schedule | None = None
+    checks: list[Any] = field(default_factory=list)
+    limits: dict[str, float] = field(default_factory=dict)
 
     @property
     def dur_ns(self) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import sqlite3
 import zlib
+from urllib.parse import quote
 from pathlib import Path
 
 from traceinsight.errors import FormatError, InputError
@@ -46,7 +47,7 @@ def _peek_gzip(path: Path) -> bytes:
 def sqlite_tables(path: Path) -> set[str]:
     """Names of the tables of a SQLite file, opened read-only and immutable (never modified)."""
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        con = sqlite3.connect(f"file:{quote(str(path.absolute()))}?mode=ro&immutable=1", uri=True)
         try:
             return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         finally:

@@ -14,12 +14,13 @@ import hashlib
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import uuid
 from pathlib import Path
 
-from traceinsight.errors import FormatError, ToolMissingError
-from traceinsight.ingest.detect import sqlite_tables
+from traceinsight.errors import FormatError, InputError, ToolMissingError
+from traceinsight.ingest.nsys_sqlite import connect
 
 # Longest an export may run (s); large reports take minutes.
 EXPORT_TIMEOUT_S = 600.0
@@ -99,10 +100,31 @@ def cached_export_path(path: Path) -> Path:
     return cache_dir() / "nsys" / f"{path.stem}-{report_key(path)}.sqlite"
 
 
+def _complete_sqlite(path: Path) -> bool:
+    """Whether `path` is as long as its SQLite header says (page size x page count): catches truncation
+    without reading the whole file."""
+    with path.open("rb") as fh:
+        head = fh.read(100)
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+        return False
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    header_count_valid = head[24:28] == head[92:96] and pages > 0
+    return not header_count_valid or path.stat().st_size == page_size * pages
+
+
 def _is_nsys_sqlite(path: Path) -> bool:
+    """Whether `path` is a complete SQLite file with Nsight Systems' StringIds table."""
+    if not path.is_file() or not _complete_sqlite(path):
+        return False
     try:
-        return path.is_file() and "StringIds" in sqlite_tables(path)
-    except FormatError:
+        con = connect(path)
+        try:
+            return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'StringIds'").fetchone() is not None
+        finally:
+            con.close()
+    except (FormatError, sqlite3.Error):
         return False
 
 
@@ -129,7 +151,13 @@ def export(path: Path, timeout_s: float = EXPORT_TIMEOUT_S) -> Path:
             f"install it or export on a machine that has it: nsys export --type sqlite -o {path.stem}.sqlite {path}, "
             "then pass the .sqlite"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"{path}: cannot create the export cache {target.parent} ({exc.strerror or exc}); "
+            "set $TRACEINSIGHT_CACHE_DIR to a writable folder"
+        ) from None
     # Our own unique temporary name: nsys never overwrites a file we did not create, and only a complete
     # export is renamed onto the cache entry.
     tmp = target.with_name(f".{target.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp.sqlite")

@@ -98,12 +98,20 @@ def read(path: Path) -> Ingest:
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    """Open `path` read-only and immutable; sqlite never writes a journal, WAL or index beside it."""
+    """Open `path` read-only and immutable (sqlite writes no journal, WAL or index beside it); the path is
+    percent-quoted so that '#', '?' or '%' in it cannot end or alter the URI."""
     uri = f"file:{quote(str(Path(path).absolute()))}?mode=ro&immutable=1"
     try:
-        return sqlite3.connect(uri, uri=True)
+        con = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as exc:
         raise FormatError(f"{path}: cannot open as SQLite ({_first_line(exc)})") from None
+    con.text_factory = _decode_text
+    return con
+
+
+def _decode_text(raw: bytes) -> str:
+    """TEXT values as str; bytes that are not UTF-8 (an NVTX string from C code) become U+FFFD, not an error."""
+    return raw.decode("utf-8", "replace")
 
 
 def _read(con: sqlite3.Connection, path: Path) -> Ingest:
@@ -238,6 +246,7 @@ class _Reader:
             "smem_bytes": f"{static} + {dynamic}" if "NULL" not in (static, dynamic) else "NULL",
             "correlation_id": c(t, "correlationId"),
             "graph_node_id": c(t, "graphNodeId"),
+            "process_id": _PID_SQL.format(col=c(t, "globalPid")) if c(t, "globalPid") != "NULL" else "NULL",
             "_demangled": c(t, "demangledName"),
             "_short": c(t, "shortName"),
             "_mangled": c(t, "mangledName"),
@@ -406,27 +415,31 @@ class _Reader:
         }
         rows = self.con.execute(f"SELECT {', '.join(fields.values())} FROM {t} ORDER BY {fields['_gpu_id']}")
         gpus = [dict(zip(fields, r, strict=True)) for r in rows]
-        # TARGET_INFO_CUDA_DEVICE maps a GPU (TARGET_INFO_GPU.id) to the ordinal a process saw it as.
+        # TARGET_INFO_CUDA_DEVICE maps a GPU (TARGET_INFO_GPU.id) to the ordinal each traced process saw it as;
+        # where it maps any GPU, GPUs it leaves out were not used. Older exports lack it: then cuDevice, else id.
         ordinals: dict[int, list[int]] = {}
         if CUDA_DEVICE_TABLE in self.tables and {"gpuId", "cudaId"} <= self.columns(CUDA_DEVICE_TABLE):
             for gpu_id, cuda_id in self.con.execute(
-                f"SELECT DISTINCT gpuId, cudaId FROM {CUDA_DEVICE_TABLE} WHERE gpuId IS NOT NULL ORDER BY 1, 2"
+                f"SELECT DISTINCT gpuId, cudaId FROM {CUDA_DEVICE_TABLE} "
+                "WHERE gpuId IS NOT NULL AND cudaId IS NOT NULL ORDER BY 1, 2"
             ):
                 ordinals.setdefault(gpu_id, []).append(cuda_id)
         names = ["device_id", *[f for f in fields if not f.startswith("_")], "max_threads_per_sm"]
         cols: Columns = {n: [] for n in names}
         seen: dict[int, str] = {}
         for gpu in gpus:
-            ids = ordinals.get(gpu["_gpu_id"]) or [
-                gpu["_cu_device"] if gpu["_cu_device"] is not None else gpu["_gpu_id"]
-            ]
+            if ordinals:
+                ids = ordinals.get(gpu["_gpu_id"], [])
+            else:
+                ids = [gpu["_cu_device"] if gpu["_cu_device"] is not None else gpu["_gpu_id"]]
             for device_id in ids:
                 if device_id is None:
                     continue
                 if device_id in seen:
                     if seen[device_id] != gpu["name"]:
                         self.ingest.warnings.append(
-                            f"two GPUs ({seen[device_id]}, {gpu['name']}) as CUDA device {device_id}; kept the first"
+                            f"two GPUs ({seen[device_id]}, {gpu['name']}) as CUDA device {device_id} "
+                            "(in different processes); kept the first"
                         )
                     continue
                 seen[device_id] = gpu["name"]

@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS kernels (
     static_smem_bytes       INTEGER,            -- NULL where the format only gives the total
     dynamic_smem_bytes      INTEGER,            -- NULL where the format only gives the total
     smem_bytes              INTEGER,            -- static + dynamic shared memory per block
-    correlation_id          BIGINT,             -- links to `launches.correlation_id`
+    correlation_id          BIGINT,             -- links to `launches.correlation_id` (unique per process)
+    process_id              BIGINT,             -- OS process that launched it, when the trace says
     graph_node_id           BIGINT              -- CUDA graph node when launched from a graph
 );
 

@@ -8,6 +8,7 @@ WITH k AS (
     FROM kernels k
     JOIN kernel_labels kl ON kl.name = k.name
     LEFT JOIN launches l ON l.trace_id = k.trace_id AND l.correlation_id = k.correlation_id
+     AND (k.process_id IS NULL OR l.process_id IS NULL OR l.process_id = k.process_id)
     WHERE k.trace_id = $trace AND list_contains($families, kl.family)
 )
 SELECT k.kernel_id, r.range_id, r.name, r.kind, r.side, r.start_ns, r.end_ns

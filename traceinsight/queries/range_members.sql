@@ -7,6 +7,7 @@ WITH chosen AS (
     SELECT k.kernel_id, k.start_ns, k.end_ns, k.device_id, l.start_ns AS launch_ns, l.thread_id, l.process_id
     FROM kernels k
     LEFT JOIN launches l ON l.trace_id = k.trace_id AND l.correlation_id = k.correlation_id
+     AND (k.process_id IS NULL OR l.process_id IS NULL OR l.process_id = k.process_id)
     WHERE k.trace_id = $trace
 )
 SELECT r.range_id, k.kernel_id

@@ -192,7 +192,7 @@ class Segment:
 
 
 @dataclass
-class Schedule:
+class Gantt:
     """A simulated launch, ready to draw."""
 
     title: str
@@ -206,44 +206,93 @@ class Schedule:
     notes: list[str] = field(default_factory=list)
 
 
-def gantt_figure(sched: Schedule) -> Figure:
-    """One row per SM (its resident slots as thin lanes when known); work items in blue, the tail in red,
-    idle time blank. The dashed line marks where the tail starts."""
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _rects(items: list[tuple[int, float, float]], height: float) -> list[list[tuple[float, float]]]:
+    """Polygons (in ms) of bars (row, start_ns, end_ns), centred on row + 0.5."""
+    polys = []
+    for row, a, b in items:
+        y0, y1 = row + 0.5 - height / 2, row + 0.5 + height / 2
+        x0, x1 = _ms(a), _ms(b)
+        polys.append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
+    return polys
+
+
+def busy_curve(sched: Gantt) -> tuple[list[float], list[int]]:
+    """Number of busy SMs over time (a step function: times in ns, counts), from the union of each SM's work."""
+    per_sm: dict[int, list[tuple[float, float]]] = {}
+    for seg in sched.segments:
+        per_sm.setdefault(seg.sm, []).append((seg.start_ns, seg.end_ns))
+    deltas: dict[float, int] = {}
+    for ivs in per_sm.values():
+        for a, b in _union(ivs):
+            deltas[a] = deltas.get(a, 0) + 1
+            deltas[b] = deltas.get(b, 0) - 1
+    xs, ys, n = [0.0], [0], 0
+    for t in sorted(deltas):
+        n += deltas[t]
+        xs.append(t)
+        ys.append(n)
+    return xs, ys
+
+
+def gantt_figure(sched: Gantt) -> Figure:
+    """Top: how many SMs are busy over time. Bottom: one row per SM, its busy time in blue, the work items that
+    form the tail in red, idle time blank; the dashed line marks where the tail starts."""
+    from matplotlib.collections import PolyCollection
+
     with plt.rc_context(_STYLE):
-        height = min(9.0, max(3.2, 0.045 * sched.num_sms + 1.6))
-        fig, (ax,) = _new(10.5, height)
-        slots = max(1, sched.slots_per_sm)
-        lane = 0.86 / slots
-        normal: list[tuple[float, float, float]] = []
-        tail: list[tuple[float, float, float]] = []
+        fig = Figure(figsize=(10.5, min(6.2, max(3.6, 0.03 * sched.num_sms + 2.2))), layout="constrained")
+        top, ax = fig.subplots(2, 1, sharex=True, height_ratios=(1, 4))
+        per_sm: dict[int, list[tuple[float, float]]] = {}
+        tail: list[tuple[int, float, float]] = []
         for seg in sched.segments:
-            y = seg.sm + 0.07 + (seg.slot % slots if seg.slot is not None else 0) * lane
-            h = lane if seg.slot is not None else 0.86
-            (tail if seg.tail else normal).append((_ms(seg.start_ns), _ms(seg.end_ns - seg.start_ns), y + h / 2))
-        for items, colour, alpha in ((normal, BUSY, 0.75), (tail, TAIL, 0.95)):
-            if items:
-                h = lane if any(s.slot is not None for s in sched.segments) else 0.86
-                ax.barh([y for _, _, y in items], [w for _, w, _ in items], left=[x for x, _, _ in items],
-                        height=h * 0.92, color=colour, alpha=alpha, linewidth=0, rasterized=len(items) > 4000)
-        end = max([seg.end_ns for seg in sched.segments] + [sched.predicted_ns or 0])
-        if sched.tail_start_ns is not None:
-            ax.axvline(_ms(sched.tail_start_ns), color=TAIL, linestyle="--", linewidth=1)
-        if sched.measured_ns:
-            ax.axvline(_ms(sched.measured_ns), color="#333333", linestyle=":", linewidth=1)
+            per_sm.setdefault(seg.sm, []).append((seg.start_ns, seg.end_ns))
+            if seg.tail:
+                tail.append((seg.sm, seg.start_ns, seg.end_ns))
+        busy = [(sm, a, b) for sm, ivs in per_sm.items() for a, b in _union(ivs)]
+        ax.add_collection(PolyCollection(_rects(busy, 0.8), facecolors=BUSY, alpha=0.8, linewidths=0))
+        ax.add_collection(PolyCollection(_rects(tail, 0.95), facecolors=TAIL, linewidths=0))
+        end = max([seg.end_ns for seg in sched.segments] + [sched.predicted_ns or 0, sched.measured_ns or 0, 1.0])
+        xs, ys = busy_curve(sched)
+        top.step([_ms(x) for x in xs], ys, where="post", color=BUSY, linewidth=1.3)
+        top.fill_between([_ms(x) for x in xs], ys, step="post", color=BUSY, alpha=0.25, linewidth=0)
+        top.axhline(sched.num_sms / 2, color="#999999", linewidth=0.8, linestyle=":")
+        top.set_ylim(0, sched.num_sms * 1.05)
+        top.set_ylabel("SMs busy")
+        top.set_title(sched.title, fontsize=10)
+        for a in (top, ax):
+            if sched.tail_start_ns is not None:
+                a.axvline(_ms(sched.tail_start_ns), color=TAIL, linestyle="--", linewidth=1)
+            if sched.measured_ns:
+                a.axvline(_ms(sched.measured_ns), color="#333333", linestyle=":", linewidth=1)
+        if sched.tail_start_ns is not None and tail:
+            tail_sms = {sm for sm, _, _ in tail}
+            idle_sms = sched.num_sms - len(tail_sms)
+            mid = (_ms(sched.tail_start_ns) + _ms(max(b for _, _, b in tail))) / 2
+            ax.text(mid, sched.num_sms * 0.3, f"tail: {len(tail_sms)} SMs busy, {idle_sms} idle for "
+                    f"{_ms(max(b for _, _, b in tail) - sched.tail_start_ns):.3g} ms", ha="center", va="center",
+                    fontsize=10, color=TAIL, fontweight="bold",
+                    bbox={"facecolor": "white", "edgecolor": TAIL, "boxstyle": "round,pad=0.4", "alpha": 0.9})
         ax.set_ylim(sched.num_sms, 0)
-        ax.set_xlim(0, _ms(max(end, sched.measured_ns or 0)) * 1.02 or 1)
+        ax.set_xlim(0, _ms(end) * 1.02)
         ax.set_ylabel(f"SM (0–{sched.num_sms - 1})")
         ax.set_xlabel("time since launch start (ms)")
         ax.grid(axis="y", visible=False)
-        ax.set_title(sched.title, fontsize=10)
-        handles = [Patch(color=BUSY, alpha=0.75, label="work item (CTA)"),
-                   Patch(color=TAIL, label="tail work items")]
+        handles = [Patch(color=BUSY, alpha=0.8, label="SM busy"), Patch(color=TAIL, label="tail work items")]
         if sched.tail_start_ns is not None:
             handles.append(Line2D([], [], color=TAIL, linestyle="--", label="tail starts"))
         if sched.measured_ns:
             handles.append(Line2D([], [], color="#333333", linestyle=":", label="measured end"))
-        ax.legend(handles=handles, loc="lower right", ncols=len(handles),
-                  framealpha=0.9, frameon=True)
+        ax.legend(handles=handles, loc="lower right", ncols=len(handles), framealpha=0.92, frameon=True)
     return fig
 
 
@@ -272,3 +321,54 @@ def to_png(fig: Figure, dpi: int = 130) -> bytes:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     return buf.getvalue()
+
+
+def gantt_from_sim(sim: object, num_sms: int, slots_per_sm: int, title: str,
+                      measured_ns: float | None = None) -> Gantt:
+    """A Gantt from a `traceinsight.model.simulate.SimResult` (read by attribute: segments with sm, slot,
+    start_ns, end_ns, item; tail_items; tail_intervals; sm_busy_ns; sm_idle_fraction; predicted_ns), with notes
+    saying which SMs idle and which work items form the tail."""
+    tail_ids = {id(it) for it in getattr(sim, "tail_items", ())}
+    intervals = list(getattr(sim, "tail_intervals", ()) or [])
+    segs = []
+    for s in getattr(sim, "segments", ()):
+        in_tail = id(s.item) in tail_ids and any(s.end_ns > a and s.start_ns < b for a, b in intervals)
+        segs.append(Segment(s.sm, s.start_ns, s.end_ns, in_tail, s.slot // num_sms if slots_per_sm > 1 else None))
+    predicted = getattr(sim, "predicted_ns", None)
+    idle = getattr(sim, "sm_idle_fraction", None)
+    sched = Gantt(title=title, num_sms=num_sms, slots_per_sm=slots_per_sm, segments=segs, predicted_ns=predicted,
+                     measured_ns=measured_ns, tail_start_ns=intervals[0][0] if intervals else None, sm_idle=idle)
+    sched.notes.extend(tail_notes(sim, num_sms, measured_ns))
+    return sched
+
+
+def _fmt_ms(ns: float) -> str:
+    return f"{ns / 1e6:.3g} ms" if ns >= 1e5 else f"{ns / 1e3:.3g} us"
+
+
+def tail_notes(sim: object, num_sms: int, measured_ns: float | None = None) -> list[str]:
+    """Plain sentences on a simulated launch: predicted vs measured time, SM idle, the tail and its work items."""
+    notes = []
+    predicted = getattr(sim, "predicted_ns", None)
+    if predicted is not None:
+        meas = f" (measured {_fmt_ms(measured_ns)}, {predicted / measured_ns - 1:+.0%})" if measured_ns else ""
+        notes.append(f"Predicted {_fmt_ms(predicted)}{meas}; the SMs sit idle "
+                     f"{getattr(sim, 'sm_idle_fraction', 0.0):.0%} of the time.")
+    tail_ns = getattr(sim, "tail_ns", 0.0) or 0.0
+    items = list(getattr(sim, "tail_items", ()))
+    if tail_ns > 0 and items:
+        tail_set = set(items)
+        busy_sms = {s.sm for s in getattr(sim, "segments", ()) if s.item in tail_set}
+        by_req: dict[int, list] = {}
+        for it in items:
+            by_req.setdefault(it.request, []).append(it)
+        reqs = sorted(by_req.items(), key=lambda kv: -sum(i.kv_tokens for i in kv[1]))
+        desc = "; ".join(f"request {r}: {len(its)} item{'s' if len(its) > 1 else ''} of "
+                         f"{max(i.kv_tokens for i in its):,} KV tokens" for r, its in reqs[:4])
+        more = f"; +{len(reqs) - 4} more requests" if len(reqs) > 4 else ""
+        notes.append(f"Tail: {_fmt_ms(tail_ns)} with fewer than half the SMs busy; {len(items)} work items on "
+                     f"{len(busy_sms)} SMs form it ({desc}{more}); the other {num_sms - len(busy_sms)} SMs are idle "
+                     "by then.")
+    else:
+        notes.append("No tail: at least half the SMs stay busy until the end.")
+    return notes

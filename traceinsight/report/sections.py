@@ -311,16 +311,17 @@ def model_coverage(doc: dict[str, Any]) -> dict[str, int]:
 def missing(doc: dict[str, Any], what: str) -> str | None:
     """None when the section `what` has data; else the sentence saying what it needs."""
     if what == "findings" and not doc.get("findings"):
-        if "findings" not in doc:
-            return "not available: needs the diagnostics stage (traceinsight.diagnose)"
-        return "no findings: every diagnostic that could run passed"
+        if doc.get("checks"):
+            return f"no findings: the {len(doc['checks'])} checks that ran found nothing to report"
+        return "no findings (or not available: needs the diagnostics stage, traceinsight.diagnose)"
     if what == "thresholds" and not doc.get("thresholds"):
         return ("not available: needs the schedule model's occupancy and planner for an attention kernel the model "
                 "knows, with registers/block/shared memory in the trace")
     if what == "steps" and not doc.get("steps"):
         return "not available: needs attention kernels in the trace (none were recognised)"
     if what == "sweep" and not sweep(doc):
-        return "not available: needs a sweep, i.e. steps named with `dist=… bs=…` tokens (e.g. `decode dist=skew80 bs=384`)"
+        return ("not available: needs a sweep, i.e. steps named with `dist=… bs=…` tokens "
+                "(e.g. `decode dist=skew80 bs=384`)")
     if what == "model" and not any(k != "launches" for k in model_coverage(doc)):
         return ("not available: needs the schedule model and a batch composition (a sidecar via --meta, or one "
                 "bounded from the trace)")
@@ -384,14 +385,13 @@ def methods(doc: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def observed_switch(panel: SweepPanel) -> tuple[int | None, int | None]:
-    """From a sweep panel: the largest batch size whose launches all ran split-KV on, and the smallest whose
-    launches all ran it off, over the distributions that are not uniform (a uniform batch may stay balanced
-    either way). (None, None) when the panel never changes state."""
-    on: list[int] = []
-    off: list[int] = []
-    for s in panel.series:
-        for b, o in zip(s.batch, s.split_off, strict=True):
-            (off if o else on).append(b)
-    if not on or not off:
+    """From a sweep panel: (largest batch size below the switch with split-KV on in some case, smallest batch size
+    from which every case of every distribution ran split-KV off). (None, None) when the panel never switches
+    (e.g. a backend that never splits). A uniform batch may run unsplit below the threshold (each request fits
+    one chunk), so the switch is where the state stays off, not the first case that is off."""
+    cases = sorted((b, o) for s in panel.series for b, o in zip(s.batch, s.split_off, strict=True))
+    if not cases or all(o for _, o in cases) or not any(o for _, o in cases):
         return None, None
-    return max(b for b in on if b < min(off)) if any(b < min(off) for b in on) else None, min(off)
+    last_on = max(b for b, o in cases if not o)
+    after = [b for b, o in cases if b > last_on]
+    return (last_on, min(after)) if after else (None, None)

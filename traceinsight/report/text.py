@@ -1,18 +1,27 @@
-"""Terminal rendering of an analysis with rich: header, findings, kernel time by family, steps."""
+"""Terminal rendering of an analysis with rich: a header, the findings first (coloured by severity, one line
+each with the saving and the remedy), then compact tables: thresholds, kernel time by family, attention
+kernels, steps. Colour follows the console: none when stdout is not a TTY or NO_COLOR is set (rich honours
+both). Everything is read from the JSON document (`json_doc.to_json`), so the terminal shows what JSON gives."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.model.steps import Step
+if TYPE_CHECKING:
+    from traceinsight.diagnose.context import TraceAnalysis
 
-SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "cyan"}
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 
 def fmt_ns(ns: int | float | None) -> str:
@@ -38,86 +47,186 @@ def _grid(g: tuple[int, int, int] | list[int]) -> str:
     return "(" + ",".join(str(x) for x in g) + ")"
 
 
-def header(a: TraceAnalysis) -> Text:
-    gpu = a.gpu
+def _table(title: str | None, columns: Sequence[tuple[str, str]]) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold", padding=(0, 1),
+                  pad_edge=False, show_edge=False)
+    for col, just in columns:
+        table.add_column(col, justify=just, overflow="fold" if col in ("summary", "step") else "ellipsis")  # type: ignore[arg-type]
+    return table
+
+
+def header(doc: dict[str, Any]) -> Text:
+    tr = doc.get("trace") or {}
+    gpu = tr.get("gpu") or {}
     t = Text()
-    t.append(a.path, style="bold")
-    t.append(f"  [{a.format}" + (f" {a.format_version}" if a.format_version else "") + "]\n")
+    t.append(str(tr.get("path")), style="bold")
+    t.append(f"  [{tr.get('format')}" + (f" {tr['format_version']}" if tr.get("format_version") else "") + "]\n")
     name = gpu.get("name") or "unknown GPU"
     sms = f", {gpu['num_sms']} SMs" if gpu.get("num_sms") else ""
-    total = sum(k["total_ns"] for k in a.kernels)
-    count = sum(k["count"] for k in a.kernels)
-    t.append(f"GPU: {name}{sms}   span: {fmt_ns(a.dur_ns)}   kernels: {count} ({fmt_ns(total)} GPU time)")
-    t.append(f"   steps: {len(a.steps)}")
-    for w in a.warnings:
+    kernels = doc.get("kernels") or []
+    total = sum(k.get("total_ns") or 0 for k in kernels)
+    count = sum(k.get("count") or 0 for k in kernels)
+    t.append(f"GPU: {name}{sms}   span: {fmt_ns(tr.get('dur_ns'))}   kernels: {count} ({fmt_ns(total)} GPU time)")
+    t.append(f"   steps: {len(doc.get('steps') or [])}")
+    for w in tr.get("warnings") or []:
         t.append(f"\nwarning: {w}", style="yellow")
     return t
 
 
-def families_table(a: TraceAnalysis) -> Table:
-    table = Table(title="Kernel time by family / backend", box=box.SIMPLE_HEAD, title_justify="left")
-    for col, just in (("family", "left"), ("backend", "left"), ("count", "right"), ("time", "right"),
-                      ("share", "right")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
-    for f in a.families:
-        table.add_row(f["family"], f["backend"] or "-", str(f["count"]), fmt_ns(f["total_ns"]), f"{f['share']:.1%}")
+def findings_block(doc: dict[str, Any]) -> Text:
+    """Findings, worst first, one line each: severity, id, summary, saving; the remedy of each critical one."""
+    findings = sorted(doc.get("findings") or [],
+                      key=lambda f: (SEVERITY_RANK.get(f.get("severity"), 3), -(f.get("saving_ns") or 0)))
+    t = Text()
+    if not findings:
+        if doc.get("checks"):
+            t.append(f"Findings: none ({len(doc['checks'])} checks ran)", style="bold green")
+        return t
+    steps_ns = sum(s.get("dur_ns") or 0 for s in doc.get("steps") or [])
+    t.append(f"Findings ({len(findings)})\n", style="bold")
+    width = max(len(f.get("id", "")) for f in findings)
+    for f in findings:
+        sev = f.get("severity", "info")
+        t.append(f" {sev.upper():8} ", style=SEVERITY_STYLE.get(sev, ""))
+        t.append(f"{f.get('id', ''):{width}} ", style="bold")
+        t.append(f.get("summary", ""))
+        saving = f.get("saving_ns")
+        if saving:
+            share = f", {saving / steps_ns:.0%} of step time" if steps_ns else ""
+            t.append(f"  (saves ≈ {fmt_ns(saving)}{share})", style="bold")
+        n = len(f.get("steps") or [])
+        if n:
+            t.append(f"  [{n} step{'s' if n > 1 else ''}]", style="dim")
+        t.append("\n")
+        if sev == "critical" and f.get("remedy"):
+            t.append(f" {'':8} {'':{width}} → {f['remedy']}\n", style="dim")
+    t.rstrip()
+    return t
+
+
+def thresholds_table(doc: dict[str, Any]) -> Table | None:
+    rows = doc.get("thresholds") or []
+    if not rows:
+        return None
+    table = _table("Split-KV thresholds", [("kernel", "left"), ("backend", "left"), ("H_kv", "right"),
+                                           ("CTAs/SM", "right"), ("max grid", "right"), ("B_th", "right")])
+    for r in rows:
+        table.add_row(str(r.get("kernel")), r.get("backend") or "-", str(r.get("kv_heads", "-")),
+                      str(r.get("occupancy", "-")), str(r.get("max_grid", "-")),
+                      Text(str(r["b_threshold"]), style="bold") if r.get("b_threshold") else Text("-"))
     return table
 
 
-def attention_kernels_table(a: TraceAnalysis) -> Table:
-    table = Table(title="Attention kernels", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("kernel", "backend", "phase", "count", "time", "share", "grids"):
-        table.add_column(col, justify="right" if col in ("count", "time", "share") else "left")
-    for k in a.kernels:
+def families_table(doc: dict[str, Any]) -> Table:
+    table = _table("Kernel time by family / backend", [("family", "left"), ("backend", "left"), ("count", "right"),
+                                                       ("time", "right"), ("share", "right")])
+    for f in doc.get("families") or []:
+        table.add_row(f["family"], f.get("backend") or "-", str(f["count"]), fmt_ns(f["total_ns"]),
+                      f"{(f.get('share') or 0):.1%}")
+    return table
+
+
+def attention_kernels_table(doc: dict[str, Any]) -> Table:
+    table = _table("Attention kernels", [("kernel", "left"), ("backend", "left"), ("phase", "left"),
+                                         ("count", "right"), ("time", "right"), ("share", "right"),
+                                         ("grids", "left")])
+    for k in doc.get("kernels") or []:
         if k["family"] not in ("attention", "merge", "prepare"):
             continue
-        grids = " ".join(_grid(g) for g in (k["grids"] or [])[:3]) + (" ..." if len(k["grids"] or []) > 3 else "")
-        table.add_row(k["kernel"], k["backend"] or "-", k["phase"], str(k["count"]), fmt_ns(k["total_ns"]),
-                      f"{k['share']:.1%}", grids)
+        grids = k.get("grids") or []
+        shown = " ".join(_grid(g) for g in grids[:3]) + (" ..." if len(grids) > 3 else "")
+        table.add_row(k["kernel"], k.get("backend") or "-", k["phase"], str(k["count"]), fmt_ns(k["total_ns"]),
+                      f"{(k.get('share') or 0):.1%}", shown)
     return table
 
 
-def steps_table(steps: list[Step], limit: int | None) -> Table:
+def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
+    steps = doc.get("steps") or []
     shown = steps if limit is None else steps[:limit]
+    modelled = any(isinstance(x.get("model"), dict) for s in shown for x in s["launches"])
+    flagged: dict[int, list[str]] = {}
+    for f in doc.get("findings") or []:
+        for i in f.get("steps") or []:
+            flagged.setdefault(i, []).append(f.get("id", ""))
     title = f"Steps ({len(steps)})" + (f", first {len(shown)}" if len(shown) < len(steps) else "")
-    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("#", "step", "time", "attention", "launches", "split-KV"):
-        table.add_column(col, justify="right" if col in ("#", "time", "attention") else "left")
+    cols = [("#", "right"), ("step", "left"), ("time", "right"), ("attention", "right")]
+    if modelled:
+        cols.append(("predicted", "right"))
+    cols += [("launches", "left"), ("split-KV", "left"), ("findings", "left")]
+    table = _table(title, cols)
     for s in shown:
-        launches = "; ".join(
-            f"{x.attention.kernel}{_grid(x.attention.grid)}" + (f"+{len(x.merges)} merge" if x.merges else "")
-            for x in s.launches[:3]
-        ) + (f"; +{len(s.launches) - 3} more" if len(s.launches) > 3 else "")
-        table.add_row(str(s.index), s.name, fmt_ns(s.dur_ns), fmt_ns(s.attention_ns), launches, _split(s.split_kv))
+        launches = s["launches"]
+        text = "; ".join(f"{x['kernel']}{_grid(x['grid'])}" + (f"+{len(x['merges'])} merge" if x["merges"] else "")
+                         for x in launches[:2]) + (f"; +{len(launches) - 2} more" if len(launches) > 2 else "")
+        row: list[Any] = [str(s["index"]), s["name"], fmt_ns(s["dur_ns"]), fmt_ns(s["attention_ns"])]
+        if modelled:
+            pred = [x["model"].get("predicted_ns") for x in launches if isinstance(x.get("model"), dict)]
+            row.append(fmt_ns(sum(p for p in pred if p)) if pred and all(pred) else "-")
+        ids = flagged.get(s["index"], [])
+        row += [text, _split(s.get("split_kv")), Text(",".join(ids), style="red" if ids else "")]
+        table.add_row(*row)
     return table
 
 
-def findings_block(findings: list[Any]) -> Table | None:
-    if not findings:
-        return None
-    table = Table(title="Findings", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("severity", "id", "steps", "summary", "saving"):
-        table.add_column(col)
-    for f in findings:
-        d = f.to_json() if hasattr(f, "to_json") else f
-        steps = d.get("steps") or []
-        shown = ",".join(str(i) for i in steps[:6]) + ("..." if len(steps) > 6 else "")
-        table.add_row(Text(d["severity"], style=SEVERITY_STYLE.get(d["severity"], "")), d["id"], shown,
-                      d["summary"], fmt_ns(d.get("saving_ns")))
-    return table
-
-
-def render(a: TraceAnalysis, console: Console, max_steps: int | None = 40) -> None:
-    console.print(header(a))
-    block = findings_block(a.findings)
-    if block is not None:
+def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40) -> None:
+    """Print one analysis document: header, findings, thresholds, families, attention kernels, steps."""
+    console.print(header(doc))
+    block = findings_block(doc)
+    if block.plain:
+        console.print()
         console.print(block)
-    console.print(families_table(a))
-    console.print(attention_kernels_table(a))
-    if a.steps:
-        console.print(steps_table(a.steps, max_steps))
-        if max_steps is not None and len(a.steps) > max_steps:
-            console.print(f"[dim]... {len(a.steps) - max_steps} more steps: --max-steps 0 shows all, "
+    for table in (thresholds_table(doc), families_table(doc), attention_kernels_table(doc)):
+        if table is not None and table.row_count:
+            console.print()
+            console.print(table)
+    steps = doc.get("steps") or []
+    console.print()
+    if steps:
+        console.print(steps_table(doc, max_steps))
+        if max_steps is not None and len(steps) > max_steps:
+            console.print(f"[dim]... {len(steps) - max_steps} more steps: --max-steps 0 shows all, "
                           "--format json gives every field[/dim]")
     else:
         console.print("No attention kernels found: no decode steps to show.")
+
+
+def render(a: TraceAnalysis, console: Console, max_steps: int | None = 40) -> None:
+    """Print the analysis of one trace (see `render_doc`)."""
+    from traceinsight.report.json_doc import to_json
+
+    render_doc(to_json(a), console, max_steps)
+
+
+def make_console(file: Any = None, no_color: bool = False, stderr: bool = False) -> Console:
+    """A console that colours only a TTY, never when NO_COLOR is set (non-empty) or `no_color` is asked."""
+    off = no_color or bool(os.environ.get("NO_COLOR"))
+    return Console(file=file, stderr=stderr, no_color=off, color_system=None if off else "auto", highlight=False,
+                   soft_wrap=False, width=None if (file is None and sys.stdout.isatty()) else 200)
+
+
+# Files larger than this get a progress display while they are read.
+PROGRESS_MIN_BYTES = 8 * 1024 * 1024
+
+
+@contextmanager
+def ingest_progress(paths: Sequence[Path], quiet: bool = False) -> Iterator[None]:
+    """Around a long ingest: a transient spinner on stderr with the file names, total size and elapsed time.
+    Shown only when stderr is a terminal, `quiet` is off and the inputs are large (PROGRESS_MIN_BYTES); never
+    mixes with stdout, so `--format json | jq` stays clean."""
+    size = 0
+    for p in paths:
+        try:
+            size += Path(p).stat().st_size
+        except OSError:
+            pass
+    err = make_console(stderr=True)
+    if quiet or size < PROGRESS_MIN_BYTES or not err.is_terminal:
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    names = ", ".join(Path(p).name for p in paths[:2]) + (f" +{len(paths) - 2}" if len(paths) > 2 else "")
+    with Progress(SpinnerColumn(), TextColumn("[bold]analyzing[/bold] {task.description}"), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        progress.add_task(f"{names} ({size / 1e6:.0f} MB)", total=None)
+        yield

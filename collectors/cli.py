@@ -1,0 +1,204 @@
+"""`traceinsight collect KIND --out DIR [options]`: run a collector on this machine's GPU.
+
+Importing this module needs only click and traceinsight.errors; torch, flashinfer and nvtx are imported when a
+run starts. Every error (bad arguments included) is one stderr line and exit status 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from collectors.config import (
+    DEFAULT_BATCH_SIZES,
+    DEFAULT_STEPS,
+    KINDS,
+    NCU_KERNEL_REGEX,
+    NCU_METRICS,
+    PATHS,
+    PROFILERS,
+    ModelShape,
+    RunConfig,
+    ServingConfig,
+    default_name,
+)
+from collectors.distributions import DEFAULT_TOTAL_TOKENS, DISTRIBUTIONS
+from traceinsight.errors import TraceInsightError
+
+
+class CollectError(click.ClickException):
+    """A one-line error with exit status 2, printed like the rest of the traceinsight CLI."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"traceinsight: error: {self.format_message()}", err=True)
+
+
+class OneLineCommand(click.Command):
+    """A click command whose usage errors (bad choice, bad integer, missing option) are one line, not the
+    usage block."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise CollectError(f"collect: {exc.format_message()}") from None
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+def _items(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def parse_ints(text: str, option: str, minimum: int = 1) -> tuple[int, ...]:
+    """'8,16,32' -> (8, 16, 32); each at least `minimum`."""
+    out = []
+    for item in _items(text):
+        try:
+            value = int(item)
+        except ValueError:
+            raise CollectError(f"collect: {option}: {item!r} is not an integer") from None
+        if value < minimum:
+            raise CollectError(f"collect: {option}: {value} is below {minimum}")
+        out.append(value)
+    if not out:
+        raise CollectError(f"collect: {option}: empty list")
+    return tuple(out)
+
+
+def parse_choices(text: str, option: str, allowed: dict[str, Any] | tuple[str, ...]) -> tuple[str, ...]:
+    out = tuple(_items(text))
+    for item in out:
+        if item not in allowed:
+            raise CollectError(f"collect: {option}: unknown {item!r} (choose from {', '.join(allowed)})")
+    if not out:
+        raise CollectError(f"collect: {option}: empty list")
+    return out
+
+
+def parse_span(text: str, option: str) -> tuple[int, int]:
+    """'512:4096' -> (512, 4096); '1000' -> (1000, 1000). Tokens, at least 1, low <= high."""
+    parts = text.split(":")
+    if len(parts) > 2:
+        raise CollectError(f"collect: {option}: expected LOW:HIGH, got {text!r}")
+    lo, hi = (parse_ints(p, option)[0] for p in (parts[0], parts[-1]))
+    if lo > hi:
+        raise CollectError(f"collect: {option}: low {lo} is above high {hi}")
+    return lo, hi
+
+
+def _at_least(value: float, minimum: float, option: str) -> None:
+    if value < minimum:
+        raise CollectError(f"collect: {option} must be at least {minimum}, got {value}")
+
+
+def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
+    """Check the options and turn them into a RunConfig; CollectError (one line) on any problem."""
+    profiler = o["profiler"] or ("none" if kind == "timing" else "torch")
+    if kind == "timing" and profiler != "none":
+        raise CollectError("collect: timing runs without a profiler (use 'sweep --profiler ...' to profile)")
+    shape = ModelShape(o["qo_heads"], o["kv_heads"], o["head_dim"], o["page_size"], o["kv_dtype"], o["q_dtype"])
+    try:
+        shape.check()
+    except ValueError as exc:
+        raise CollectError(f"collect: {exc}") from None
+    steps = DEFAULT_STEPS[kind] if o["steps"] is None else o["steps"]
+    _at_least(steps, 1, "--steps")
+    _at_least(o["warmup"], 0, "--warmup")
+    _at_least(o["total_tokens"], 1, "--total-tokens")
+    _at_least(o["workspace_mb"], 16, "--workspace-mb")
+    paths = parse_choices(o["paths"], "--paths", PATHS)
+    dists = parse_choices(o["dists"], "--dists", DISTRIBUTIONS)
+    batch_sizes = parse_ints(o["batch_sizes"], "--batch-sizes")
+    if kind != "serving":
+        if max(batch_sizes) > o["total_tokens"]:
+            raise CollectError(f"collect: --total-tokens {o['total_tokens']} is below the batch size "
+                               f"{max(batch_sizes)} (every request needs a token)")
+        if not any(b >= DISTRIBUTIONS[d].min_batch for d in dists for b in batch_sizes):
+            raise CollectError("collect: no batch size is large enough for any of the distributions")
+    for option, key, minimum in (("--max-batch", "max_batch", 1), ("--arrival-rate", "arrival_rate", 0),
+                                 ("--long-every", "long_every", 0), ("--long-len", "long_len", 1),
+                                 ("--initial", "initial", 0)):
+        _at_least(o[key], minimum, option)
+    capture = parse_ints(o["capture_sizes"], "--capture-sizes") if o["capture_sizes"] else ()
+    if capture and max(capture) < o["max_batch"]:
+        raise CollectError(f"collect: --capture-sizes must reach --max-batch {o['max_batch']}")
+    serving = ServingConfig(o["max_batch"], float(o["arrival_rate"]), parse_span(o["prompt_len"], "--prompt-len"),
+                            parse_span(o["output_len"], "--output-len"), o["long_every"], o["long_len"],
+                            o["initial"], capture)
+    metrics = tuple(_items(o["ncu_metrics"])) if o["ncu_metrics"] else NCU_METRICS
+    name = o["name"] or default_name(kind, shape, o["cuda_graph"], profiler)
+    if "/" in name or not name.strip():
+        raise CollectError(f"collect: --name {name!r} must be a plain file stem")
+    return RunConfig(kind, str(out), name, profiler, shape, paths, o["cuda_graph"], o["seed"], steps, o["warmup"],
+                     batch_sizes, dists, o["total_tokens"], serving, metrics, o["ncu_kernels"], o["workspace_mb"],
+                     not o["drop_nsys_rep"])
+
+
+# ---------------------------------------------------------------------------------------------- the command
+@click.command("collect", cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("kind", type=click.Choice(KINDS), metavar="KIND")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the trace, the sidecar and the timing JSON (created).")
+@click.option("--name", default=None, help="File stem (default: KIND_SHAPE[_graph]_PROFILER).")
+@click.option("--profiler", type=click.Choice(PROFILERS), default=None,
+              help="torch: Kineto .pt.trace.json.gz; nsys: Nsight Systems SQLite export (+ .nsys-rep); ncu: "
+                   "Nsight Compute CSV; none: no profiler (sweep steps are timed with CUDA events). "
+                   "Default torch; timing always none.")
+@click.option("--paths", default="cuda-core,tc-fa2", show_default=True,
+              help="Decode paths: cuda-core (use_tensor_cores=False), tc-fa2 (tensor cores, FA2 backend), "
+                   "tc-auto (tensor cores, FlashInfer's choice: SM90 on Hopper for bf16).")
+@click.option("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)), show_default=True,
+              help="Sweep/timing batch sizes (requests).")
+@click.option("--dists", default=",".join(DISTRIBUTIONS), show_default=True,
+              help="Sweep/timing KV-length distributions.")
+@click.option("--total-tokens", type=int, default=DEFAULT_TOTAL_TOKENS, show_default=True,
+              help="Sweep/timing: KV tokens per batch, whatever the batch size.")
+@click.option("--steps", type=int, default=None,
+              help="Sweep: annotated steps per case (3); serving: decode steps (200); timing: timed runs per "
+                   "case (30).")
+@click.option("--warmup", type=int, default=5, show_default=True, help="Timing: untimed runs per case.")
+@click.option("--qo-heads", type=int, default=32, show_default=True, help="Query heads per GPU.")
+@click.option("--kv-heads", type=int, default=4, show_default=True, help="KV heads per GPU.")
+@click.option("--head-dim", type=int, default=128, show_default=True, help="Head dimension (elements).")
+@click.option("--page-size", type=int, default=16, show_default=True, help="KV page size (tokens).")
+@click.option("--kv-dtype", type=click.Choice(["bf16", "fp16", "fp8_e4m3"]), default="bf16", show_default=True)
+@click.option("--q-dtype", type=click.Choice(["bf16", "fp16"]), default="bf16", show_default=True)
+@click.option("--cuda-graph", is_flag=True, help="Replay each step from a CUDA graph (CUDA-graph wrappers).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-batch", type=int, default=256, show_default=True, help="Serving: most running requests.")
+@click.option("--arrival-rate", type=float, default=1.0, show_default=True,
+              help="Serving: mean arrivals per decode step (Poisson).")
+@click.option("--prompt-len", default="512:4096", show_default=True, help="Serving: prompt tokens LOW:HIGH.")
+@click.option("--output-len", default="64:512", show_default=True, help="Serving: output tokens LOW:HIGH.")
+@click.option("--long-every", type=int, default=0, show_default=True,
+              help="Serving: every N-th arrival has a --long-len prompt (0: none).")
+@click.option("--long-len", type=int, default=131072, show_default=True, help="Serving: long prompt tokens.")
+@click.option("--initial", type=int, default=128, show_default=True, help="Serving: requests present at step 0.")
+@click.option("--capture-sizes", default="", help="Serving --cuda-graph: batch sizes to capture "
+              "(default 1,2,4,8 and every 16 up to --max-batch).")
+@click.option("--ncu-metrics", default="",
+              help="ncu: comma-separated metrics (default: collectors.config.NCU_METRICS).")
+@click.option("--ncu-kernels", default=NCU_KERNEL_REGEX, show_default=True, help="ncu: kernel name regex.")
+@click.option("--workspace-mb", type=int, default=512, show_default=True, help="FlashInfer float workspace (MiB).")
+@click.option("--drop-nsys-rep", is_flag=True, help="nsys: keep only the SQLite export.")
+def collect(kind: str, out: Path, **options: Any) -> None:
+    """Run a FlashInfer decode-attention collector on this machine's GPU and write an annotated trace plus a
+    traceinsight.sidecar/1 file.
+
+    KIND is sweep (paths x distributions x batch sizes at fixed total tokens), serving (continuous-batching
+    replay) or timing (the sweep's cases timed with CUDA events). Needs the [collect] extra and an NVIDIA GPU.
+    """
+    cfg = build_config(kind, out, **options)
+    from collectors.runner import run
+
+    try:
+        made = run(cfg)
+    except TraceInsightError as exc:
+        raise CollectError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    for path in made:
+        click.echo(str(path))

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Run a whole collection on a GPU machine without internet, in one go.
+#
+#   collectors/run_on_device.sh smoke|full
+#
+# Run from the repository root. Expects (carried beside the checkout, git-ignored):
+#   .whl/    flashinfer-python 0.6.1, apache-tvm-ffi 0.1.9, nvtx, nvidia-cudnn-frontend, einops, tabulate,
+#            ninja, nvidia-ml-py wheels (cp312 / py3, manylinux x86_64) — see collectors/README.md
+#   .debs/   Debian libdw1 + libelf1 (+ libbz2, liblzma): QdstrmImporter needs libdw.so.1
+#   .jitcache/jit_so.tgz (optional) FlashInfer kernels compiled by an earlier run, used as its AOT folder
+# Writes into $OUT (default /tmp/collect-out): device.log, summary.txt, collected.tgz (the traces and
+# sidecars) and jit_so.tgz (the compiled FlashInfer modules, to carry into the next run).
+# Each job is limited in time, and jobs that would start after $DEADLINE seconds are skipped, so the
+# packing at the end always happens.
+set -u
+START=$(date +%s)
+OUT=${OUT:-/tmp/collect-out}
+DEADLINE=${DEADLINE:-520}   # no job starts after this many seconds
+HARD=${HARD:-570}           # and none runs past this one (the device tool stops a command at 600 s)
+C=$OUT/collected
+mkdir -p "$C"
+exec > >(tee -a "$OUT/device.log") 2>&1
+
+elapsed() { echo $(( $(date +%s) - START )); }
+
+setup() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl || { echo "wheel install failed"; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+  export FLASHINFER_WORKSPACE_BASE=/tmp/fiws
+  if [ -f .jitcache/jit_so.tgz ]; then  # precompiled modules: FlashInfer loads data/aot/NAME/NAME.so as is
+    mkdir -p /tmp/site/flashinfer/data/aot && tar xzf .jitcache/jit_so.tgz -C /tmp/site/flashinfer/data/aot
+    echo "AOT modules: $(ls /tmp/site/flashinfer/data/aot | tr '\n' ' ')"
+  fi
+  mkdir -p /tmp/dwlibs
+  for f in .debs/*.deb; do [ -f "$f" ] && dpkg -x "$f" /tmp/dwlibs; done
+  export TRACEINSIGHT_EXTRA_LD_LIBRARY_PATH=/tmp/dwlibs/usr/lib/x86_64-linux-gnu:/tmp/dwlibs/lib/x86_64-linux-gnu
+  echo "nvcc: $(command -v nvcc) $(nvcc --version 2>/dev/null | tail -1)"; ls -d /usr/local/cuda* 2>/dev/null
+  echo "ncu: $(command -v ncu)  nsys: $(command -v nsys)"; ls /opt/nvidia/nsight-compute/*/host/ 2>/dev/null
+  local q; q=$(ls /opt/nvidia/nsight-compute/*/host/*/QdstrmImporter 2>/dev/null | head -1)
+  [ -n "$q" ] && LD_LIBRARY_PATH=$TRACEINSIGHT_EXTRA_LD_LIBRARY_PATH ldd "$q" | grep -i "not found"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+  python3 -c "import torch, flashinfer, nvtx; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'flashinfer', flashinfer.__version__, torch.cuda.get_device_name())"
+  echo "setup done at $(elapsed)s"
+}
+
+# warm NAME ARGS...: compile FlashInfer's modules for a path/dtype with a tiny timing run (in the background)
+warm() {
+  local name=$1; shift
+  python3 -m collectors timing --out /tmp/warm --name "warm_$name" --batch-sizes 8 --dists uniform \
+    --steps 1 --warmup 0 --total-tokens 8192 "$@" >"/tmp/warm_$name.log" 2>&1
+  echo "warm $name rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+  tail -3 "/tmp/warm_$name.log"
+}
+
+# await PID...: wait for background warm-ups, but not past the deadline
+await() {
+  for p in "$@"; do
+    while kill -0 "$p" 2>/dev/null; do
+      if (( $(elapsed) > DEADLINE )); then echo "gave up waiting for $p at $(elapsed)s"; kill "$p"; break; fi
+      sleep 2
+    done
+  done
+}
+
+# job NAME TIMEOUT ARGS...: one collection into $C
+job() {
+  local name=$1 tmo=$2; shift 2
+  if (( $(elapsed) > DEADLINE )); then echo "$name skipped at $(elapsed)s" | tee -a "$OUT/summary.txt"; return; fi
+  local left=$(( HARD - $(elapsed) ))
+  (( tmo > left )) && tmo=$left
+  local t0; t0=$(date +%s)
+  echo "=== $name: $*"
+  timeout "$tmo" python3 -m collectors "$@" --out "$C"
+  echo "$name rc=$? $(( $(date +%s) - t0 ))s (at $(elapsed)s)" | tee -a "$OUT/summary.txt"
+}
+
+pack() {
+  ls -la "$C"
+  tar czf "$OUT/collected.tgz" -C "$OUT" collected && rm -rf "$C"
+  local ops
+  ops=$(ls -d "$FLASHINFER_WORKSPACE_BASE"/.cache/flashinfer/*/*/cached_ops 2>/dev/null | head -1)
+  if [ -n "$ops" ]; then
+    (cd "$ops" && ls -la ./*/*.so && tar czf "$OUT/jit_so.tgz" ./*/*.so)
+  fi
+  ls -la "$OUT"
+  echo "total $(elapsed)s"
+}
+
+A=(--qo-heads 32 --kv-heads 4 --head-dim 128)   # Qwen3-30B-A3B-like, as ../shared/traces/h200
+B=(--qo-heads 64 --kv-heads 8 --head-dim 128)   # Llama-3-70B-like: CUDA-core split-KV off from B=149, FA2 from 33
+BS_A=8,16,32,64,96,128,192,256,296,297,320,384,512
+BS_B=8,16,32,33,48,64,96,128,144,148,149,160,192,256,384
+SERVE=(--max-batch 192 --initial 128 --arrival-rate 1.0 --prompt-len 512:4096 --output-len 64:512
+       --long-every 100 --long-len 131072)
+
+smoke() {
+  warm core --paths cuda-core & W1=$!
+  warm fa2 --paths tc-fa2 & W2=$!
+  warm auto --paths tc-auto & W3=$!
+  warm fp8 --paths cuda-core,tc-fa2 --kv-dtype fp8_e4m3 & W4=$!
+  await $W1 $W2
+  job s_sweep_torch 120 sweep "${A[@]}" --paths cuda-core,tc-fa2 --dists uniform,skew80 --batch-sizes 64,296,320 \
+    --steps 2 --name s_sweep
+  job s_sweep_graph 120 sweep "${A[@]}" --paths cuda-core,tc-fa2 --dists skew80 --batch-sizes 64,320 --steps 2 \
+    --cuda-graph --name s_sweep_graph
+  job s_serving 120 serving "${B[@]}" --paths cuda-core --steps 40 "${SERVE[@]}" --name s_serving
+  job s_serving_graph 120 serving "${B[@]}" --paths cuda-core,tc-fa2 --steps 40 "${SERVE[@]}" --cuda-graph \
+    --name s_serving_graph
+  job s_nsys 180 sweep "${A[@]}" --paths cuda-core --dists uniform,skew80 --batch-sizes 64,320 --steps 1 \
+    --profiler nsys --name s_nsys
+  job s_ncu 180 sweep "${A[@]}" --paths cuda-core,tc-fa2 --dists skew80 --batch-sizes 64,320 --steps 1 \
+    --profiler ncu --name s_ncu
+  job s_none 60 sweep "${A[@]}" --paths cuda-core --dists skew80 --batch-sizes 64,320 --steps 3 --profiler none \
+    --name s_none
+  job s_timing 60 timing "${B[@]}" --paths cuda-core,tc-fa2 --dists uniform,skew80 --batch-sizes 148,149 \
+    --steps 10 --warmup 2 --name s_timing
+  await $W3
+  job s_auto 120 sweep "${B[@]}" --paths tc-auto --dists uniform,skew80 --batch-sizes 64,256 --steps 2 --name s_auto
+  await $W4
+  job s_fp8 120 sweep "${A[@]}" --kv-dtype fp8_e4m3 --paths cuda-core,tc-fa2 --dists skew80 --batch-sizes 64,320 \
+    --steps 2 --name s_fp8
+}
+
+full() {
+  warm core --paths cuda-core & W1=$!
+  warm fa2 --paths tc-fa2 & W2=$!
+  warm auto --paths tc-auto & W3=$!
+  await $W1 $W2 $W3
+  job sweep_A 150 sweep "${A[@]}" --paths cuda-core,tc-fa2 --batch-sizes $BS_A --steps 2
+  job ncu_holdout 200 sweep "${A[@]}" --paths cuda-core --dists uniform,skew40,skew80,two40 \
+    --batch-sizes 64,192,288,296,320 --steps 1 --profiler ncu --name ncu_holdout
+  job sweep_B 150 sweep "${B[@]}" --paths cuda-core,tc-fa2,tc-auto --batch-sizes $BS_B --steps 2
+  job timing_A 120 timing "${A[@]}" --paths cuda-core,tc-fa2 --batch-sizes $BS_A --steps 20 --warmup 3
+  job timing_B 150 timing "${B[@]}" --paths cuda-core,tc-fa2,tc-auto --batch-sizes $BS_B --steps 20 --warmup 3
+  job serving_B 150 serving "${B[@]}" --paths cuda-core,tc-fa2 --steps 300 "${SERVE[@]}"
+  job serving_B_graph 150 serving "${B[@]}" --paths cuda-core,tc-fa2 --steps 300 "${SERVE[@]}" --cuda-graph
+  job nsys_B 200 sweep "${B[@]}" --paths cuda-core,tc-fa2 --dists uniform,skew80 \
+    --batch-sizes 32,64,128,148,149,192,256 --steps 2 --profiler nsys --drop-nsys-rep
+  job ncu_B 200 sweep "${B[@]}" --paths cuda-core,tc-fa2 --dists uniform,skew80 --batch-sizes 32,128,148,149,256 \
+    --steps 1 --profiler ncu
+  job timing_B_graph 120 timing "${B[@]}" --paths cuda-core --batch-sizes $BS_B --steps 20 --warmup 3 --cuda-graph
+}
+
+setup
+case "${1:-full}" in
+  smoke) smoke ;;
+  full) full ;;
+  *) echo "usage: $0 smoke|full"; exit 2 ;;
+esac
+pack
+sleep 1

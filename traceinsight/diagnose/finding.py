@@ -1,0 +1,125 @@
+"""What a diagnostic reports: a `Finding` (frozen), its `Severity`, and the exit code CI derives from findings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from traceinsight.errors import TraceInsightError
+
+# Exit code of `traceinsight analyze --fail-on SEVERITY` when a finding at or above SEVERITY was reported.
+# (0: nothing at that level; 1 is the CLI's internal error and 2 its usage/input error.)
+EXIT_FINDINGS = 3
+
+
+class Severity(StrEnum):
+    """How much a finding matters: critical (the step is many times slower than it should be), warning
+    (measurable loss or a risk close at hand), info (worth knowing)."""
+
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """0 for critical, 1 for warning, 2 for info (sort key: most severe first)."""
+        return _RANK[self]
+
+
+_RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+SEVERITIES: tuple[str, ...] = tuple(s.value for s in Severity)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis.
+
+    id: the rule's stable id ('split-kv-off'); severity; steps: indexes of the steps it concerns (ascending);
+    summary: one line; evidence: the numbers behind it, units in the key names (dur_ns, b_threshold, ...);
+    explanation: one paragraph a non-kernel engineer can follow; remedy: what to change; saving_ns: estimated
+    GPU time saved over those steps if the remedy is applied (ns), None when it cannot be computed.
+    """
+
+    id: str
+    severity: Severity
+    steps: tuple[int, ...]
+    summary: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    explanation: str = ""
+    remedy: str = ""
+    saving_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "severity", Severity(self.severity))
+        object.__setattr__(self, "steps", tuple(sorted({int(s) for s in self.steps})))
+        object.__setattr__(self, "evidence", dict(self.evidence))
+        if self.saving_ns is not None:
+            object.__setattr__(self, "saving_ns", max(0, int(round(self.saving_ns))))
+
+    def to_json(self) -> dict[str, Any]:
+        """The finding as schema `traceinsight.analysis/1` writes it (docs/JSON.md)."""
+        return {
+            "id": self.id,
+            "severity": self.severity.value,
+            "steps": list(self.steps),
+            "summary": self.summary,
+            "evidence": {k: _plain(v) for k, v in self.evidence.items()},
+            "remedy": self.remedy,
+            "saving_ns": self.saving_ns,
+            "explanation": self.explanation,
+        }
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, float):
+        return round(v, 6)
+    return v
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Most severe first; within a severity, the largest estimated saving first (unknown savings last), then
+    by id and first step for a stable order."""
+    return sorted(
+        findings,
+        key=lambda f: (
+            f.severity.rank,
+            f.saving_ns is None,
+            -(f.saving_ns or 0),
+            f.id,
+            f.steps[:1],
+        ),
+    )
+
+
+def parse_severity(value: str) -> Severity:
+    """'critical' | 'warning' | 'info' (case-insensitive) -> Severity; anything else is a user error."""
+    try:
+        return Severity(value.strip().lower())
+    except ValueError:
+        raise TraceInsightError(
+            f"--fail-on: unknown severity {value!r} (expected one of: {', '.join(SEVERITIES)})"
+        ) from None
+
+
+def fail_exit_code(findings: Iterable[Any], fail_on: str | None) -> int:
+    """Exit status for CI: EXIT_FINDINGS (3) when some finding is at least as severe as `fail_on`, else 0.
+
+    `fail_on` None (no --fail-on) always gives 0. 'warning' fails on warnings and criticals, 'info' on any
+    finding. Findings may be `Finding` objects or their JSON dicts.
+    """
+    if fail_on is None:
+        return 0
+    limit = parse_severity(fail_on).rank
+    for f in findings:
+        sev = f.severity if isinstance(f, Finding) else Severity(f["severity"])
+        if sev.rank <= limit:
+            return EXIT_FINDINGS
+    return 0

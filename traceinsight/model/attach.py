@@ -1,0 +1,660 @@
+"""Attach the schedule model to a trace's steps: per attention kernel variant its occupancy and split-KV
+threshold; per step its batch composition (from a sidecar, or bounded from the trace); per launch the
+planner's work items and the simulated schedule; per launch the Nsight Compute measurement when one was
+matched; and the GPU's idle gaps between steps. Times in ns, sizes in bytes, lengths in tokens.
+
+Everything here reads the trace (and its sidecar / ncu rows) only; what is unknown stays None with a note
+saying why, never a guess presented as a fact.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceinsight.ingest.sidecar import key_matches
+from traceinsight.ingest.store import TraceDB
+from traceinsight.model.gpus import GPU, gpu_for
+from traceinsight.model.occupancy import BACKENDS, CUDA_CORE, FA2, FA3, SM90, occupancy_limits
+from traceinsight.model.occupancy import threshold as backend_threshold
+from traceinsight.model.planners import Batch, Plan, plan
+from traceinsight.model.simulate import CostModel, SimResult, simulate
+from traceinsight.model.steps import Kernel, Launch, Step
+
+# Where each backend's grid holds the KV heads (KERNELS.md §1, §2): axis index into (x, y, z).
+KV_HEADS_GRID_AXIS: dict[str, int] = {CUDA_CORE: 1, FA2: 2}
+# Bytes per KV element by the sidecar's kv_dtype.
+KV_DTYPE_BYTES: dict[str, int] = {"fp8": 1, "e4m3": 1, "e5m2": 1, "float8_e4m3fn": 1, "bf16": 2, "bfloat16": 2,
+                                  "fp16": 2, "float16": 2, "half": 2, "fp32": 4, "float32": 4}
+# A launch is "balanced" (used to calibrate the cost model) when its longest work item is at most this many
+# times its mean work item (KV tokens).
+BALANCED_MAX_ITEM_RATIO = 1.5
+# Balanced launches needed to calibrate a kernel's cost model.
+MIN_CALIBRATION_SAMPLES = 2
+# Shortest GPU idle gap between two steps worth recording (ns).
+IDLE_GAP_RECORD_NS = 1_000
+
+
+@dataclass(frozen=True)
+class KernelThreshold:
+    """Occupancy and split-KV threshold of one attention kernel variant (distinct kernel name) on this GPU.
+
+    occupancy: resident CTAs per SM from registers/threads/shared memory; max_grid: the CTA count its planner
+    targets; b_threshold: smallest batch at which no request can be split any more (None: never splits);
+    kv_heads_source: where kv_heads came from ('grid.y', 'grid.z', 'sidecar').
+    """
+
+    kernel: str
+    name: str
+    backend: str
+    kv_heads: int | None
+    kv_heads_source: str | None
+    occupancy: int
+    occupancy_limiter: str
+    max_grid: int
+    b_threshold: int | None
+    registers_per_thread: int | None
+    threads_per_block: int
+    smem_bytes: int | None
+    num_sms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "backend": self.backend,
+            "kv_heads": self.kv_heads,
+            "occupancy": self.occupancy,
+            "max_grid": self.max_grid,
+            "b_threshold": self.b_threshold,
+            "name": self.name,
+            "kv_heads_source": self.kv_heads_source,
+            "occupancy_limiter": self.occupancy_limiter,
+            "registers_per_thread": self.registers_per_thread,
+            "threads_per_block": self.threads_per_block,
+            "smem_bytes": self.smem_bytes,
+            "num_sms": self.num_sms,
+        }
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """A step's batch composition: exact from a sidecar (source 'sidecar'), or bounded from the trace
+    (source 'trace'). Unknown values are None; `known` says in words what is known and from what.
+
+    batch_size_min / batch_size_max: bounds on B (equal to batch_size when exact); kv_lens: every request's KV
+    length (tokens, sidecar only); shape fields from the sidecar or the kernel's grid/block.
+    """
+
+    source: str
+    step_key: str | None
+    batch_size: int | None
+    batch_size_min: int | None
+    batch_size_max: int | None
+    kv_lens: tuple[int, ...] | None
+    qo_heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    page_size: int | None = None
+    kv_dtype: str | None = None
+    backend: str | None = None
+    cuda_graph: bool | None = None
+    planned_split_kv: bool | None = None
+    planned_padded_batch: int | None = None
+    known: tuple[str, ...] = ()
+
+    @property
+    def total_kv_tokens(self) -> int | None:
+        return sum(self.kv_lens) if self.kv_lens is not None else None
+
+    @property
+    def max_kv_len(self) -> int | None:
+        return max(self.kv_lens) if self.kv_lens else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "step_key": self.step_key,
+            "batch_size": self.batch_size,
+            "batch_size_min": self.batch_size_min,
+            "batch_size_max": self.batch_size_max,
+            "total_kv_tokens": self.total_kv_tokens,
+            "max_kv_len": self.max_kv_len,
+            "qo_heads": self.qo_heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "page_size": self.page_size,
+            "kv_dtype": self.kv_dtype,
+            "cuda_graph": self.cuda_graph,
+            "planned_split_kv": self.planned_split_kv,
+            "planned_padded_batch": self.planned_padded_batch,
+            "known": list(self.known),
+        }
+
+
+@dataclass(frozen=True)
+class LaunchModel:
+    """The schedule model of one attention launch.
+
+    source: 'sidecar' (planned from the exact batch) or 'trace' (what the grid alone says); work_items: CTAs
+    (or persistent tiles) doing work; chunk_tokens: KV chunk length (None: not split or varies);
+    split_kv: the planner's split decision (trace: merge kernel present); predicted_ns / sm_idle / tail_ns:
+    the simulated time, SM idle fraction (0..1) and tail (time with fewer than half the SMs busy), None
+    without a calibrated cost model; plan / sim: the planner's and simulator's full output (not in JSON);
+    grid_matches: the planned grid equals the traced one (None when not planned).
+    """
+
+    kernel_id: int
+    source: str
+    work_items: int | None
+    chunk_tokens: int | None
+    split_kv: bool | None
+    predicted_ns: int | None
+    sm_idle: float | None
+    tail_ns: int | None
+    plan: Plan | None = field(default=None, repr=False, compare=False)
+    sim: SimResult | None = field(default=None, repr=False, compare=False)
+    grid_matches: bool | None = None
+    longest_item_tokens: int | None = None
+    mean_item_tokens: float | None = None
+    note: str | None = None
+
+    @property
+    def imbalance(self) -> float | None:
+        """Longest work item over the mean work item (KV tokens); 1.0 is perfectly even."""
+        if self.longest_item_tokens is None or not self.mean_item_tokens:
+            return None
+        return self.longest_item_tokens / self.mean_item_tokens
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "work_items": self.work_items,
+            "chunk_tokens": self.chunk_tokens,
+            "split_kv": self.split_kv,
+            "predicted_ns": self.predicted_ns,
+            "sm_idle": round(self.sm_idle, 4) if self.sm_idle is not None else None,
+            "tail_ns": self.tail_ns,
+            "grid_matches": self.grid_matches,
+            "longest_item_tokens": self.longest_item_tokens,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Nsight Compute's per-SM active cycles of one launch (cycles): least busy SM, mean, busiest SM."""
+
+    ncu_id: int
+    sm_active_min: float | None
+    sm_active_avg: float | None
+    sm_active_max: float | None
+
+    @property
+    def sm_idle(self) -> float | None:
+        """1 - avg/max: the share of the busiest SM's time the average SM sat idle."""
+        if self.sm_active_avg is None or not self.sm_active_max:
+            return None
+        return 1.0 - self.sm_active_avg / self.sm_active_max
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sm_active_min": self.sm_active_min, "sm_active_avg": self.sm_active_avg,
+                "sm_active_max": self.sm_active_max, "ncu_id": self.ncu_id,
+                "sm_idle": round(self.sm_idle, 4) if self.sm_idle is not None else None}
+
+
+@dataclass(frozen=True)
+class IdleGap:
+    """A stretch with no kernel or memory operation on the GPU, just before step `before_step` (ns)."""
+
+    start_ns: int
+    end_ns: int
+    before_step: int
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class Schedule:
+    """The schedule model attached to one trace.
+
+    gpu: the GPU model (None when unknown: then nothing below is computed and `notes` says why);
+    thresholds: by kernel name; batches: by step index; models / measured: by attention kernel_id;
+    costs: calibrated cost model by kernel name; idle_gaps: GPU idle time between steps; notes: what could
+    not be modelled, in words.
+    """
+
+    gpu: GPU | None
+    thresholds: dict[str, KernelThreshold] = field(default_factory=dict)
+    batches: dict[int, StepBatch] = field(default_factory=dict)
+    models: dict[int, LaunchModel] = field(default_factory=dict)
+    measured: dict[int, Measured] = field(default_factory=dict)
+    costs: dict[str, CostModel] = field(default_factory=dict)
+    idle_gaps: list[IdleGap] = field(default_factory=list)
+    cuda_graph_kernels: frozenset[int] = frozenset()
+    notes: list[str] = field(default_factory=list)
+
+    def threshold_for(self, kernel: Kernel) -> KernelThreshold | None:
+        return self.thresholds.get(kernel.name)
+
+    def occupancy_for(self, kernel: Kernel) -> int | None:
+        t = self.thresholds.get(kernel.name)
+        return t.occupancy if t else None
+
+
+# ---------------------------------------------------------------------------------------------- thresholds
+def _threads(k: Kernel) -> int:
+    x, y, z = k.block
+    return max(x, 1) * max(y, 1) * max(z, 1) if any(k.block) else 0
+
+
+def _grid_kv_heads(k: Kernel) -> tuple[int | None, str | None]:
+    axis = KV_HEADS_GRID_AXIS.get(k.backend or "")
+    if axis is None or not k.grid[axis]:
+        return None, None
+    return k.grid[axis], f"grid.{'xyz'[axis]}"
+
+
+def kernel_threshold(k: Kernel, gpu: GPU, kv_heads_hint: int | None = None) -> KernelThreshold | None:
+    """Occupancy, max_grid and B_th of kernel `k` (one launch of the variant) on `gpu`; None for a backend the
+    model does not know. kv_heads: from the grid where the backend puts them, else `kv_heads_hint` (sidecar)."""
+    backend = k.backend or ""
+    if backend not in BACKENDS:
+        return None
+    threads = _threads(k)
+    lim = occupancy_limits(gpu, k.registers_per_thread or 0, threads, k.smem_bytes or 0)
+    kv_heads, src = _grid_kv_heads(k)
+    if kv_heads is None and kv_heads_hint:
+        kv_heads, src = kv_heads_hint, "sidecar"
+    if kv_heads is None:
+        if backend == SM90:
+            t = backend_threshold(backend, lim.blocks, gpu.num_sms, 1)
+            return KernelThreshold(k.kernel, k.name, backend, None, None, lim.blocks, lim.limiter, t.max_grid,
+                                   None, k.registers_per_thread, threads, k.smem_bytes, gpu.num_sms)
+        return KernelThreshold(k.kernel, k.name, backend, None, None, lim.blocks, lim.limiter,
+                               gpu.num_sms if backend == FA3 else lim.blocks * gpu.num_sms, None,
+                               k.registers_per_thread, threads, k.smem_bytes, gpu.num_sms)
+    t = backend_threshold(backend, lim.blocks, gpu.num_sms, kv_heads)
+    return KernelThreshold(k.kernel, k.name, backend, kv_heads, src, lim.blocks, lim.limiter, t.max_grid,
+                           t.b_threshold, k.registers_per_thread, threads, k.smem_bytes, gpu.num_sms)
+
+
+# ---------------------------------------------------------------------------------------------- batches
+def _dtype_bytes(kv_dtype: str | None) -> int:
+    return KV_DTYPE_BYTES.get((kv_dtype or "bf16").lower(), 2)
+
+
+def sidecar_rows(db: TraceDB, trace_id: int) -> list[dict[str, Any]]:
+    """The `batches` rows attached to the trace."""
+    return db.rows("SELECT * FROM batches WHERE trace_id = $t ORDER BY step_key", {"t": trace_id})
+
+
+def match_sidecar(step: Step, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The sidecar row whose key matches the step's range name (`sidecar.key_matches`; the key with the most
+    tokens wins); None for steps that are not ranges or match nothing."""
+    if step.source == "launch":
+        return None
+    best: dict[str, Any] | None = None
+    for r in rows:
+        if key_matches(r["step_key"], step.name):
+            if best is None or len(r["step_key"].split()) > len(best["step_key"].split()):
+                best = r
+    return best
+
+
+def _shape_from_kernel(k: Kernel, thr: KernelThreshold | None) -> tuple[int | None, int | None]:
+    """(qo_heads, kv_heads) the launch shows: CUDA-core block.y = G and grid.y = H_kv; FA2 grid.z = H_kv."""
+    kv = thr.kv_heads if thr else None
+    if k.backend == CUDA_CORE and kv and k.block[1]:
+        return k.block[1] * kv, kv
+    return None, kv
+
+
+def batch_from_sidecar(row: dict[str, Any], launch: Launch, thr: KernelThreshold | None) -> StepBatch:
+    q_k, kv_k = _shape_from_kernel(launch.attention, thr)
+    kv_lens = tuple(int(x) for x in row["kv_lens"]) if row.get("kv_lens") is not None else None
+    b = row.get("batch_size") or (len(kv_lens) if kv_lens else None)
+    known = [f"batch composition from the sidecar (key {row['step_key']!r})"]
+    if kv_lens is None:
+        known.append("the sidecar gives the batch size but not the KV lengths")
+    return StepBatch(
+        source="sidecar",
+        step_key=row["step_key"],
+        batch_size=b,
+        batch_size_min=b,
+        batch_size_max=b,
+        kv_lens=kv_lens,
+        qo_heads=row.get("qo_heads") or q_k,
+        kv_heads=row.get("kv_heads") or kv_k,
+        head_dim=row.get("head_dim") or launch.attention.params.get("head_dim"),
+        page_size=row.get("page_size"),
+        kv_dtype=row.get("kv_dtype"),
+        backend=row.get("backend"),
+        cuda_graph=row.get("cuda_graph"),
+        planned_split_kv=row.get("planned_split_kv"),
+        planned_padded_batch=row.get("planned_padded_batch"),
+        known=tuple(known),
+    )
+
+
+def batch_from_trace(launch: Launch, thr: KernelThreshold | None, cuda_graph: bool, gpu: GPU,
+                     merge_occ: int | None) -> StepBatch:
+    """Bounds on the batch from the launch alone (KERNELS.md §6)."""
+    k = launch.attention
+    q_k, kv_k = _shape_from_kernel(k, thr)
+    lo: int | None = None
+    hi: int | None = None
+    exact: int | None = None
+    known: list[str] = []
+    split = launch.split_kv
+    if k.backend == CUDA_CORE and not cuda_graph:
+        if split is False:
+            exact = k.grid[0]
+            known.append(f"split-KV off (no merge kernel), so grid.x = {k.grid[0]} = B exactly")
+        elif split is True:
+            hi = k.grid[0] - 1
+            lo = 1
+            known.append(f"split-KV on (merge kernel follows): grid.x = {k.grid[0]} counts work items, so "
+                         f"B <= {hi}")
+            m = _merge_bound(launch, q_k, gpu, merge_occ)
+            if m:
+                lo, hi2, why = m
+                hi = min(hi, hi2)
+                known.append(why)
+    elif k.backend == CUDA_CORE and cuda_graph:
+        if split is False:
+            exact = k.grid[0]
+            known.append(f"CUDA graph without split: grid.x = {k.grid[0]} = B")
+        else:
+            known.append("CUDA graph with split: grid.x is padded to max_grid / H_kv and says nothing about B")
+    elif k.backend == FA2:
+        if split is False and not cuda_graph:
+            exact = k.grid[0]
+            known.append(f"split-KV off, one query tile per request (G <= 16): grid.x = {k.grid[0]} = B")
+        elif split is True and not cuda_graph:
+            hi = max(k.grid[0] - 1, 1)
+            lo = 1
+            known.append(f"split-KV on: grid.x = {k.grid[0]} work items, so B <= {hi}")
+    else:
+        known.append(f"the {k.backend or 'unknown'} backend's grid {tuple(k.grid)} does not reveal the batch size")
+    if thr and thr.b_threshold and split is True and (hi is None or hi >= thr.b_threshold):
+        hi = thr.b_threshold - 1
+        lo = lo or 1
+        known.append(f"split-KV was on, so B < B_th = {thr.b_threshold}")
+    if exact is not None:
+        lo = hi = exact
+    known.append("KV lengths unknown without a sidecar; the launch's duration is the only hint of the longest "
+                 "request")
+    return StepBatch(
+        source="trace", step_key=None, batch_size=exact, batch_size_min=lo, batch_size_max=hi, kv_lens=None,
+        qo_heads=q_k, kv_heads=kv_k, head_dim=k.params.get("head_dim"), cuda_graph=cuda_graph,
+        planned_split_kv=split, known=tuple(known),
+    )
+
+
+def _merge_bound(launch: Launch, qo_heads: int | None, gpu: GPU, merge_occ: int | None
+                 ) -> tuple[int, int, str] | None:
+    """B from FlashInfer's merge grid num_SM * min(occ_merge, ceil(B * H_q / num_SM)) when below the cap."""
+    if not launch.merges or not qo_heads or not merge_occ:
+        return None
+    gx = launch.merges[0].grid[0]
+    if gx % gpu.num_sms:
+        return None
+    m = gx // gpu.num_sms
+    if m >= merge_occ:
+        return None
+    lo = ((m - 1) * gpu.num_sms) // qo_heads + 1
+    hi = (m * gpu.num_sms) // qo_heads
+    return lo, hi, (f"merge grid {gx} = {m} x {gpu.num_sms} SMs (below its occupancy {merge_occ}) means "
+                    f"B x {qo_heads} query heads is in ({(m - 1) * gpu.num_sms}, {m * gpu.num_sms}]: "
+                    f"{lo} <= B <= {hi}")
+
+
+def planner_batch(sb: StepBatch) -> Batch | None:
+    """The planner's Batch for a sidecar batch with KV lengths and a full shape; None otherwise."""
+    if sb.kv_lens is None or not sb.kv_lens or not sb.qo_heads or not sb.kv_heads or not sb.page_size:
+        return None
+    if sb.qo_heads % sb.kv_heads:
+        return None
+    return Batch(kv_lens=sb.kv_lens, page_size=sb.page_size, qo_heads=sb.qo_heads, kv_heads=sb.kv_heads,
+                 head_dim=sb.head_dim or 128, kv_dtype_bytes=_dtype_bytes(sb.kv_dtype))
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+def _item_stats(p: Plan) -> tuple[int, float]:
+    toks = [it.kv_tokens for it in p.work_items]
+    return (max(toks), statistics.fmean(toks)) if toks else (0, 0.0)
+
+
+def is_balanced(p: Plan) -> bool:
+    """Every work item within BALANCED_MAX_ITEM_RATIO of the mean (KV tokens)."""
+    longest, mean = _item_stats(p)
+    return mean > 0 and longest <= BALANCED_MAX_ITEM_RATIO * mean
+
+
+def calibrate_costs(
+    samples: dict[str, list[tuple[Plan, int]]], gpu: GPU, occ: dict[str, int]
+) -> tuple[dict[str, CostModel], list[str]]:
+    """Per kernel name, a cost model fitted on its balanced launches (plan, measured attention ns)."""
+    from traceinsight.model import simulate as sim_module
+
+    fit = getattr(sim_module, "calibrate", None)
+    costs: dict[str, CostModel] = {}
+    notes: list[str] = []
+    if fit is None:
+        notes.append("the simulator's calibrate() is not available: no predicted times")
+        return costs, notes
+    for name, pairs in samples.items():
+        balanced = [(p, ns) for p, ns in pairs if is_balanced(p)]
+        if len(balanced) < MIN_CALIBRATION_SAMPLES:
+            notes.append(f"{name[:60]}: {len(balanced)} balanced launches, need {MIN_CALIBRATION_SAMPLES} to "
+                         "calibrate its cost model")
+            continue
+        try:
+            costs[name] = fit(balanced, gpu, occ[name])
+        except (ValueError, ZeroDivisionError) as exc:
+            notes.append(f"{name[:60]}: calibration failed ({exc})")
+    return costs, notes
+
+
+# ---------------------------------------------------------------------------------------------- launches
+def model_from_plan(kernel_id: int, p: Plan, k: Kernel, gpu: GPU, occ: int, cost: CostModel | None,
+                    source: str = "sidecar") -> LaunchModel:
+    longest, mean = _item_stats(p)
+    sim = simulate(p, gpu, occ, cost) if cost is not None else None
+    return LaunchModel(
+        kernel_id=kernel_id,
+        source=source,
+        work_items=sum(1 for it in p.work_items if it.kv_tokens > 0) or len(p.work_items),
+        chunk_tokens=p.chunk_tokens,
+        split_kv=p.split_kv,
+        predicted_ns=round(sim.predicted_ns) if sim else None,
+        sm_idle=sim.sm_idle_fraction if sim else None,
+        tail_ns=round(sim.tail_ns) if sim else None,
+        plan=p,
+        sim=sim,
+        grid_matches=tuple(p.grid) == tuple(k.grid),
+        longest_item_tokens=longest,
+        mean_item_tokens=mean,
+        note=None if cost is not None else "no calibrated cost model for this kernel: work items only",
+    )
+
+
+def model_from_trace(launch: Launch, thr: KernelThreshold | None) -> LaunchModel:
+    k = launch.attention
+    x, y, z = k.grid
+    persistent = k.backend in (SM90, FA3)
+    return LaunchModel(
+        kernel_id=k.kernel_id,
+        source="trace",
+        work_items=None if persistent else x * max(y, 1) * max(z, 1),
+        chunk_tokens=None,
+        split_kv=launch.split_kv,
+        predicted_ns=None,
+        sm_idle=None,
+        tail_ns=None,
+        note="batch composition unknown (no sidecar): CTAs from the grid, split-KV from the merge kernel",
+    )
+
+
+# ---------------------------------------------------------------------------------------------- idle gaps
+_GAPS_SQL = """
+WITH iv AS (
+    SELECT start_ns, end_ns FROM kernels WHERE trace_id = $t AND (device_id = $d OR device_id IS NULL OR $d IS NULL)
+    UNION ALL
+    SELECT start_ns, end_ns FROM memops WHERE trace_id = $t AND (device_id = $d OR device_id IS NULL OR $d IS NULL)
+), o AS (
+    SELECT start_ns, max(end_ns) OVER (ORDER BY start_ns, end_ns
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM iv
+)
+SELECT prev_end AS gap_start, start_ns AS gap_end FROM o
+WHERE prev_end IS NOT NULL AND start_ns - prev_end >= $min AND start_ns > $lo AND prev_end < $hi
+ORDER BY gap_start
+"""
+
+
+def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | None) -> list[IdleGap]:
+    """Stretches with nothing on the GPU that lie between steps (inside no step's span), from the first step to
+    the last; each is given to the step that follows it."""
+    if len(steps) < 2:
+        return []
+    ordered = sorted(steps, key=lambda s: (s.start_ns, s.end_ns))
+    rows = db.rows(_GAPS_SQL, {"t": trace_id, "d": device_id, "min": IDLE_GAP_RECORD_NS,
+                               "lo": ordered[0].start_ns, "hi": ordered[-1].end_ns})
+    starts = [s.start_ns for s in ordered]
+    reach = []  # reach[i]: the latest end of steps 0..i
+    last = ordered[0].end_ns
+    for s in ordered:
+        last = max(last, s.end_ns)
+        reach.append(last)
+    out = []
+    for r in rows:
+        g0, g1 = int(r["gap_start"]), int(r["gap_end"])
+        i = bisect.bisect_left(starts, g1)  # first step starting at or after the gap's end
+        if i == 0 or i >= len(ordered) or reach[i - 1] > g0:
+            continue  # before the first step, after the last one, or inside a step
+        out.append(IdleGap(g0, g1, ordered[i].index))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- main
+def _attention_launches(steps: Iterable[Step]) -> Iterable[tuple[Step, Launch]]:
+    for s in steps:
+        for launch in s.launches:
+            yield s, launch
+
+
+def _device_row(db: TraceDB, trace_id: int, gpu_row: dict[str, Any]) -> dict[str, Any]:
+    dev = gpu_row.get("device_id")
+    rows = db.rows("SELECT * FROM devices WHERE trace_id = $t AND (device_id = $d OR $d IS NULL) "
+                   "ORDER BY device_id LIMIT 1", {"t": trace_id, "d": dev})
+    return {**gpu_row, **(rows[0] if rows else {})}
+
+
+def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any]) -> Schedule:
+    """Build the schedule model of one trace (see the module docstring)."""
+    from traceinsight.errors import TraceInsightError
+
+    device = _device_row(db, trace_id, gpu_row)
+    try:
+        gpu = gpu_for(device.get("name"), {k: v for k, v in device.items() if k != "name"})
+    except TraceInsightError as exc:
+        return Schedule(gpu=None, notes=[f"no GPU model: {exc}"])
+    sched = Schedule(gpu=gpu)
+    graph_ids = {r["kernel_id"] for r in db.rows(
+        "SELECT kernel_id FROM kernels WHERE trace_id = $t AND graph_node_id IS NOT NULL", {"t": trace_id})}
+    sched.cuda_graph_kernels = frozenset(graph_ids)
+    rows = sidecar_rows(db, trace_id)
+    matched: dict[int, dict[str, Any]] = {}
+    for s in steps:
+        r = match_sidecar(s, rows)
+        if r is not None:
+            matched[s.index] = r
+
+    # (a) thresholds, one per attention kernel variant (its most common launch shape).
+    by_name: dict[str, list[Kernel]] = defaultdict(list)
+    hint: dict[str, int] = {}
+    for s, launch in _attention_launches(steps):
+        by_name[launch.attention.name].append(launch.attention)
+        r = matched.get(s.index)
+        if r and r.get("kv_heads"):
+            hint[launch.attention.name] = int(r["kv_heads"])
+    for name, ks in by_name.items():
+        shape = Counter((k.grid, k.block, k.registers_per_thread, k.smem_bytes) for k in ks).most_common(1)[0][0]
+        rep = next(k for k in ks if (k.grid, k.block, k.registers_per_thread, k.smem_bytes) == shape)
+        thr = kernel_threshold(rep, gpu, hint.get(name))
+        if thr is not None:
+            sched.thresholds[name] = thr
+
+    # Occupancy of the merge kernels (bounds B from their grid).
+    merge_occ: dict[str, int] = {}
+    for _, launch in _attention_launches(steps):
+        for m in launch.merges:
+            if m.name not in merge_occ:
+                merge_occ[m.name] = occupancy_limits(gpu, m.registers_per_thread or 0, _threads(m),
+                                                     m.smem_bytes or 0).blocks
+
+    # (b) batch composition per step, (c) plans.
+    plans: dict[int, tuple[Plan, Kernel, int]] = {}
+    samples: dict[str, list[tuple[Plan, int]]] = defaultdict(list)
+    for s in steps:
+        if not s.launches:
+            continue
+        first = s.launches[0]
+        thr = sched.thresholds.get(first.attention.name)
+        cuda_graph = first.attention.kernel_id in graph_ids
+        r = matched.get(s.index)
+        if r is not None:
+            sb = batch_from_sidecar(r, first, thr)
+            if sb.cuda_graph is not None:
+                cuda_graph = sb.cuda_graph
+        else:
+            mo = merge_occ.get(first.merges[0].name) if first.merges else None
+            sb = batch_from_trace(first, thr, cuda_graph, gpu, mo)
+        sched.batches[s.index] = sb
+        pb = planner_batch(sb) if sb.source == "sidecar" else None
+        for launch in s.launches:
+            k = launch.attention
+            t = sched.thresholds.get(k.name)
+            if pb is None or t is None or k.backend not in BACKENDS:
+                continue
+            occ = t.occupancy if k.backend == CUDA_CORE else max(t.occupancy, 1)
+            try:
+                p = plan(k.backend, pb, gpu, occ, cuda_graph=cuda_graph)
+            except ValueError as exc:
+                sched.notes.append(f"step {s.index}: planner failed ({exc})")
+                continue
+            plans[k.kernel_id] = (p, k, occ)
+            samples[k.name].append((p, launch.attention.dur_ns))
+
+    occ_by_name = {name: (t.occupancy if t.backend == CUDA_CORE else max(t.occupancy, 1))
+                   for name, t in sched.thresholds.items()}
+    sched.costs, notes = calibrate_costs(samples, gpu, occ_by_name)
+    sched.notes.extend(notes)
+    for _, launch in _attention_launches(steps):
+        k = launch.attention
+        if k.kernel_id in plans:
+            p, _, occ = plans[k.kernel_id]
+            sched.models[k.kernel_id] = model_from_plan(k.kernel_id, p, k, gpu, occ, sched.costs.get(k.name))
+        elif k.backend in BACKENDS:
+            sched.models[k.kernel_id] = model_from_trace(launch, sched.thresholds.get(k.name))
+
+    # (d) Nsight Compute measurements matched to launches.
+    try:
+        from traceinsight.ingest.ncu_csv import sm_active
+
+        for r in sm_active(db, trace_id):
+            if r["kernel_id"] is not None and r["sm_active_max"] is not None:
+                sched.measured[int(r["kernel_id"])] = Measured(int(r["ncu_id"]), r["sm_active_min"],
+                                                               r["sm_active_avg"], r["sm_active_max"])
+    except ImportError:  # pragma: no cover - the ncu reader ships with the package
+        pass
+
+    sched.idle_gaps = idle_gaps(db, trace_id, steps, gpu_row.get("device_id"))
+    return sched

@@ -1,0 +1,68 @@
+"""Write a report file: `write_report(analyses, 'md' | 'html', out)`. The CLI's `analyze --format md|html --out
+FILE` and the dashboard's download button call it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from traceinsight.errors import InputError
+
+if TYPE_CHECKING:
+    from traceinsight.diagnose.context import TraceAnalysis
+    from traceinsight.report.figures import Gantt
+
+FORMATS = ("md", "html")
+
+
+def report_inputs(analyses: list[TraceAnalysis]) -> tuple[list[dict[str, Any]], list[Gantt | str]]:
+    """The JSON documents of the analyses and the Gantt of each one's worst launch (or why there is none)."""
+    from traceinsight.report.gantt import gantt_for
+    from traceinsight.report.json_doc import to_json
+
+    docs = [to_json(a) for a in analyses]
+    return docs, [gantt_for(a, d) for a, d in zip(analyses, docs, strict=True)]
+
+
+def render_report(analyses: list[TraceAnalysis], fmt: str, out: Path) -> str:
+    """The report text (HTML, or Markdown whose figures are written beside `out`)."""
+    docs, gantts = report_inputs(analyses)
+    if fmt == "html":
+        from traceinsight.report import html
+
+        return html.render(docs, gantts)
+    if fmt == "md":
+        from traceinsight.report import markdown
+
+        return markdown.render(docs, out, gantts)
+    raise ValueError(f"unknown report format {fmt!r} (expected one of {FORMATS})")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder, so a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(analyses: list[TraceAnalysis], fmt: str, out: Path,
+                 on_stage: Callable[[str], None] | None = None) -> Path:
+    """Write the `fmt` ('md' | 'html') report of `analyses` to `out` (Markdown: figures into `<stem>_figs/`
+    beside it). `on_stage(message)` is called before the slow parts, for a progress display. Returns `out`."""
+    out = Path(out)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown report format {fmt!r} (expected one of {FORMATS})")
+    if not out.parent.is_dir():
+        raise InputError(f"{out}: the folder {out.parent} does not exist")
+    if on_stage:
+        on_stage(f"writing the {fmt} report")
+    write_atomic(out, render_report(analyses, fmt, out))
+    return out

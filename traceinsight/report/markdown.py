@@ -1,0 +1,193 @@
+"""The Markdown report: the sections of the HTML report (`html.SECTIONS`, same order) as GitHub-flavoured
+Markdown, with the plots written as PNG files beside it (`<stem>_figs/`), linked by relative path so the
+folder can be pasted into a postmortem or a wiki."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from traceinsight import __version__
+from traceinsight.report import figures, sections
+from traceinsight.report.figures import Gantt
+from traceinsight.report.html import SECTIONS
+from traceinsight.report.text import fmt_ns
+
+SEVERITY_MARK = {"critical": "🔴 CRITICAL", "warning": "🟠 WARNING", "info": "🔵 INFO"}
+
+
+def cell(value: Any) -> str:
+    """Text safe inside a Markdown table cell."""
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(headers: list[str], rows: list[list[Any]], right: set[int] | None = None) -> str:
+    right = right or set()
+    head = "| " + " | ".join(headers) + " |"
+    rule = "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|"
+    body = ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join([head, rule, *body])
+
+
+class _Figures:
+    """Writes PNGs into the figures folder and returns their relative links."""
+
+    def __init__(self, out: Path) -> None:
+        self.dir = out.parent / f"{out.stem}_figs"
+        self.rel = self.dir.name
+        self.written: list[Path] = []
+
+    def save(self, fig: Any, name: str) -> str:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / f"{name}.png"
+        path.write_bytes(figures.to_png(fig))
+        self.written.append(path)
+        return f"{self.rel}/{path.name}"
+
+
+def _na(text: str | None) -> str:
+    return f"_{text}_" if text else ""
+
+
+def verdict_md(doc: dict[str, Any]) -> str:
+    why = sections.missing(doc, "findings")
+    if why:
+        return _na(why)
+    total = sections.total_step_ns(doc)
+    names = {s["index"]: s["name"] for s in doc.get("steps") or []}
+    lines = []
+    for f in sections.sorted_findings(doc):
+        saving = f.get("saving_ns")
+        save = ""
+        if saving:
+            save = f" — **saves ≈ {fmt_ns(saving)}**" + (f" ({saving / total:.0%} of step time)" if total else "")
+        mark = SEVERITY_MARK.get(f.get("severity", ""), f.get("severity", "").upper())
+        lines.append(f"- **{mark}** `{f.get('id')}`: {f.get('summary', '')}{save}")
+        steps = f.get("steps") or []
+        if f.get("explanation"):
+            lines.append(f"  - {f['explanation']}")
+        if f.get("remedy"):
+            lines.append(f"  - Remedy: {f['remedy']}")
+        if steps:
+            shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in steps[:6])
+            lines.append(f"  - Steps ({len(steps)}): {shown}" + (" …" if len(steps) > 6 else ""))
+    return "\n".join(lines)
+
+
+def timeline_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
+    why = sections.missing(doc, "steps")
+    if why:
+        return _na(why)
+    points = sections.timeline(doc)
+    link = figs.save(figures.timeline_figure(points, f"Step time of {len(points)} steps"), f"{prefix}timeline")
+    spikes = [p for p in points if p.spike]
+    text = f"![step time per step]({link})\n\n"
+    if "findings" not in doc:
+        return text + "_Spikes: not available: needs the diagnostics stage (latency-spike)._"
+    if not spikes:
+        return text + "No spike: no step broke from the trend."
+    rows = [[p.index, p.name, fmt_ns(p.dur_ns), p.cause or "unexplained"] for p in spikes[:15]]
+    more = f"\n\n… and {len(spikes) - 15} more spikes." if len(spikes) > 15 else ""
+    return text + md_table(["step", "name", "time", "cause"], rows, right={0, 2}) + more
+
+
+def sweep_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
+    panels = sections.sweep(doc)
+    if not panels:
+        return _na(sections.missing(doc, "sweep"))
+    link = figs.save(figures.sweep_figure(panels), f"{prefix}sweep")
+    lines = [f"![latency vs batch size per distribution]({link})", ""]
+    for p in panels:
+        last_on, first_off = sections.observed_switch(p)
+        th = f"B_th = {p.b_threshold}" if p.b_threshold else "B_th not available"
+        obs = (f"split-KV observed on up to B={last_on}, off from B={first_off}" if first_off
+               else "split-KV state does not change with B")
+        lines.append(f"- **{p.key}** ({p.kernel}, {p.backend}): {th}; {obs}.")
+    for p in panels:
+        headers = [f"{p.key}: dist / B", *[str(b) for b in p.batch_sizes]]
+        rows = []
+        for s in p.series:
+            by_b = dict(zip(s.batch, s.median_ns, strict=True))
+            rows.append([s.dist, *[fmt_ns(by_b.get(b)) for b in p.batch_sizes]])
+        lines += ["", md_table(headers, rows, right=set(range(1, len(headers))))]
+    return "\n".join(lines)
+
+
+def schedule_md(sched: Gantt | str | None, figs: _Figures, prefix: str) -> str:
+    if not isinstance(sched, Gantt):
+        return _na(sched or "not available: needs the schedule model and a batch composition")
+    link = figs.save(figures.gantt_figure(sched), f"{prefix}schedule")
+    return f"![{sched.title}]({link})\n\n" + "\n".join(f"- {n}" for n in sched.notes)
+
+
+def kernels_md(doc: dict[str, Any], limit: int = 30) -> str:
+    rows = sections.kernel_rows(doc, limit)
+    if not rows:
+        return _na("not available: no kernel in the trace")
+    body = [[k.get("kernel"), k.get("family"), k.get("backend") or "–", k.get("phase"), k.get("count"),
+             fmt_ns(k.get("total_ns")), fmt_ns(k.get("mean_ns")), fmt_ns(k.get("max_ns")),
+             f"{(k.get('share') or 0):.1%}", sections.grids_text(k.get("grids")),
+             sections.params_text(k.get("params"))] for k in rows]
+    text = md_table(["kernel", "family", "backend", "phase", "count", "total", "mean", "max", "share", "grids",
+                     "parameters"], body, right={4, 5, 6, 7, 8})
+    total = len(doc.get("kernels") or [])
+    return text + (f"\n\n{total - len(rows)} more kernels with less time: see the JSON output." if total > len(rows)
+                   else "")
+
+
+def thresholds_md(doc: dict[str, Any]) -> str:
+    why = sections.missing(doc, "thresholds")
+    if why:
+        return _na(why)
+    observed = {}
+    for p in sections.sweep(doc):
+        last_on, first_off = sections.observed_switch(p)
+        if first_off:
+            observed[(p.kernel, p.backend)] = f"on ≤ {last_on}, off ≥ {first_off}" if last_on else f"off ≥ {first_off}"
+    rows = [[t.get("kernel"), t.get("backend") or "–", t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
+             f"**{t['b_threshold']}**" if t.get("b_threshold") else "–",
+             observed.get((t.get("kernel"), t.get("backend")), "–")] for t in sections.threshold_rows(doc)]
+    return md_table(["kernel", "backend", "KV heads", "CTAs / SM", "max grid", "B_th", "observed in this trace"],
+                    rows, right={2, 3, 4, 5})
+
+
+def methods_md(doc: dict[str, Any]) -> str:
+    return "\n".join(f"- **{k}.** {v}" for k, v in sections.methods(doc))
+
+
+def _header(doc: dict[str, Any]) -> str:
+    tr = doc.get("trace") or {}
+    gpu = tr.get("gpu") or {}
+    gpu_text = (gpu.get("name") or "unknown GPU") + (f", {gpu['num_sms']} SMs" if gpu.get("num_sms") else "")
+    kernels = sum(k.get("count") or 0 for k in doc.get("kernels") or [])
+    return (f"`{tr.get('path')}` [{tr.get('format')}] · GPU **{gpu_text}** · span {fmt_ns(tr.get('dur_ns'))} · "
+            f"{kernels} kernels · {len(doc.get('steps') or [])} steps")
+
+
+def trace_md(doc: dict[str, Any], sched: Gantt | str | None, figs: _Figures, prefix: str, level: int) -> str:
+    h = "#" * level
+    parts = {
+        "verdict": verdict_md(doc),
+        "timeline": timeline_md(doc, figs, prefix),
+        "sweep": sweep_md(doc, figs, prefix),
+        "schedule": schedule_md(sched, figs, prefix),
+        "kernels": kernels_md(doc),
+        "thresholds": thresholds_md(doc),
+        "methods": methods_md(doc),
+    }
+    return "\n\n".join(f"{h} {title}\n\n{parts[sid]}" for sid, title in SECTIONS)
+
+
+def render(docs: list[dict[str, Any]], out: Path, schedules: list[Gantt | str | None] | None = None) -> str:
+    """The Markdown text of the report to be written at `out`; writes its figures into `<out stem>_figs/`."""
+    schedules = schedules or [None] * len(docs)
+    figs = _Figures(out)
+    parts = ["# traceinsight report", ""]
+    if len(docs) == 1:
+        parts += [_header(docs[0]), "", trace_md(docs[0], schedules[0], figs, "", 2)]
+    else:
+        for i, (doc, sched) in enumerate(zip(docs, schedules, strict=True)):
+            parts += [f"## Trace {i + 1}", "", _header(doc), "", trace_md(doc, sched, figs, f"t{i}_", 3), ""]
+    parts += ["", f"---\n_traceinsight {__version__}. Times are GPU times from the trace._", ""]
+    return "\n".join(parts)
