@@ -270,13 +270,13 @@ class _Parser:
         if kind == "t":
             n = 1 if self.peek() == "_" else self.number() + 2
             self.take("_")
-            return "{unnamed type#%d}" % n
+            return f"{{unnamed type#{n}}}"
         if kind == "l":
             params = self.bare_function_type()
             self.take("E")
             n = 1 if self.peek() == "_" else self.number() + 2
             self.take("_")
-            return "{lambda(%s)#%d}" % (params, n)
+            return f"{{lambda({params})#{n}}}"
         raise _Fail("unnamed type")
 
     # ---- substitutions and template parameters ------------------------------------------------
@@ -296,7 +296,7 @@ class _Parser:
         print time: a substitution of `T1_` means the third template argument of whichever function's
         signature refers to it)."""
         self.take("T")
-        return "\x01%d\x02" % self.seq_id()
+        return f"\x01{self.seq_id()}\x02"
 
     def template_args(self) -> list[str]:
         self.take("I")
@@ -464,7 +464,7 @@ def _resolve(text: str, targs: list[str]) -> str:
 
 def _unnamed(m: re.Match[str]) -> str:
     k = int(m.group(1))
-    return "T%d" % k if k else "T"
+    return f"T{k}" if k else "T"
 
 
 @lru_cache(maxsize=65536)

@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from traceinsight.labels.demangle import demangle
 from traceinsight.labels.extract import extract, fill, phase_from_params
+from traceinsight.labels.prefilter import Prefilter
 from traceinsight.labels.result import Label
 from traceinsight.labels.rules import (
     FROM_NAMESPACE,
@@ -46,8 +47,10 @@ def mangled_base(name: str) -> str:
 class RuleSet:
     """Rules, context rules, namespaces and dtypes, in the order they are tried; labels names."""
 
-    def __init__(self, parts: Sequence[RuleData]):
+    def __init__(self, parts: Sequence[RuleData], prefilter: bool = True):
         self.rules: tuple[Rule, ...] = tuple(r for p in parts for r in p.rules)
+        # Literal pre-checks (prefilter.py): skip regex searches that cannot succeed.
+        self._prefilter = Prefilter([r.pattern for r in self.rules], enabled=prefilter)
         self.contexts: tuple[ContextRule, ...] = tuple(c for p in parts for c in p.contexts)
         self.namespaces: tuple[Namespace, ...] = tuple(n for p in parts for n in p.namespaces)
         self.dtypes = tuple(d for p in parts for d in p.dtypes)
@@ -56,9 +59,9 @@ class RuleSet:
     def rule_ids(self) -> list[str]:
         return [r.id for r in self.rules]
 
-    def backend_of(self, text: str) -> str | None:
-        """The owning library of a name, from the [[namespace]] table."""
-        qn = qualified_name(text)
+    def backend_of(self, text: str, qn: str | None = None) -> str | None:
+        """The owning library of a name, from the [[namespace]] table (`qn`: its qualified name)."""
+        qn = qualified_name(text) if qn is None else qn
         for ns in self.namespaces:
             if ns.pattern.search(qn):
                 return ns.backend
@@ -82,7 +85,9 @@ class RuleSet:
         demangled = demangle(text) if text.startswith("_Z") else None
         if demangled is not None:
             text = demangled
-        for rule in self.rules:
+        texts = (text, raw) if demangled is not None else (text,)
+        for i in self._prefilter.candidates(*texts):
+            rule = self.rules[i]
             if not (rule.pattern.search(text) or (demangled is not None and rule.pattern.search(raw))):
                 continue
             if rule.not_pattern is not None and rule.not_pattern.search(text):
@@ -97,12 +102,13 @@ class RuleSet:
             phase, evidence = phase_from_params(rule.phase_when, params, rule.phase_evidence)
         else:
             phase, evidence = rule.phase, fill(rule.phase_evidence, params)
-        backend = self.backend_of(text) if rule.backend == FROM_NAMESPACE else rule.backend
         if raw.startswith("_Z") and demangled is None:
-            base = mangled_base(raw)
+            qn = base = mangled_base(raw)
         else:
-            base = base_name(text)
-        kernel = fill(rule.kernel, {**params, "base": base})
+            qn = qualified_name(text)
+            base = base_name(text, qn=qn)
+        backend = self.backend_of(text, qn) if rule.backend == FROM_NAMESPACE else rule.backend
+        kernel = fill(rule.kernel, {**params, "base": base, "name": text})
         return Label(
             family=rule.family,
             backend=backend,

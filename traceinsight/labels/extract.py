@@ -85,7 +85,7 @@ def extract(ex: Extractor, text: str, dtypes: DtypeTable) -> dict[str, Value]:
         if pat.groups:
             if m and m.group(1) is not None:
                 params.setdefault(key, parse_value(m.group(1)))
-        else:
+        elif m is not None or "<" in text:  # absent means False only where template arguments show
             params.setdefault(key, m is not None)
     if ex.dtype and "dtype" not in params:
         d = name_dtype(text, dtypes)

@@ -28,7 +28,8 @@ Value = int | bool | str
 
 @dataclass(frozen=True)
 class TemplateSpec:
-    """Read the arguments of the template named `name`: `args` = ((param, kind), ...)."""
+    """Read the arguments of the first template named `name` (compiled to match a whole identifier
+    followed by '<'): `args` = ((param, kind), ...)."""
 
     name: re.Pattern[str]
     args: tuple[tuple[str, str], ...]
@@ -180,7 +181,9 @@ def _extractor(c: _Checker, eid: str, d: Any) -> Extractor:
             if arg not in dict(args) or not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise c.fail(tw, f"unpack {arg!r} must name a type argument and list parameter names")
             unpack.append((arg, tuple(names)))
-        templates.append(TemplateSpec(c.regex(t["name"], tw), tuple(args), tuple(unpack)))
+        c.regex(t["name"], tw)
+        name = re.compile(r"(?<![A-Za-z0-9_])(?:" + t["name"] + r")(?=\s*<)")
+        templates.append(TemplateSpec(name, tuple(args), tuple(unpack)))
     search = tuple(
         (k, c.regex(v, f"{where} search {k!r}")) for k, v in c.table(d.get("search", {}), where).items()
     )

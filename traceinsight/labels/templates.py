@@ -18,8 +18,10 @@ _CLOSE = {v: k for k, v in _OPEN.items()}
 _INT = re.compile(r"^(-?\d+)(?:[uU]|[uU]?[lL]{1,2}|[lL]{1,2}[uU])?$")
 _CAST = re.compile(r"^\(([^()]*)\)\s*(-?\d+|true|false)[uUlL]*$")
 # `cute::C<128>`, `cute::Int<128>`, `cute::_128`, `_128`: integral constants in tile shapes.
-_CONST = re.compile(r"^(?:[\w:]*::)?(?:C|Int)<\s*\(?[\w ]*\)?\s*(-?\d+)[uUlL]*\s*>$|^(?:[\w:]*::)?_(\d+)$")
+_CONST = re.compile(r"^(?:[\w:]*::)?(?:C|Int)<\s*(?:\([^()]*\))?\s*(-?\d+)[uUlL]*\s*>$|^(?:[\w:]*::)?_(\d+)$")
 _ANON = re.compile(r"\(anonymous namespace\)|<unnamed>")
+_IDENT = r"(?:\(anonymous namespace\)|<unnamed>|[A-Za-z_~$][\w$]*)"
+_HEAD = re.compile(r"\s*(void\s+)?(" + _IDENT + r"(?:::" + _IDENT + r")*)\s*(?=[<(]|$)")
 
 
 def split_args(text: str, start: int) -> list[str] | None:
@@ -53,20 +55,16 @@ def split_args(text: str, start: int) -> list[str] | None:
 
 
 def template_args(text: str, name: re.Pattern[str]) -> list[str] | None:
-    """Arguments of the first template whose identifier matches `name` (a compiled regex).
+    """Arguments of the first template whose identifier matches `name`.
 
-    The identifier must stand alone: `KernelTraits` does not match inside `AttentionKernelTraits`.
+    `name` must match a whole identifier and stop before its '<' (rules.py compiles it so:
+    `KernelTraits` does not match inside `AttentionKernelTraits`).
     """
-    for m in name.finditer(text):
-        s, e = m.span()
-        if s > 0 and (text[s - 1].isalnum() or text[s - 1] == "_"):
-            continue
-        k = e
-        while k < len(text) and text[k] == " ":
-            k += 1
-        if k < len(text) and text[k] == "<":
-            return split_args(text, k)
-    return None
+    m = name.search(text)
+    if m is None:
+        return None
+    k = text.find("<", m.end())
+    return split_args(text, k) if k >= 0 else None
 
 
 def parse_value(token: str) -> Value:
@@ -102,18 +100,23 @@ def parse_const(token: str) -> Value:
 
 
 def _strip_tail_group(text: str) -> str:
-    """Remove a trailing balanced (...) or <...> group (and a trailing ` const`)."""
+    """Remove a trailing balanced (...) or <...> group (and a trailing ` const`).
+
+    Only the group's own bracket kind is counted, so `->` inside a parameter list does not confuse it.
+    """
     t = text.rstrip()
     if t.endswith(" const"):
         t = t[:-6].rstrip()
-    if not t or t[-1] not in _CLOSE:
+    if not t or t[-1] not in (")", ">"):
         return t
+    close = t[-1]
+    open_ = _CLOSE[close]
     depth = 0
     for k in range(len(t) - 1, -1, -1):
         ch = t[k]
-        if ch in _CLOSE:
+        if ch == close:
             depth += 1
-        elif ch in _OPEN:
+        elif ch == open_:
             depth -= 1
             if depth == 0:
                 return t[:k].rstrip()
@@ -126,6 +129,9 @@ def qualified_name(text: str) -> str:
     `void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)` -> `at::native::vectorized_elementwise_kernel`.
     Names that are not C++ declarations (`volta_sgemm_128x32_nt`, Triton names) come back whole.
     """
+    m = _HEAD.match(text)
+    if m and (m.group(1) or m.end() == len(text) or text[m.end()] == "("):
+        return m.group(2)  # the common case: [void ]a::b::name followed by '<', '(' or the end
     t = _ANON.sub("{anon}", text.strip())
     if t.endswith(")") or t.endswith(" const"):
         t = _strip_tail_group(t)  # the parameter list
@@ -138,7 +144,7 @@ def qualified_name(text: str) -> str:
         if ch in _OPEN:
             depth += 1
         elif ch in _CLOSE:
-            depth -= 1
+            depth = max(0, depth - 1)  # nsys prints some return types unbalanced
         elif ch == " " and depth == 0:
             cut = k + 1
     return t[cut:].replace("{anon}", "(anonymous namespace)")
@@ -147,12 +153,13 @@ def qualified_name(text: str) -> str:
 _WRAPPERS = {"device_kernel", "Kernel", "Kernel2", "enable_sm90_or_later", "enable_sm90", "enable_sm80_to_sm89"}
 
 
-def base_name(text: str, max_len: int = 80) -> str:
+def base_name(text: str, max_len: int = 80, qn: str | None = None) -> str:
     """A short display name: the last component of the qualified name (`vectorized_elementwise_kernel`).
 
     For CUTLASS wrappers (`cutlass::device_kernel<X>`, `cutlass::Kernel2<X>`) it is X's base name.
+    `qn`: the qualified name when the caller has it already.
     """
-    qn = qualified_name(text)
+    qn = qualified_name(text) if qn is None else qn
     base = qn.rsplit("::", 1)[-1] if "::" in qn else qn
     if base in _WRAPPERS:
         k = text.find(base + "<")
@@ -163,7 +170,3 @@ def base_name(text: str, max_len: int = 80) -> str:
     base = base or text.strip()
     return base if len(base) <= max_len else base[: max_len - 1] + "…"
 
-
-def leading_namespace(text: str) -> str:
-    """The qualified name, used to look up the owning library (`flashinfer::...`, `at::native::...`)."""
-    return qualified_name(text)
