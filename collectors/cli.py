@@ -136,7 +136,7 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
         raise CollectError(f"collect: --name {name!r} must be a plain file stem")
     return RunConfig(kind, str(out), name, profiler, shape, paths, o["cuda_graph"], o["seed"], steps, o["warmup"],
                      batch_sizes, dists, o["total_tokens"], serving, metrics, o["ncu_kernels"], o["workspace_mb"],
-                     not o["drop_nsys_rep"])
+                     not o["drop_nsys_rep"], o["gzip_sidecar"])
 
 
 # ---------------------------------------------------------------------------------------------- the command
@@ -186,6 +186,7 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
 @click.option("--ncu-kernels", default=NCU_KERNEL_REGEX, show_default=True, help="ncu: kernel name regex.")
 @click.option("--workspace-mb", type=int, default=512, show_default=True, help="FlashInfer float workspace (MiB).")
 @click.option("--drop-nsys-rep", is_flag=True, help="nsys: keep only the SQLite export.")
+@click.option("--gzip-sidecar", is_flag=True, help="Write NAME.sidecar.json.gz instead of NAME.sidecar.json.")
 def collect(kind: str, out: Path, **options: Any) -> None:
     """Run a FlashInfer decode-attention collector on this machine's GPU and write an annotated trace plus a
     traceinsight.sidecar/1 file.

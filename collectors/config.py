@@ -152,6 +152,11 @@ class RunConfig:
     ncu_kernels: str = NCU_KERNEL_REGEX
     workspace_mb: int = 512
     keep_nsys_rep: bool = True
+    gzip_sidecar: bool = False
+
+    @property
+    def sidecar_path(self) -> Path:
+        return self.output(".sidecar.json.gz" if self.gzip_sidecar else ".sidecar.json")
 
     @property
     def out_dir(self) -> Path:

@@ -131,9 +131,12 @@ class DecodeBench:
         g = t.cuda.CUDAGraph()
         with t.cuda.graph(g):
             run()
-        self._graphs = getattr(self, "_graphs", [])
-        self._graphs.append(g)  # keep the graph (and its pool) alive
-        return g.replay
+        keep = (g, run)  # the graph reads the wrapper's buffers and `run`'s query/output: keep them all alive
+
+        def replay() -> None:
+            keep[0].replay()
+
+        return replay
 
 
 def backend_name(wrapper: Any, spec: PathSpec) -> str:

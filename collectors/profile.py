@@ -48,7 +48,10 @@ class Session:
         t = self.torch
         if self.cfg.profiler == "torch":
             act = t.profiler.ProfilerActivity
-            self._prof = t.profiler.profile(activities=[act.CPU, act.CUDA])
+            try:  # one profiling cycle; acc_events only silences torch's warning about cycles (torch >= 2.5)
+                self._prof = t.profiler.profile(activities=[act.CPU, act.CUDA], acc_events=True)
+            except TypeError:
+                self._prof = t.profiler.profile(activities=[act.CPU, act.CUDA])
             self._prof.__enter__()
         elif self.cfg.profiler in ("nsys", "ncu"):
             t.cuda.synchronize()
@@ -168,7 +171,7 @@ def run_nsys(cfg: RunConfig) -> list[Path]:
     sqlite = cfg.output(".sqlite")
     _run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite), str(rep)],
          "nsys export")
-    made = [p for p in (sqlite, rep, cfg.output(".sidecar.json")) if p.exists()]
+    made = [p for p in (sqlite, rep, cfg.sidecar_path) if p.exists()]
     if not cfg.keep_nsys_rep and sqlite.exists():
         rep.unlink()
         made.remove(rep)
@@ -187,4 +190,4 @@ def run_ncu(cfg: RunConfig) -> list[Path]:
               *_child(cfg_path)],
              "ncu", stdout=out)
     cfg_path.unlink(missing_ok=True)
-    return [p for p in (csv_path, cfg.output(".sidecar.json")) if p.exists()]
+    return [p for p in (csv_path, cfg.sidecar_path) if p.exists()]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run a whole collection on a GPU machine without internet, in one go.
 #
-#   collectors/run_on_device.sh smoke|full
+#   collectors/run_on_device.sh smoke|full|check
 #
 # Run from the repository root. Expects (carried beside the checkout, git-ignored):
 #   .whl/    flashinfer-python 0.6.1, apache-tvm-ffi 0.1.9, nvtx, nvidia-cudnn-frontend, einops, tabulate,
@@ -127,27 +127,46 @@ full() {
   warm core --paths cuda-core & W1=$!
   warm fa2 --paths tc-fa2 & W2=$!
   warm auto --paths tc-auto & W3=$!
-  await $W1 $W2 $W3
+  warm fp8 --paths cuda-core,tc-fa2 --kv-dtype fp8_e4m3 & W4=$!
+  await $W1 $W2 $W3 $W4
   job sweep_A 150 sweep "${A[@]}" --paths cuda-core,tc-fa2 --batch-sizes $BS_A --steps 2
   job ncu_holdout 200 sweep "${A[@]}" --paths cuda-core --dists uniform,skew40,skew80,two40 \
     --batch-sizes 64,192,288,296,320 --steps 1 --profiler ncu --name ncu_holdout
   job sweep_B 150 sweep "${B[@]}" --paths cuda-core,tc-fa2,tc-auto --batch-sizes $BS_B --steps 2
-  job timing_A 120 timing "${A[@]}" --paths cuda-core,tc-fa2 --batch-sizes $BS_A --steps 20 --warmup 3
-  job timing_B 150 timing "${B[@]}" --paths cuda-core,tc-fa2,tc-auto --batch-sizes $BS_B --steps 20 --warmup 3
-  job serving_B 150 serving "${B[@]}" --paths cuda-core,tc-fa2 --steps 300 "${SERVE[@]}"
-  job serving_B_graph 150 serving "${B[@]}" --paths cuda-core,tc-fa2 --steps 300 "${SERVE[@]}" --cuda-graph
+  job serving_B 150 serving "${B[@]}" --paths cuda-core,tc-fa2 --steps 200 "${SERVE[@]}" --gzip-sidecar
+  job serving_B_graph 150 serving "${B[@]}" --paths cuda-core,tc-fa2 --steps 200 "${SERVE[@]}" --cuda-graph \
+    --gzip-sidecar
   job nsys_B 200 sweep "${B[@]}" --paths cuda-core,tc-fa2 --dists uniform,skew80 \
-    --batch-sizes 32,64,128,148,149,192,256 --steps 2 --profiler nsys --drop-nsys-rep
+    --batch-sizes 32,64,128,148,149,192,256 --steps 2 --profiler nsys
   job ncu_B 200 sweep "${B[@]}" --paths cuda-core,tc-fa2 --dists uniform,skew80 --batch-sizes 32,128,148,149,256 \
     --steps 1 --profiler ncu
-  job timing_B_graph 120 timing "${B[@]}" --paths cuda-core --batch-sizes $BS_B --steps 20 --warmup 3 --cuda-graph
+  job timing_A 120 timing "${A[@]}" --paths cuda-core,tc-fa2 --batch-sizes $BS_A --steps 20 --warmup 3
+  job timing_B 150 timing "${B[@]}" --paths cuda-core,tc-fa2,tc-auto --batch-sizes $BS_B --steps 20 --warmup 3
+  job timing_B_graph 120 timing "${B[@]}" --paths cuda-core,tc-fa2 --batch-sizes $BS_B --steps 20 --warmup 3 \
+    --cuda-graph
+  job sweep_A_fp8 120 sweep "${A[@]}" --kv-dtype fp8_e4m3 --paths cuda-core,tc-fa2 \
+    --batch-sizes 16,64,128,224,231,232,256,320,384 --steps 2
+  job nsys_serving_B_graph 150 serving "${B[@]}" --paths cuda-core --steps 100 "${SERVE[@]}" --cuda-graph \
+    --profiler nsys --gzip-sidecar
+}
+
+check() {  # after code changes: the CUDA-graph runners and the torch session, small
+  job c_sweep_graph 90 sweep "${A[@]}" --paths cuda-core,tc-fa2 --dists uniform,skew80 --batch-sizes 64,296,320 \
+    --steps 2 --cuda-graph --name c_sweep_graph
+  job c_serving_graph 90 serving "${B[@]}" --paths cuda-core,tc-fa2 --steps 40 "${SERVE[@]}" --cuda-graph \
+    --name c_serving_graph
+  job c_timing_graph 90 timing "${B[@]}" --paths cuda-core --dists skew80 --batch-sizes 144,148,149,160 --steps 10 \
+    --warmup 2 --cuda-graph --name c_timing_graph
+  job c_ncu_graph 120 sweep "${B[@]}" --paths cuda-core --dists skew80 --batch-sizes 148,149 --steps 1 --cuda-graph \
+    --profiler ncu --name c_ncu_graph
 }
 
 setup
 case "${1:-full}" in
   smoke) smoke ;;
   full) full ;;
-  *) echo "usage: $0 smoke|full"; exit 2 ;;
+  check) check ;;
+  *) echo "usage: $0 smoke|full|check"; exit 2 ;;
 esac
 pack
 sleep 1

@@ -27,7 +27,7 @@ def run(cfg: RunConfig) -> list[Path]:
 
 def _run_record(cfg: RunConfig) -> dict[str, Any]:
     rec = asdict(cfg)
-    for noisy in ("out", "ncu_metrics", "ncu_kernels", "keep_nsys_rep"):
+    for noisy in ("out", "ncu_metrics", "ncu_kernels", "keep_nsys_rep", "gzip_sidecar"):
         rec.pop(noisy)
     if cfg.kind != "serving":
         rec.pop("serving")
@@ -53,7 +53,7 @@ def run_direct(cfg: RunConfig) -> list[Path]:
         steps, times = timing.run_timing(rt, cfg)
     gpu, software = gpu_info(rt), software_info(rt)
     doc = sidecar.document(gpu, software, cfg.shape.to_sidecar(), steps, run=_run_record(cfg))
-    made = [sidecar.write(cfg.output(".sidecar.json"), doc)]
+    made = [sidecar.write(cfg.sidecar_path, doc)]
     if session.trace_path is not None:
         made.insert(0, session.trace_path)
     if times:

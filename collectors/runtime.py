@@ -6,7 +6,9 @@ so that importing the collectors (and the traceinsight CLI) never needs the [col
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from importlib import metadata
 from types import ModuleType
 from typing import Any
 
@@ -27,7 +29,11 @@ class Runtime:
 
 
 def require_gpu() -> Runtime:
-    """Import torch and flashinfer and check for a CUDA device; raise ToolMissingError (one line) otherwise."""
+    """Import torch and flashinfer and check for a CUDA device; raise ToolMissingError (one line) otherwise.
+
+    Unless TORCH_CPP_LOG_LEVEL is set, torch's C++ warnings are limited to errors: the profiler would otherwise
+    print one line per step about pausing CPU-op collection (docs/COLLECTORS.md)."""
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
         import torch
     except ImportError:
@@ -60,10 +66,8 @@ def software_info(rt: Runtime) -> dict[str, str]:
     out = {"torch": rt.torch.__version__, "flashinfer": getattr(rt.flashinfer, "__version__", "unknown"),
            "cuda": str(rt.torch.version.cuda)}
     try:
-        import nvtx
-
-        out["nvtx"] = getattr(nvtx, "__version__", "unknown")
-    except ImportError:
+        out["nvtx"] = metadata.version("nvtx")
+    except metadata.PackageNotFoundError:
         pass
     return out
 

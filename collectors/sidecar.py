@@ -7,6 +7,7 @@ written, so a collector never writes a sidecar the analyzer would reject.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
@@ -81,15 +82,20 @@ def dumps(doc: dict[str, Any]) -> str:
 
 
 def write(path: Path, doc: dict[str, Any]) -> Path:
-    """Validate (where possible) and write `doc` to `path` atomically. Returns the path."""
+    """Validate (where possible) and write `doc` to `path` atomically, gzip-compressed when the name ends with
+    '.gz'. Returns the path."""
     validate = _validator()
     if validate is not None:
         validate(doc, source=path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = dumps(doc).encode()
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(dumps(doc))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
