@@ -109,8 +109,12 @@ def read_ncu(path: Path) -> list[dict[str, Any]]:
 
 
 def evaluate(
-    backend: str, cases: list[dict[str, Any]], meta: dict[str, Any], kernels: dict[Any, list[dict[str, Any]]],
-    props: dict[str, Any], tc: int,
+    backend: str,
+    cases: list[dict[str, Any]],
+    meta: dict[str, Any],
+    kernels: dict[Any, list[dict[str, Any]]],
+    props: dict[str, Any],
+    tc: int,
 ) -> dict[str, Any]:
     gpu = gpu_for(props["name"], props)
     first = kernels[(tc, cases[0]["dist"], cases[0]["B"])][0]["args"]
@@ -183,22 +187,32 @@ def main() -> None:
         evaluate("flashinfer-fa2", fa2_meta["cases"], fa2_meta, fa2_kernels, fa2_props, 1),
     ]
     for res in results:
-        print(f"\n== {res['backend']} on {res['gpu']}: occ {res['occupancy']}, max_grid "
-              f"{res['threshold']['max_grid']}, B_th {res['threshold']['b_threshold']}")
-        print(f"planner mismatches {res['planner_mismatches']}/{res['cases']} cases, grid mismatches "
-              f"{res['grid_mismatches']}/{res['launches_checked']} launches")
+        print(
+            f"\n== {res['backend']} on {res['gpu']}: occ {res['occupancy']}, max_grid "
+            f"{res['threshold']['max_grid']}, B_th {res['threshold']['b_threshold']}"
+        )
+        print(
+            f"planner mismatches {res['planner_mismatches']}/{res['cases']} cases, grid mismatches "
+            f"{res['grid_mismatches']}/{res['launches_checked']} launches"
+        )
         c: CostModel = res["_cost"]
-        print(f"cost model (calibrated on {'+'.join(CAL_DISTS)} in {res['calibration_seconds']} s): "
-              f"cta {c.cta_rate * 1e3:.2f} tok/us, sm {c.sm_rate * 1e3:.2f} tok/us, gpu "
-              f"{'-' if c.gpu_rate is None else f'{c.gpu_rate * 1e3:.0f} tok/us'}, overhead "
-              f"{c.item_overhead_tokens:.0f} tok, launch {c.launch_ns / 1e3:.2f} us, sharpness {c.sharpness}")
+        print(
+            f"cost model (calibrated on {'+'.join(CAL_DISTS)} in {res['calibration_seconds']} s): "
+            f"cta {c.cta_rate * 1e3:.2f} tok/us, sm {c.sm_rate * 1e3:.2f} tok/us, gpu "
+            f"{'-' if c.gpu_rate is None else f'{c.gpu_rate * 1e3:.0f} tok/us'}, overhead "
+            f"{c.item_overhead_tokens:.0f} tok, launch {c.launch_ns / 1e3:.2f} us, sharpness {c.sharpness}"
+        )
         print(f"{'dist':8} {'B':>4} {'split':>5} {'meas us':>9} {'pred us':>9} {'err':>7} {'idle':>5}  set")
         for r in res["rows"]:
-            print(f"{r['dist']:8} {r['B']:4d} {int(r['split_kv']):5d} {r['measured_ns'] / 1e3:9.1f} "
-                  f"{r['predicted_ns'] / 1e3:9.1f} {r['error']:+7.1%} {r['sim_idle']:5.2f}  {r['set']}")
-        print(f"held-out (skew40/60/80): median |err| {res['held_out_median_abs_error']:.1%}, "
-              f"max {res['held_out_max_abs_error']:.1%}; calibration cases: median "
-              f"{res['cal_median_abs_error']:.1%}, max {res['cal_max_abs_error']:.1%}")
+            print(
+                f"{r['dist']:8} {r['B']:4d} {int(r['split_kv']):5d} {r['measured_ns'] / 1e3:9.1f} "
+                f"{r['predicted_ns'] / 1e3:9.1f} {r['error']:+7.1%} {r['sim_idle']:5.2f}  {r['set']}"
+            )
+        print(
+            f"held-out (skew40/60/80): median |err| {res['held_out_median_abs_error']:.1%}, "
+            f"max {res['held_out_max_abs_error']:.1%}; calibration cases: median "
+            f"{res['cal_median_abs_error']:.1%}, max {res['cal_max_abs_error']:.1%}"
+        )
     # Nsight Compute SM idle fraction (CUDA-core decode kernel).
     cc = results[0]
     ncu_rows = []
@@ -220,8 +234,10 @@ def main() -> None:
     print("\n== SM idle fraction vs Nsight Compute (1 - avg/max sm__cycles_active), CUDA-core decode")
     print(f"{'case':26} {'ncu':>6} {'sim':>6} {'|diff|':>6} {'ncu us':>8} {'pred us':>8}")
     for r in ncu_rows:
-        print(f"{r['case']:26} {r['ncu_idle']:6.3f} {r['sim_idle']:6.3f} {r['abs_error']:6.3f} "
-              f"{r['ncu_duration_ns'] / 1e3:8.1f} {r['predicted_ns'] / 1e3:8.1f}")
+        print(
+            f"{r['case']:26} {r['ncu_idle']:6.3f} {r['sim_idle']:6.3f} {r['abs_error']:6.3f} "
+            f"{r['ncu_duration_ns'] / 1e3:8.1f} {r['predicted_ns'] / 1e3:8.1f}"
+        )
     print(f"MAE {mae:.3f}")
     out = {
         "calibration_dists": list(CAL_DISTS),

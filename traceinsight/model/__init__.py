@@ -11,9 +11,20 @@ Pure functions over plain data (no trace I/O here). The stable API:
   tail_items, segments).
 - `calibrate(samples=[(plan, measured_ns)], gpu, occ) -> CostModel`; `default_cost(backend, gpu)` when no
   launch of the trace can be used to calibrate.
+
+Note: the names `simulate` and `plan` here are the functions; import from submodules explicitly
+(`from traceinsight.model.simulate import SimResult`), not as attributes of this package.
 """
 
-from traceinsight.model.calibrate import DEFAULT_SHAPES, GENERIC_SHAPE, Shape, calibrate, cost_model
+from traceinsight.model.calibration import (
+    DEFAULT_SHAPES,
+    GENERIC_SHAPE,
+    H200_COSTS,
+    Shape,
+    calibrate,
+    cost_model,
+    default_cost,
+)
 from traceinsight.model.gpus import GPU, UnknownGPUError, gpu_by_key, gpu_for, known_gpus
 from traceinsight.model.occupancy import (
     BACKENDS,
@@ -30,19 +41,6 @@ from traceinsight.model.occupancy import (
 from traceinsight.model.planners import Batch, FA3Options, Plan, WorkItem, plan
 from traceinsight.model.simulate import CostModel, Segment, SimResult, simulate
 
-
-def default_cost(backend: str, gpu: GPU) -> CostModel:
-    """An uncalibrated CostModel for `backend` on `gpu`: the backend's default shape with the SM rate
-    measured on an H200 (tokens/ns), scaled by the GPU's HBM bandwidth relative to the H200's 4.8 TB/s.
-
-    Use `calibrate` with launches of the trace itself whenever there are some; this is a fallback.
-    """
-    h200_sm_rate = {CUDA_CORE: 0.0240, FA2: 0.143, SM90: 0.074, FA3: 0.074}
-    scale = (gpu.hbm_bandwidth_bytes_per_s or 4.8e12) / 4.8e12 * 132 / gpu.num_sms
-    return cost_model(DEFAULT_SHAPES.get(backend, GENERIC_SHAPE), h200_sm_rate.get(backend, 0.03) * scale, 5000.0,
-                      gpu.num_sms)
-
-
 __all__ = [
     "BACKENDS",
     "CUDA_CORE",
@@ -51,6 +49,7 @@ __all__ = [
     "FA3",
     "GENERIC_SHAPE",
     "GPU",
+    "H200_COSTS",
     "SM90",
     "Batch",
     "CostModel",

@@ -13,11 +13,12 @@ import bisect
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from traceinsight.ingest.sidecar import key_matches
 from traceinsight.ingest.store import TraceDB
+from traceinsight.model.calibration import calibrate
 from traceinsight.model.gpus import GPU, gpu_for
 from traceinsight.model.occupancy import BACKENDS, CUDA_CORE, FA2, FA3, SM90, occupancy_limits
 from traceinsight.model.occupancy import threshold as backend_threshold
@@ -33,8 +34,11 @@ KV_DTYPE_BYTES: dict[str, int] = {"fp8": 1, "e4m3": 1, "e5m2": 1, "float8_e4m3fn
 # A launch is "balanced" (used to calibrate the cost model) when its longest work item is at most this many
 # times its mean work item (KV tokens).
 BALANCED_MAX_ITEM_RATIO = 1.5
-# Balanced launches needed to calibrate a kernel's cost model.
+# Balanced launches needed to calibrate a kernel's cost model, and the most used (spread over the work range).
 MIN_CALIBRATION_SAMPLES = 2
+CALIBRATION_MAX_SAMPLES = 16
+# Cost-model shape parameters fitted on the trace besides speed and launch time (none: keep the prior shape).
+CALIBRATION_FIT: tuple[str, ...] = ()
 # Shortest GPU idle gap between two steps worth recording (ns).
 IDLE_GAP_RECORD_NS = 1_000
 
@@ -238,6 +242,7 @@ class Schedule:
     idle_gaps: list[IdleGap] = field(default_factory=list)
     cuda_graph_kernels: frozenset[int] = frozenset()
     notes: list[str] = field(default_factory=list)
+    cache: dict[Any, Any] = field(default_factory=dict, repr=False)  # memo for counterfactual replays
 
     def threshold_for(self, kernel: Kernel) -> KernelThreshold | None:
         return self.thresholds.get(kernel.name)
@@ -437,36 +442,64 @@ def is_balanced(p: Plan) -> bool:
     return mean > 0 and longest <= BALANCED_MAX_ITEM_RATIO * mean
 
 
-def calibrate_costs(
-    samples: dict[str, list[tuple[Plan, int]]], gpu: GPU, occ: dict[str, int]
-) -> tuple[dict[str, CostModel], list[str]]:
-    """Per kernel name, a cost model fitted on its balanced launches (plan, measured attention ns)."""
-    from traceinsight.model import simulate as sim_module
+def calibration_samples(pairs: list[tuple[Plan, list[int]]]) -> list[tuple[Plan, float]]:
+    """The balanced (plan, median measured ns) pairs of one kernel, at most CALIBRATION_MAX_SAMPLES of them
+    spread evenly over the range of total KV work."""
+    balanced = [(p, float(statistics.median(ns))) for p, ns in pairs if ns and is_balanced(p)]
+    balanced.sort(key=lambda pn: sum(it.kv_tokens for it in pn[0].work_items))
+    if len(balanced) <= CALIBRATION_MAX_SAMPLES:
+        return balanced
+    step = (len(balanced) - 1) / (CALIBRATION_MAX_SAMPLES - 1)
+    return [balanced[round(i * step)] for i in range(CALIBRATION_MAX_SAMPLES)]
 
-    fit = getattr(sim_module, "calibrate", None)
+
+def calibrate_costs(
+    samples: dict[str, list[tuple[Plan, list[int]]]], gpu: GPU, occ: dict[str, int]
+) -> tuple[dict[str, CostModel], list[str]]:
+    """Per kernel name, a cost model fitted on its balanced launches: [(plan, measured attention ns of every
+    launch with that plan)]. Only the SM rate and the launch time are fitted (CALIBRATION_FIT); the shape of
+    the model (how much faster a lone CTA runs) keeps the backend's prior, which balanced launches cannot
+    identify."""
     costs: dict[str, CostModel] = {}
     notes: list[str] = []
-    if fit is None:
-        notes.append("the simulator's calibrate() is not available: no predicted times")
-        return costs, notes
     for name, pairs in samples.items():
-        balanced = [(p, ns) for p, ns in pairs if is_balanced(p)]
-        if len(balanced) < MIN_CALIBRATION_SAMPLES:
-            notes.append(f"{name[:60]}: {len(balanced)} balanced launches, need {MIN_CALIBRATION_SAMPLES} to "
+        chosen = calibration_samples(pairs)
+        if len(chosen) < MIN_CALIBRATION_SAMPLES:
+            notes.append(f"{name[:60]}: {len(chosen)} balanced launches, need {MIN_CALIBRATION_SAMPLES} to "
                          "calibrate its cost model")
             continue
         try:
-            costs[name] = fit(balanced, gpu, occ[name])
+            costs[name] = calibrate(chosen, gpu, occ[name], fit=CALIBRATION_FIT)
         except (ValueError, ZeroDivisionError) as exc:
             notes.append(f"{name[:60]}: calibration failed ({exc})")
     return costs, notes
 
 
 # ---------------------------------------------------------------------------------------------- launches
+def cached_plan(cache: dict[Any, Any], backend: str, batch: Batch, gpu: GPU, occ: int, cuda_graph: bool) -> Plan:
+    """`plan(...)`, memoized in `cache` (a Schedule's cache) by backend, batch, SM count, occupancy and mode."""
+    key = ("plan", backend, batch, gpu.num_sms, occ, cuda_graph)
+    p = cache.get(key)
+    if p is None:
+        p = cache[key] = plan(backend, batch, gpu, occ, cuda_graph=cuda_graph)
+    return p  # type: ignore[no-any-return]
+
+
+def cached_sim(cache: dict[Any, Any], p: Plan, gpu: GPU, occ: int, cost: CostModel) -> SimResult:
+    """`simulate(...)`, memoized in `cache` by plan (identity: plans come from `cached_plan`), GPU, cost."""
+    key = ("sim", id(p), gpu.num_sms, occ, cost)
+    r = cache.get(key)
+    if r is None:
+        r = cache[key] = (p, simulate(p, gpu, occ, cost))  # keep p alive: its id is the key
+    return r[1]  # type: ignore[no-any-return]
+
+
 def model_from_plan(kernel_id: int, p: Plan, k: Kernel, gpu: GPU, occ: int, cost: CostModel | None,
-                    source: str = "sidecar") -> LaunchModel:
+                    source: str = "sidecar", cache: dict[Any, Any] | None = None) -> LaunchModel:
     longest, mean = _item_stats(p)
-    sim = simulate(p, gpu, occ, cost) if cost is not None else None
+    sim = None
+    if cost is not None:
+        sim = cached_sim(cache, p, gpu, occ, cost) if cache is not None else simulate(p, gpu, occ, cost)
     return LaunchModel(
         kernel_id=kernel_id,
         source=source,
@@ -562,11 +595,12 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
     from traceinsight.errors import TraceInsightError
 
     device = _device_row(db, trace_id, gpu_row)
+    gaps = idle_gaps(db, trace_id, steps, gpu_row.get("device_id"))
     try:
         gpu = gpu_for(device.get("name"), {k: v for k, v in device.items() if k != "name"})
     except TraceInsightError as exc:
-        return Schedule(gpu=None, notes=[f"no GPU model: {exc}"])
-    sched = Schedule(gpu=gpu)
+        return Schedule(gpu=None, idle_gaps=gaps, notes=[f"no GPU model: {exc}"])
+    sched = Schedule(gpu=gpu, idle_gaps=gaps)
     graph_ids = {r["kernel_id"] for r in db.rows(
         "SELECT kernel_id FROM kernels WHERE trace_id = $t AND graph_node_id IS NOT NULL", {"t": trace_id})}
     sched.cuda_graph_kernels = frozenset(graph_ids)
@@ -600,9 +634,9 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
                 merge_occ[m.name] = occupancy_limits(gpu, m.registers_per_thread or 0, _threads(m),
                                                      m.smem_bytes or 0).blocks
 
-    # (b) batch composition per step, (c) plans.
-    plans: dict[int, tuple[Plan, Kernel, int]] = {}
-    samples: dict[str, list[tuple[Plan, int]]] = defaultdict(list)
+    # (b) batch composition per step, (c) plans (one per distinct batch), calibration, simulation.
+    plans: dict[int, tuple[Plan, int]] = {}
+    samples: dict[str, dict[int, tuple[Plan, list[int]]]] = defaultdict(dict)
     for s in steps:
         if not s.launches:
             continue
@@ -624,24 +658,29 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             t = sched.thresholds.get(k.name)
             if pb is None or t is None or k.backend not in BACKENDS:
                 continue
-            occ = t.occupancy if k.backend == CUDA_CORE else max(t.occupancy, 1)
+            occ = t.occupancy if k.backend in (CUDA_CORE, FA2) else 1
             try:
-                p = plan(k.backend, pb, gpu, occ, cuda_graph=cuda_graph)
+                p = cached_plan(sched.cache, k.backend, pb, gpu, occ, cuda_graph)
             except ValueError as exc:
                 sched.notes.append(f"step {s.index}: planner failed ({exc})")
                 continue
-            plans[k.kernel_id] = (p, k, occ)
-            samples[k.name].append((p, launch.attention.dur_ns))
+            plans[k.kernel_id] = (p, occ)
+            samples[k.name].setdefault(id(p), (p, []))[1].append(k.dur_ns)
 
-    occ_by_name = {name: (t.occupancy if t.backend == CUDA_CORE else max(t.occupancy, 1))
+    occ_by_name = {name: (t.occupancy if t.backend in (CUDA_CORE, FA2) else 1)
                    for name, t in sched.thresholds.items()}
-    sched.costs, notes = calibrate_costs(samples, gpu, occ_by_name)
+    sched.costs, notes = calibrate_costs({n: list(v.values()) for n, v in samples.items()}, gpu, occ_by_name)
     sched.notes.extend(notes)
+    model_cache: dict[tuple[int, str], LaunchModel] = {}
     for _, launch in _attention_launches(steps):
         k = launch.attention
         if k.kernel_id in plans:
-            p, _, occ = plans[k.kernel_id]
-            sched.models[k.kernel_id] = model_from_plan(k.kernel_id, p, k, gpu, occ, sched.costs.get(k.name))
+            p, occ = plans[k.kernel_id]
+            m = model_cache.get((id(p), k.name))
+            if m is None:
+                m = model_cache[(id(p), k.name)] = model_from_plan(k.kernel_id, p, k, gpu, occ,
+                                                                   sched.costs.get(k.name), cache=sched.cache)
+            sched.models[k.kernel_id] = replace(m, kernel_id=k.kernel_id, grid_matches=tuple(p.grid) == k.grid)
         elif k.backend in BACKENDS:
             sched.models[k.kernel_id] = model_from_trace(launch, sched.thresholds.get(k.name))
 
@@ -656,5 +695,4 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
     except ImportError:  # pragma: no cover - the ncu reader ships with the package
         pass
 
-    sched.idle_gaps = idle_gaps(db, trace_id, steps, gpu_row.get("device_id"))
     return sched

@@ -48,6 +48,11 @@ class GPU:
     patterns: tuple[str, ...] = ()
 
     @property
+    def warp_alloc_granularity(self) -> int:
+        """Warps per SM come in multiples of this (one register-file sub-partition per warp scheduler)."""
+        return self.reg_subpartitions
+
+    @property
     def sm_arch(self) -> int:
         """Compute capability as one number: (9, 0) -> 90."""
         return self.compute_capability[0] * 10 + self.compute_capability[1]
@@ -83,7 +88,9 @@ _OVERRIDE_KEYS: dict[str, str] = {
     "warpSize": "warp_size",
     "mem_bandwidth_bytes_per_s": "hbm_bandwidth_bytes_per_s",
     "hbm_bandwidth_bytes_per_s": "hbm_bandwidth_bytes_per_s",
+    "memoryBandwidth": "hbm_bandwidth_bytes_per_s",
     "l2_bytes": "l2_bytes",
+    "l2CacheSize": "l2_bytes",
     "reserved_smem_per_block_bytes": "reserved_smem_per_block_bytes",
 }
 _MAJOR_KEYS = ("compute_major", "computeMajor", "computeCapabilityMajor")

@@ -140,4 +140,3 @@ def threshold(
             return Threshold(occ, num_sms, None)
         return Threshold(occ, num_sms, FA3_MAX_DYNAMIC_SPLIT_BATCH + 1)
     raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
-

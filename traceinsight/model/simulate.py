@@ -71,7 +71,8 @@ class SimResult:
 
     predicted_ns: makespan + launch_ns; makespan_ns: first dispatch to last completion; sm_busy_ns: per SM,
     time with at least one resident CTA; sm_idle_fraction: 1 - sum(busy) / (num_SM * makespan);
-    tail_ns: time during which fewer than half the SMs are busy; tail_items: items resident during that time;
+    tail_ns: time during which fewer than half the SMs are busy; tail_items: items resident for at least 5 % of
+    that time (what the tail waits for); tail_intervals: when the tail happens;
     segments: every item's residence (for a per-SM Gantt chart).
     """
 
@@ -86,6 +87,8 @@ class SimResult:
 
 
 _EPS = 1e-9
+TAIL_FRACTION_OF_SMS = 0.5  # the tail: time during which fewer than this share of the SMs is busy
+TAIL_ITEM_SHARE = 0.05  # an item belongs to the tail when resident for at least this share of it
 
 
 def _slots(plan: Plan, gpu: GPU, occ: int) -> tuple[list[int], list[list[int]], list[int]]:
@@ -110,23 +113,22 @@ def _slots(plan: Plan, gpu: GPU, occ: int) -> tuple[list[int], list[list[int]], 
     return sm_of, [], sorted(range(len(items)), key=lambda i: items[i].cta)
 
 
-def simulate(plan: Plan, gpu: GPU, occ: int, cost: CostModel) -> SimResult:
+def simulate(plan: Plan, gpu: GPU, occ: int, cost: CostModel, detail: bool = True) -> SimResult:
     """Simulate `plan` on `gpu` with `occ` resident CTAs per SM (ignored for persistent plans).
 
     Returns predicted time, per-SM busy time, idle fraction, tail and per-item segments (see module doc).
+    detail=False skips the per-item segments and tail items (faster; times and fractions are unchanged).
     """
     items = plan.work_items
     num_sms = gpu.num_sms
     sm_of_slot, static_queues, global_queue = _slots(plan, gpu, occ)
     global_queue.reverse()  # pop() from the end = next in order
     overhead = cost.item_overhead_tokens
-    rate_cache: dict[int, float] = {}
-
-    def rate(n: int) -> float:
-        r = rate_cache.get(n)
-        if r is None:
-            r = rate_cache[n] = cost.per_cta_rate(n)
-        return r
+    work_of = [it.kv_tokens + overhead for it in items]
+    max_res = max(1, -(-len(sm_of_slot) // num_sms))  # most slots any SM has
+    rate = [cost.per_cta_rate(n) for n in range(max_res + 1)]  # per-CTA rate with n resident
+    demand_of = [n * rate[n] for n in range(max_res + 1)]  # an SM's total demand with n resident
+    gpu_rate = cost.gpu_rate
 
     n_res = [0] * num_sms
     level = [0.0] * num_sms  # service received per resident CTA since the start (tokens)
@@ -140,11 +142,11 @@ def simulate(plan: Plan, gpu: GPU, occ: int, cost: CostModel) -> SimResult:
     seq = 0
     t = 0.0
     v = 0.0
-    demand = 0.0
     busy_sms = 0
     tail_ns = 0.0
     tail_intervals: list[tuple[float, float]] = []
-    half = num_sms / 2.0
+    half = num_sms * TAIL_FRACTION_OF_SMS
+    heappush, heappop = heapq.heappush, heapq.heappop
 
     def pull(slot: int) -> int | None:
         if static_queues:
@@ -152,98 +154,92 @@ def simulate(plan: Plan, gpu: GPU, occ: int, cost: CostModel) -> SimResult:
             return q.pop() if q else None
         return global_queue.pop() if global_queue else None
 
-    def start(slot: int, idx: int) -> None:
-        nonlocal seq, busy_sms
-        sm = sm_of_slot[slot]
-        work = 0.0 if idx < 0 else items[idx].kv_tokens + overhead
-        if n_res[sm] == 0:
-            busy_since[sm] = t
-            busy_sms += 1
-        n_res[sm] += 1
-        heapq.heappush(sm_heaps[sm], (level[sm] + work, seq, slot, idx, t))
-        seq += 1
-
-    def reschedule(sm: int) -> None:
-        nonlocal demand
-        version[sm] += 1
-        if sm_heaps[sm]:
-            r = rate(n_res[sm])
-            heapq.heappush(events, (v_mark[sm] + (sm_heaps[sm][0][0] - level[sm]) / r, version[sm], sm))
-
-    # First wave.
-    initial = len(sm_of_slot)
-    for slot in range(initial):
+    # First wave: slot k gets the k-th CTA (or its worker's first item).
+    for slot, sm in enumerate(sm_of_slot):
         idx = pull(slot)
         if idx is None:
             if static_queues:
                 continue
             break
-        start(slot, idx)
+        if n_res[sm] == 0:
+            busy_sms += 1
+        n_res[sm] += 1
+        heappush(sm_heaps[sm], (work_of[idx] if idx >= 0 else 0.0, seq, slot, idx, 0.0))
+        seq += 1
+    demand = 0.0
     for sm in range(num_sms):
-        demand += n_res[sm] * rate(n_res[sm])
-        reschedule(sm)
+        demand += demand_of[n_res[sm]]
+        if sm_heaps[sm]:
+            heappush(events, (sm_heaps[sm][0][0] / rate[n_res[sm]], 0, sm))
 
     while events:
         v_next, ver, sm = events[0]
         if ver != version[sm]:
-            heapq.heappop(events)
+            heappop(events)
             continue
-        scale = 1.0 if cost.gpu_rate is None or demand <= cost.gpu_rate else cost.gpu_rate / demand
+        scale = 1.0 if gpu_rate is None or demand <= gpu_rate else gpu_rate / demand
         dt = (v_next - v) / scale if v_next > v else 0.0
-        if busy_sms < half and dt > 0:
+        if dt > 0 and busy_sms < half:
             tail_ns += dt
             if tail_intervals and abs(tail_intervals[-1][1] - t) <= _EPS * max(t, 1.0):
                 tail_intervals[-1] = (tail_intervals[-1][0], t + dt)
             else:
                 tail_intervals.append((t, t + dt))
         t += dt
-        v = max(v, v_next)
-        # Every SM whose next completion is now.
+        if v_next > v:
+            v = v_next
+        # Every SM whose next completion is now; their finished CTAs hand slots over in dispatch order.
         touched: list[int] = []
-        tol = _EPS * max(v, 1.0)
+        tol = _EPS * (v if v > 1.0 else 1.0)
         while events and events[0][0] <= v + tol:
-            _, ver, s = heapq.heappop(events)
+            _, ver, s = heappop(events)
             if ver == version[s]:
                 touched.append(s)
         done: list[tuple[int, int, int, int, float]] = []  # (seq, sm, slot, idx, start)
         for s in touched:
-            r = rate(n_res[s])
-            level[s] += r * (v - v_mark[s])
+            level[s] += rate[n_res[s]] * (v - v_mark[s])
             v_mark[s] = v
             heap = sm_heaps[s]
-            ltol = _EPS * max(level[s], 1.0)
-            while heap and heap[0][0] <= level[s] + ltol:
-                _, sq, slot, idx, t0 = heapq.heappop(heap)
+            lim = level[s] + _EPS * (level[s] if level[s] > 1.0 else 1.0)
+            while heap and heap[0][0] <= lim:
+                _, sq, slot, idx, t0 = heappop(heap)
                 done.append((sq, s, slot, idx, t0))
-        done.sort()
-        for s in touched:
-            demand -= n_res[s] * rate(n_res[s])
+            demand -= demand_of[n_res[s]]
+        if len(done) > 1:
+            done.sort()
         for _, s, slot, idx, t0 in done:
-            if idx >= 0:
+            if detail and idx >= 0:
                 segments.append(Segment(s, slot, t0, t, items[idx]))
-            n_res[s] -= 1
-            if n_res[s] == 0:
-                busy[s] += t - busy_since[s]
-                busy_sms -= 1
             nxt = pull(slot)
-            if nxt is not None:
-                s2 = sm_of_slot[slot]
-                if s2 not in touched:  # a persistent worker on another SM (grid wider than the GPU)
-                    demand -= n_res[s2] * rate(n_res[s2])
-                    r2 = rate(n_res[s2])
-                    level[s2] += r2 * (v - v_mark[s2])
-                    v_mark[s2] = v
-                    touched.append(s2)
-                start(slot, nxt)
+            if nxt is None:
+                n_res[s] -= 1
+                if n_res[s] == 0:
+                    busy[s] += t - busy_since[s]
+                    busy_sms -= 1
+            else:  # the freed slot (same SM) takes the next CTA / work item at once
+                heappush(sm_heaps[s], (level[s] + (work_of[nxt] if nxt >= 0 else 0.0), seq, slot, nxt, t))
+                seq += 1
         for s in touched:
-            demand += n_res[s] * rate(n_res[s])
-            reschedule(s)
+            n = n_res[s]
+            demand += demand_of[n]
+            version[s] += 1
+            heap = sm_heaps[s]
+            if heap:
+                heappush(events, (v + (heap[0][0] - level[s]) / rate[n], version[s], s))
 
     makespan = t
+    for s in range(num_sms):  # SMs still marked busy (cannot happen once all work is done)
+        if n_res[s]:
+            busy[s] += t - busy_since[s]
     total_busy = sum(busy)
     idle = 1.0 - total_busy / (num_sms * makespan) if makespan > 0 else 0.0
+    # Tail items: resident for at least TAIL_ITEM_SHARE of the tail (not the short ones it merely cut into).
     tail_items = tuple(
-        seg.item for seg in segments if any(seg.end_ns > a and seg.start_ns < b for a, b in tail_intervals)
+        seg.item
+        for seg in segments
+        if tail_ns > 0
+        and sum(max(0.0, min(seg.end_ns, b) - max(seg.start_ns, a)) for a, b in tail_intervals)
+        >= TAIL_ITEM_SHARE * tail_ns
     )
     return SimResult(
         predicted_ns=makespan + cost.launch_ns,

@@ -74,9 +74,7 @@ def num_splits_heuristic(
     return 1
 
 
-def plan_fa3(
-    batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False, options: FA3Options | None = None
-) -> Plan:
+def plan_fa3(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False, options: FA3Options | None = None) -> Plan:
     """Plan FA3's varlen decode for `batch` (pack-GQA: one tile row covers a KV head's G query heads).
 
     occ is recorded only (one CTA per SM). cuda_graph does not change the schedule.

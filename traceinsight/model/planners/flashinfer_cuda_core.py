@@ -14,9 +14,7 @@ from traceinsight.model.occupancy import CUDA_CORE
 from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, chunk_items
 
 
-def binary_search_chunk_pages(
-    max_grid: int, gdy: int, pages: tuple[int, ...], min_pages: int
-) -> tuple[int, int]:
+def binary_search_chunk_pages(max_grid: int, gdy: int, pages: tuple[int, ...], min_pages: int) -> tuple[int, int]:
     """FlashInfer's PartitionPagedKVCacheBinarySearchMinNumPagePerBatch: (chunk_pages, new_batch_size).
 
     The search loop counts ceil(pages / mid) without the max(pages, 1) the final count uses, as upstream does.

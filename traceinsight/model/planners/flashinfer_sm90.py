@@ -33,18 +33,20 @@ def plan_sm90(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False) -> Pla
     g = batch.group_size
     cta_tile_q = sm90_cta_tile_q(batch.head_dim)
     num_ctas = gpu.num_sms
-    total_rows = sum(batch.query_lens)
+    q_lens = batch.query_lens
+    kv_lens = batch.kv_lens
+    total_rows = sum(q_lens)
     works_per_head = ceil_div(total_rows, cta_tile_q) + b - 1
     same_schedule = works_per_head > SAME_SCHEDULE_WORKS_PER_HEAD
-    order = sorted(range(b), key=lambda i: -batch.kv_lens[i])  # stable: ties keep request order
+    order = sorted(range(b), key=lambda i: -kv_lens[i])  # stable: ties keep request order
+    tiles = [ceil_div(q, cta_tile_q) for q in q_lens]
     heap = [(0.0, cta) for cta in range(num_ctas)]
     schedule: list[tuple[int, int, int, int]] = []  # (qo_head, request, q_tile, worker)
     for qo_head in range(1 if same_schedule else batch.qo_heads):
         for req in order:
-            q_len = batch.query_lens[req]
-            for q_tile in range(ceil_div(q_len, cta_tile_q) - 1, -1, -1):
-                cost, cta = heapq.heappop(heap)
-                heapq.heappush(heap, (cost + 2 * cta_tile_q + batch.kv_lens[req], cta))
+            for q_tile in range(tiles[req] - 1, -1, -1):
+                cost, cta = heap[0]
+                heapq.heapreplace(heap, (cost + 2 * cta_tile_q + kv_lens[req], cta))
                 schedule.append((qo_head, req, q_tile, cta))
     heads = range(batch.qo_heads) if same_schedule else (None,)
     items: list[WorkItem] = []
@@ -57,7 +59,7 @@ def plan_sm90(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False) -> Pla
                     kv_head=h // g,
                     chunk_index=0,
                     kv_start=0,
-                    kv_tokens=batch.kv_lens[req],
+                    kv_tokens=kv_lens[req],
                     qo_head=h,
                     qo_tile=q_tile,
                     cta=len(items),

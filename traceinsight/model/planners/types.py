@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -140,7 +140,7 @@ def chunk_items(
 
     CTA indices start at `first_cta` and advance by `stride`.
     """
-    n = max(ceil_div(max(kv_len, 1), chunk_tokens), 1) if kv_len > 0 else 1
+    n = ceil_div(kv_len, chunk_tokens) if kv_len > 0 else 1
     items = []
     for i in range(n):
         start = i * chunk_tokens
@@ -155,8 +155,3 @@ def chunk_items(
             )
         )
     return items
-
-
-def as_sequence(values: Sequence[int]) -> tuple[int, ...]:
-    """Tuple of ints."""
-    return tuple(int(v) for v in values)
