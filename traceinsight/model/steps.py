@@ -6,7 +6,9 @@ A step is, in order of preference:
    attention kernel takes the *outermost* such range, ignoring wrappers that hold more than half of all
    attention launches of the trace (a whole-run range is not a step), unless `step_pattern` picks ranges
    by name;
-2. with no range around it, one attention launch together with its merge/combine (and prepare) kernels.
+2. when no attention launch of the trace has a range around it, one attention launch together with its
+   merge/combine (and prepare) kernels. When ranges do define steps, attention launches outside all of them
+   (warm-ups, planning runs) are not steps: `group_steps` returns them apart as unassigned launches.
 
 Split-KV of a launch comes from the trace alone: backends that split through a separate merge/combine kernel
 are "on" exactly when such a kernel follows the launch on the same stream within the step; backends that never
@@ -208,8 +210,9 @@ def _decide(launch: Launch, step_name: str | None) -> None:
     launch.phase, launch.phase_evidence = labels.phase_in_context(labels.label(k.name), range_name=step_name)
 
 
-def build_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> list[Step]:
-    """Group the kernels of one trace into steps (see the module docstring)."""
+def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> tuple[list[Step], list[Launch]]:
+    """Group the kernels of one trace into steps (see the module docstring). Returns the steps in start order
+    and the attention launches that lie outside every range-defined step."""
     ensure_labels(db)
     kernels = _kernels(db, trace_id)
     attention = [k for k in kernels if k.family == ATTENTION]
@@ -226,23 +229,31 @@ def build_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
             ks = sorted((by_id[i] for i in set(members[rid])), key=lambda k: (k.start_ns, k.kernel_id))
             r = info[rid]
             steps.append(_make_step(r["name"], f"range:{r['kind']}", rid, ks))
-    # Attention kernels outside every chosen range: one step per launch with its merge/prepare kernels.
+    # Attention kernels outside every chosen range: one launch with its merge/prepare kernels each.
     covered = {k.kernel_id for s in steps for k in s.kernels}
     loose = [k for k in kernels if k.kernel_id not in covered and k.family in (ATTENTION, MERGE, PREPARE)]
+    loose_steps: list[Step] = []
     current: list[Kernel] = []
     pending_prepare: list[Kernel] = []
     for k in loose:
         if k.family == ATTENTION:
             if current:
-                steps.append(_make_step(None, "launch", None, current))
+                loose_steps.append(_make_step(None, "launch", None, current))
             current, pending_prepare = pending_prepare + [k], []
         elif k.family == PREPARE:
             pending_prepare.append(k)
         elif current:
             current.append(k)
     if current:
-        steps.append(_make_step(None, "launch", None, current))
+        loose_steps.append(_make_step(None, "launch", None, current))
 
+    unassigned: list[Launch] = []
+    if any(s.launches for s in steps):
+        unassigned = [x for s in loose_steps for x in s.launches]
+        for x in unassigned:
+            _decide(x, None)
+    else:
+        steps = loose_steps
     steps = [s for s in steps if s.launches]
     steps.sort(key=lambda s: (s.start_ns, s.range_id if s.range_id is not None else -1))
     for i, s in enumerate(steps):
@@ -251,7 +262,12 @@ def build_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
             s.name = f"{s.launches[0].attention.kernel} launch {i}"
         for launch in s.launches:
             _decide(launch, None if s.source == "launch" else s.name)
-    return steps
+    return steps, unassigned
+
+
+def build_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> list[Step]:
+    """The steps of `group_steps`, without the unassigned launches."""
+    return group_steps(db, trace_id, step_pattern)[0]
 
 
 def _make_step(name: str | None, source: str, range_id: int | None, ks: list[Kernel]) -> Step:
