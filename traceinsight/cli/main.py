@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 import click
 import orjson
-from rich.console import Console
 
 from traceinsight import __version__
 from traceinsight.errors import TraceInsightError
@@ -49,10 +48,11 @@ def user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def console(no_color: bool = False) -> Console:
-    """stdout console: colour only on a TTY and when NO_COLOR is unset."""
-    return Console(no_color=no_color or bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=False,
-                   width=None if sys.stdout.isatty() else 200)
+def console(no_color: bool = False) -> Any:
+    """stdout console for commands: colour only on a TTY and when NO_COLOR is unset."""
+    from traceinsight.report.text import make_console
+
+    return make_console(no_color=no_color)
 
 
 def _paths(values: tuple[str, ...]) -> list[Path]:
@@ -74,28 +74,57 @@ def main() -> None:
 
 @main.command()
 @path_arg
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Output format. json follows the versioned schema traceinsight.analysis/1 (docs/JSON.md).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html"]), default="text",
+              show_default=True,
+              help="text (terminal), json (versioned schema traceinsight.analysis/1, docs/JSON.md), or a "
+                   "self-contained report: html (opens offline) or md (figures written beside --out).")
 @click.option("--meta", "meta", multiple=True, type=click.Path(path_type=str),
               help="Sidecar with each step's batch composition (collector sidecar or *.meta.json[.gz]).")
 @click.option("--ncu", "ncu", multiple=True, type=click.Path(path_type=str),
               help="Nsight Compute CSV (ncu --csv --page raw) to match to the trace's kernels.")
 @click.option("--step-pattern", default=None, metavar="REGEX",
               help="Use only ranges whose name matches REGEX as steps (default: outermost ranges around attention).")
+@click.option("--fail-on", "fail_on", type=click.Choice(["critical", "warning", "info"]), default=None,
+              help="Exit with status 3 when a finding of this severity or worse is found (for CI).")
 @click.option("--max-steps", default=40, show_default=True, type=click.IntRange(min=0),
               help="Steps shown in text output (0: all).")
 @click.option("--out", "out", default=None, type=click.Path(dir_okay=False, path_type=str),
-              help="Write the report to this file instead of stdout.")
+              help="Write the output to this file instead of stdout (required for --format md).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress display on stderr.")
 @user_errors
 def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[str, ...],
-            step_pattern: str | None, max_steps: int, out: str | None) -> None:
-    """Analyze trace files: GPU, kernels by family/backend, decode steps with split-KV state, findings."""
-    from traceinsight.pipeline import analyze as run_analysis
-    from traceinsight.report.json_doc import documents
-    from traceinsight.report.text import render
+            step_pattern: str | None, fail_on: str | None, max_steps: int, out: str | None, quiet: bool) -> None:
+    """Analyze trace files: GPU, kernels by family/backend, decode steps with split-KV state, the schedule
+    model (thresholds, predicted times, SM idle) and findings with remedies.
 
-    _, analyses = run_analysis(_paths(paths), meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern)
+    Exit status: 0 ok; 2 bad input (one line on stderr); 3 a finding at or above --fail-on.
+    """
+    from traceinsight.diagnose import fail_exit_code
+    from traceinsight.pipeline import analyze as run_analysis
+    from traceinsight.report.text import ingest_progress
+
+    if fmt == "md" and not out:
+        raise click.UsageError("--format md needs --out FILE (its figures are written beside it)")
+    with ingest_progress(_paths(paths) + _paths(meta) + _paths(ncu), quiet=quiet):
+        _, analyses = run_analysis(_paths(paths), meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern)
+    _emit(analyses, fmt, out, max_steps)
+    code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
+    if code:
+        sys.exit(code)
+
+
+def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int) -> None:
+    if fmt in ("md", "html"):
+        from traceinsight.report.files import render_report, write_report
+
+        if out:
+            write_report(analyses, fmt, Path(out))
+        else:
+            sys.stdout.write(render_report(analyses, fmt, Path("report.html")))
+        return
     if fmt == "json":
+        from traceinsight.report.json_doc import documents
+
         data = orjson.dumps(documents(analyses), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
         if out:
             Path(out).write_bytes(data)
@@ -103,9 +132,15 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
         return
-    con = console()
+    from traceinsight.report.text import make_console, render
+
     if out:
-        con = Console(file=open(out, "w"), no_color=True, width=200)  # noqa: SIM115
+        with open(out, "w", encoding="utf-8") as fh:
+            con = make_console(file=fh, no_color=True)
+            for a in analyses:
+                render(a, con, max_steps=max_steps or None)
+        return
+    con = make_console()
     for a in analyses:
         render(a, con, max_steps=max_steps or None)
 
@@ -139,7 +174,9 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
         t = Table(*names)
         for r in rows:
             t.add_row(*("NULL" if v is None else str(v) for v in r))
-        console().print(t)
+        from traceinsight.report.text import make_console
+
+        make_console().print(t)
 
 
 def _register_commands() -> None:

@@ -13,13 +13,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global figure registry, faster import
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 if TYPE_CHECKING:
     from traceinsight.report.sections import SweepPanel, TimelinePoint
@@ -76,7 +73,7 @@ def _ms_label(v: float, _pos: object = None) -> str:
 
 
 def _new(width_in: float, height_in: float, ncols: int = 1) -> tuple[Figure, list]:
-    with plt.rc_context(_STYLE):
+    with matplotlib.rc_context(_STYLE):
         fig = Figure(figsize=(width_in, height_in), layout="constrained")
         axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, list(axes)
@@ -95,7 +92,7 @@ def _log_ms_axis(ax: object, values_ms: list[float]) -> None:
 
 def timeline_figure(points: list[TimelinePoint], title: str = "Step time") -> Figure:
     """Step time per step (in trace order); spikes as large markers coloured by their cause."""
-    with plt.rc_context(_STYLE):
+    with matplotlib.rc_context(_STYLE):
         fig, (ax,) = _new(10.5, 3.4)
         xs = [p.index for p in points]
         ys = [_ms(p.dur_ns) for p in points]
@@ -119,7 +116,8 @@ def timeline_figure(points: list[TimelinePoint], title: str = "Step time") -> Fi
         ax.set_ylabel("step time (ms)")
         ax.set_title(title)
         ax.margins(x=0.01)
-        ax.legend(handles=handles, loc="upper left", ncols=min(4, len(handles)))
+        ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=min(4, len(handles)),
+                  borderaxespad=0.2)
     return fig
 
 
@@ -128,7 +126,7 @@ def timeline_figure(points: list[TimelinePoint], title: str = "Step time") -> Fi
 def sweep_figure(panels: list[SweepPanel]) -> Figure:
     """Latency vs batch size, one line per distribution, one panel per sweep; B_th as a vertical line.
     Filled markers: split-KV on; crosses: every launch of the case ran split-KV off."""
-    with plt.rc_context(_STYLE):
+    with matplotlib.rc_context(_STYLE):
         n = len(panels)
         fig, axes = _new(min(5.6 * n, 12.0), 3.9, ncols=n)
         dists = []
@@ -161,9 +159,10 @@ def sweep_figure(panels: list[SweepPanel]) -> Figure:
                 _log_ms_axis(ax, all_ms)
             if p.b_threshold:
                 ax.axvline(p.b_threshold, color="#333333", linestyle="--", linewidth=1.1, zorder=1)
-                ax.annotate(f"B_th = {p.b_threshold}", xy=(p.b_threshold, 1.0), xycoords=("data", "axes fraction"),
-                            xytext=(-4, -4), textcoords="offset points", ha="right", va="top", fontsize=9,
-                            fontweight="bold", color="#333333")
+                ax.annotate(f"B_th = {p.b_threshold}", xy=(p.b_threshold, 0.5), xycoords=("data", "axes fraction"),
+                            xytext=(5, 0), textcoords="offset points", ha="left", va="center", fontsize=9,
+                            fontweight="bold", color="#333333",
+                            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.5})
             sub = f"{p.kernel} [{p.backend}]" if p.kernel else ""
             ax.set_title(f"{p.key}: {sub}" if sub else p.key, fontsize=10)
             ax.set_xlabel("batch size (requests)")
@@ -249,7 +248,7 @@ def gantt_figure(sched: Gantt) -> Figure:
     form the tail in red, idle time blank; the dashed line marks where the tail starts."""
     from matplotlib.collections import PolyCollection
 
-    with plt.rc_context(_STYLE):
+    with matplotlib.rc_context(_STYLE):
         fig = Figure(figsize=(10.5, min(6.2, max(3.6, 0.03 * sched.num_sms + 2.2))), layout="constrained")
         top, ax = fig.subplots(2, 1, sharex=True, height_ratios=(1, 4))
         per_sm: dict[int, list[tuple[float, float]]] = {}
@@ -306,7 +305,7 @@ _SVG_NS = re.compile(r'\s+xmlns(?::xlink)?="[^"]*"')
 def to_svg(fig: Figure, inline: bool = True) -> str:
     """SVG text. `inline`: stripped of the XML prolog, DOCTYPE, metadata and namespace URLs (HTML5 knows SVG), so
     that the page holds no URL at all."""
-    with plt.rc_context(_STYLE):
+    with matplotlib.rc_context(_STYLE):
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     text = buf.getvalue()
@@ -317,7 +316,7 @@ def to_svg(fig: Figure, inline: bool = True) -> str:
 
 
 def to_png(fig: Figure, dpi: int = 130) -> bytes:
-    with plt.rc_context(_STYLE):
+    with matplotlib.rc_context(_STYLE):
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     return buf.getvalue()
@@ -333,7 +332,11 @@ def gantt_from_sim(sim: object, num_sms: int, slots_per_sm: int, title: str,
     segs = []
     for s in getattr(sim, "segments", ()):
         in_tail = id(s.item) in tail_ids and any(s.end_ns > a and s.start_ns < b for a, b in intervals)
-        segs.append(Segment(s.sm, s.start_ns, s.end_ns, in_tail, s.slot // num_sms if slots_per_sm > 1 else None))
+        it = s.item
+        label = (f"request {it.request}, chunk {it.chunk_index}, KV [{it.kv_start:,}, {it.kv_start + it.kv_tokens:,})"
+                 + (f", KV head {it.kv_head}" if it.kv_head is not None else ""))
+        segs.append(Segment(s.sm, s.start_ns, s.end_ns, in_tail, s.slot // num_sms if slots_per_sm > 1 else None,
+                            label))
     predicted = getattr(sim, "predicted_ns", None)
     idle = getattr(sim, "sm_idle_fraction", None)
     sched = Gantt(title=title, num_sms=num_sms, slots_per_sm=slots_per_sm, segments=segs, predicted_ns=predicted,

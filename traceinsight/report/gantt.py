@@ -1,24 +1,81 @@
-"""The Gantt of a report: pick the worst attention launch of a trace and simulate its CTA -> SM schedule with
-the schedule model the analysis attached (plan, GPU, occupancy, calibrated cost). Returns a `figures.Gantt`,
-or the sentence saying why none can be drawn."""
+"""The Gantt of a report: the simulated CTA -> SM schedule of one attention launch, taken from the schedule
+model the analysis attached (`analysis.schedule.models[kernel_id].sim`, see `traceinsight.model.attach`).
+`gantt_for` picks the worst launch (`sections.worst_launch`, falling back to the modelled launch with the
+longest tail); `gantt_for_launch` draws any launch. Each returns a `figures.Gantt`, or the sentence saying why
+none can be drawn."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from traceinsight.report import sections
-from traceinsight.report.figures import Gantt
+from traceinsight.report.figures import Gantt, gantt_from_sim
 
 if TYPE_CHECKING:
     from traceinsight.diagnose.context import TraceAnalysis
 
-NEEDS = ("not available: needs the schedule model (traceinsight.model) and the batch composition of the launch "
-         "(a sidecar via --meta, or one bounded from the trace)")
+NEEDS = ("not available: needs the schedule model with the launch's batch composition (a sidecar with every "
+         "request's KV length, via --meta) and a cost model calibrated on balanced launches of the trace")
+PERSISTENT = frozenset({"flashinfer-sm90", "fa3"})
+
+
+def _model(analysis: TraceAnalysis, kernel_id: int) -> Any:
+    sched = getattr(analysis, "schedule", None)
+    return None if sched is None else sched.models.get(kernel_id)
+
+
+def _launch(analysis: TraceAnalysis, step: int, launch: int) -> Any:
+    for s in analysis.steps:
+        if s.index == step:
+            return s, s.launches[launch] if launch < len(s.launches) else None
+    return None, None
+
+
+def gantt_for_launch(analysis: TraceAnalysis, step: int, launch: int = 0) -> Gantt | str:
+    """The Gantt of launch `launch` of step `step` (indexes as in the JSON document), or why there is none."""
+    s, x = _launch(analysis, step, launch)
+    if x is None:
+        return f"not available: step {step} has no attention launch {launch}"
+    model = _model(analysis, x.attention.kernel_id)
+    sim = getattr(model, "sim", None)
+    if sim is None:
+        note = getattr(model, "note", None)
+        return f"{NEEDS}" + (f" ({note})" if note else "")
+    sched = analysis.schedule
+    k = x.attention
+    num_sms = sched.gpu.num_sms
+    if k.backend in PERSISTENT:
+        slots = max(1, -(-max(k.grid[0], 1) // num_sms))
+    else:
+        slots = sched.occupancy_for(k) or 1
+    split = {True: "split-KV on", False: "split-KV off"}.get(model.split_kv, "split-KV ?")
+    grid = "(" + ",".join(str(v) for v in k.grid) + ")"
+    title = f"Step {s.index}: {s.name}\n{k.kernel} grid {grid} · {split} · {model.work_items} work items"
+    return gantt_from_sim(sim, num_sms, slots, title, measured_ns=k.dur_ns)
 
 
 def gantt_for(analysis: TraceAnalysis, doc: dict[str, Any]) -> Gantt | str:
-    """Gantt of the worst launch of `analysis` (see `sections.worst_launch`), or why there is none."""
+    """Gantt of the worst launch of `analysis`; when that launch was not simulated, of the simulated launch
+    with the longest tail; else why there is none."""
     ref = sections.worst_launch(doc)
     if ref is None:
         return "not available: no attention launch in the trace"
-    return NEEDS
+    first = gantt_for_launch(analysis, ref.step, ref.launch)
+    if not isinstance(first, str):
+        first.notes.insert(0, f"Shown: {ref.reason}.")
+        return first
+    best: tuple[float, int, int, int] | None = None
+    for s in analysis.steps:
+        for j, x in enumerate(s.launches):
+            m = _model(analysis, x.attention.kernel_id)
+            if getattr(m, "sim", None) is not None:
+                key = (m.tail_ns or 0, x.attention.dur_ns)
+                if best is None or key > best[:2]:
+                    best = (key[0], key[1], s.index, j)
+    if best is None:
+        return first
+    g = gantt_for_launch(analysis, best[2], best[3])
+    if isinstance(g, Gantt):
+        g.notes.insert(0, "Shown: the simulated launch with the longest tail (the worst launch itself was not "
+                          "simulated).")
+    return g

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceinsight import __version__
-from traceinsight.report import figures, sections
-from traceinsight.report.figures import Gantt
+from traceinsight.report import sections
 from traceinsight.report.text import fmt_ns
+
+if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn (diff pages need none)
+    from traceinsight.report.figures import Gantt
+
+
+def _figures() -> Any:
+    """The plotting module (imports matplotlib on first use)."""
+    from traceinsight.report import figures
+
+    return figures
 
 # (data-section id, heading), in report order.
 SECTIONS = (
@@ -60,9 +69,10 @@ ul.verdict > li.sev-info { border-color: var(--info); background: var(--info-bg)
 .fid { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, monospace; font-size: 13px; font-weight: 600;
   margin: 0 8px; }
 .saving { float: right; font-weight: 700; white-space: nowrap; margin-left: 12px; }
-.saving small { font-weight: 400; color: var(--muted); }
+.saving small, small.more { font-weight: 400; color: var(--muted); }
 details { margin-top: 6px; font-size: 14px; }
 details summary { cursor: pointer; color: var(--muted); font-size: 13px; }
+details.checks { margin-top: 10px; }
 details p { margin: 6px 0; }
 dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 6px 0; font-size: 13px; }
 dl.kv dt { color: var(--muted); }
@@ -72,7 +82,9 @@ th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: lef
 th { font-weight: 600; color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .03em;
   border-bottom: 2px solid #cbd2d9; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, monospace; font-size: 12px; }
+td.mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, monospace; font-size: 12px;
+  overflow-wrap: anywhere; min-width: 140px; }
+div.scroll { overflow-x: auto; }
 tbody tr:nth-child(even) td { background: #fafbfc; }
 .off { color: var(--crit); font-weight: 700; }
 .on { color: var(--ok); font-weight: 600; }
@@ -103,7 +115,7 @@ def table(headers: list[tuple[str, str]], rows: list[list[str]]) -> str:
     head = "".join(f'<th class="{c}">{esc(h)}</th>' for h, c in headers)
     body = "".join("<tr>" + "".join(f'<td class="{c}">{v}</td>' for (_, c), v in zip(headers, r, strict=True))
                    + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _section(sid: str, prefix: str, inner: str) -> str:
@@ -116,7 +128,7 @@ def _na(text: str) -> str:
 
 
 def _svg(fig: Any, alt: str) -> str:
-    return f'<figure role="img" aria-label="{esc(alt)}">{figures.to_svg(fig)}</figure>'
+    return f'<figure role="img" aria-label="{esc(alt)}">{_figures().to_svg(fig)}</figure>'
 
 
 def _split(state: bool | None) -> str:
@@ -143,32 +155,50 @@ def _step_list(doc: dict[str, Any], steps: list[int], limit: int = 8) -> str:
 
 
 def verdict_html(doc: dict[str, Any]) -> str:
+    """One line per rule, worst first, with its saving; the details (explanation, remedy, every finding of the
+    rule, steps, evidence) folded under it."""
     why = sections.missing(doc, "findings")
     if why:
-        return _na(why)
+        return _na(why) + checks_html(doc)
     total = sections.total_step_ns(doc)
     items = []
-    for f in sections.sorted_findings(doc):
-        sev = f.get("severity", "info")
-        saving = f.get("saving_ns")
+    for g in sections.finding_groups(doc):
+        first = g.findings[0]
         save = ""
-        if saving:
-            share = f" <small>({saving / total:.0%} of step time)</small>" if total else ""
-            save = f'<span class="saving">saves ≈ {esc(fmt_ns(saving))}{share}</span>'
-        steps = f.get("steps") or []
+        if g.saving_ns:
+            share = f" <small>({g.saving_ns / total:.0%} of step time)</small>" if total else ""
+            save = f'<span class="saving">saves ≈ {esc(fmt_ns(g.saving_ns))}{share}</span>'
+        more = f' <small class="more">(+{len(g.findings) - 1} more)</small>' if len(g.findings) > 1 else ""
         detail = []
-        if f.get("explanation"):
-            detail.append(f"<p>{esc(f['explanation'])}</p>")
-        if f.get("remedy"):
-            detail.append(f"<p><b>Remedy:</b> {esc(f['remedy'])}</p>")
-        if steps:
-            detail.append(f"<p><b>Steps ({len(steps)}):</b> {_step_list(doc, steps)}</p>")
-        detail.append(_evidence(f.get("evidence") or {}))
+        if first.get("explanation"):
+            detail.append(f"<p>{esc(first['explanation'])}</p>")
+        if first.get("remedy"):
+            detail.append(f"<p><b>Remedy:</b> {esc(first['remedy'])}</p>")
+        if len(g.findings) > 1:
+            rows = "".join(f"<li>{esc(f.get('summary'))}"
+                           + (f" — saves ≈ {esc(fmt_ns(f['saving_ns']))}" if f.get("saving_ns") else "") + "</li>"
+                           for f in g.findings)
+            detail.append(f"<p><b>All {len(g.findings)} findings of this rule:</b></p><ul>{rows}</ul>")
+        if g.steps:
+            detail.append(f"<p><b>Steps ({len(g.steps)}):</b> {_step_list(doc, g.steps)}</p>")
+        detail.append(_evidence(first.get("evidence") or {}))
         items.append(
-            f'<li class="sev-{esc(sev)}">{save}<span class="badge">{esc(sev)}</span>'
-            f'<span class="fid">{esc(f.get("id"))}</span>{esc(f.get("summary"))}'
+            f'<li class="sev-{esc(g.severity)}">{save}<span class="badge">{esc(g.severity)}</span>'
+            f'<span class="fid">{esc(g.id)}</span>{esc(g.summary)}{more}'
             f"<details><summary>why, remedy, evidence</summary>{''.join(detail)}</details></li>")
-    return f'<ul class="verdict">{"".join(items)}</ul>'
+    return f'<ul class="verdict">{"".join(items)}</ul>' + checks_html(doc)
+
+
+def checks_html(doc: dict[str, Any]) -> str:
+    """The rules that ran and did not fire, with the reason (passed, or not applicable and what they need)."""
+    line = sections.checks_line(doc)
+    if line is None:
+        return ""
+    _, rows = sections.checks(doc)
+    body = [[f'<span class="fid">{esc(c.get("id"))}</span>', esc(c.get("status")), esc(c.get("reason"))]
+            for c in rows if c.get("status") != "fired"]
+    inner = table([("rule", ""), ("status", ""), ("why", "")], body) if body else ""
+    return f'<details class="checks"><summary>{esc(line)}</summary>{inner}</details>'
 
 
 def timeline_html(doc: dict[str, Any]) -> str:
@@ -177,9 +207,9 @@ def timeline_html(doc: dict[str, Any]) -> str:
         return _na(why)
     points = sections.timeline(doc)
     spikes = sum(p.spike for p in points)
-    fig = figures.timeline_figure(points, title=f"Step time of {len(points)} steps")
-    if "findings" not in doc:
-        note = "Spikes: not available: needs the diagnostics stage (latency-spike)."
+    fig = _figures().timeline_figure(points, title=f"Step time of {len(points)} steps")
+    if not doc.get("findings") and not doc.get("checks"):
+        note = "Spikes: not available: needs the diagnostics stage (its latency-spike rule)."
     elif not any(f.get("id") == sections.SPIKE_ID for f in doc.get("findings") or []):
         note = "No spike: no step broke from the trend (latency-spike found nothing)."
     else:
@@ -196,21 +226,20 @@ def sweep_html(doc: dict[str, Any]) -> str:
         last_on, first_off = sections.observed_switch(p)
         obs = (f"split-KV observed on up to B={last_on}, off from B={first_off}" if first_off
                else "split-KV state does not change with B")
-        th = (f"B_th = {p.b_threshold} ({p.threshold_source})" if p.b_threshold
-              else "B_th: not available (needs thresholds)")
+        th = p.threshold_text
         notes.append(f"<li><b>{esc(p.key)}</b>: {esc(th)}; {esc(obs)}.</li>")
-    return (_svg(figures.sweep_figure(panels), "latency vs batch size per distribution")
+    return (_svg(_figures().sweep_figure(panels), "latency vs batch size per distribution")
             + f'<ul class="note">{"".join(notes)}</ul>'
             + '<p class="caption">Median attention time (attention + merge kernels) over the repeated steps of each '
               "case; crosses: split-KV off in every launch of the case.</p>")
 
 
 def schedule_html(doc: dict[str, Any], sched: Gantt | str | None) -> str:
-    if not isinstance(sched, Gantt):
+    if sched is None or isinstance(sched, str):
         return _na(sched or "not available: needs the schedule model (traceinsight.model.simulate) and a batch "
                    "composition")
     notes = "".join(f"<li>{esc(n)}</li>" for n in sched.notes)
-    return _svg(figures.gantt_figure(sched), sched.title) + (f'<ul class="note">{notes}</ul>' if notes else "")
+    return _svg(_figures().gantt_figure(sched), sched.title) + (f'<ul class="note">{notes}</ul>' if notes else "")
 
 
 def kernels_html(doc: dict[str, Any], limit: int = 40) -> str:

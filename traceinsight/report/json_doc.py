@@ -7,15 +7,16 @@ from typing import Any
 
 from traceinsight import __version__
 from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.model.attach import Schedule
 from traceinsight.model.steps import Launch, Step
 
 SCHEMA = "traceinsight.analysis/1"
 MULTI_SCHEMA = "traceinsight.analyses/1"
 
 
-def _launch(launch: Launch) -> dict[str, Any]:
+def _launch(launch: Launch, sched: Schedule | None = None) -> dict[str, Any]:
     k = launch.attention
-    return {
+    out = {
         "kernel": k.kernel,
         "name": k.name,
         "family": k.family,
@@ -35,10 +36,18 @@ def _launch(launch: Launch) -> dict[str, Any]:
         "merges": [{"kernel": m.kernel, "grid": list(m.grid), "dur_ns": m.dur_ns} for m in launch.merges],
         "prepares": [{"kernel": p.kernel, "grid": list(p.grid), "dur_ns": p.dur_ns} for p in launch.prepares],
     }
+    if sched is not None:
+        model = sched.models.get(k.kernel_id)
+        if model is not None:
+            out["model"] = model.to_json()
+        measured = sched.measured.get(k.kernel_id)
+        if measured is not None:
+            out["measured"] = measured.to_json()
+    return out
 
 
-def _step(step: Step) -> dict[str, Any]:
-    return {
+def _step(step: Step, sched: Schedule | None = None) -> dict[str, Any]:
+    out = {
         "index": step.index,
         "name": step.name,
         "source": step.source,
@@ -47,8 +56,12 @@ def _step(step: Step) -> dict[str, Any]:
         "attention_ns": step.attention_ns,
         "kernel_count": len(step.kernels),
         "split_kv": step.split_kv,
-        "launches": [_launch(x) for x in step.launches],
+        "launches": [_launch(x, sched) for x in step.launches],
     }
+    batch = sched.batches.get(step.index) if sched is not None else None
+    if batch is not None:
+        out["batch"] = batch.to_json()
+    return out
 
 
 def _finding(f: Any) -> Any:
@@ -57,6 +70,7 @@ def _finding(f: Any) -> Any:
 
 def to_json(a: TraceAnalysis) -> dict[str, Any]:
     gpu = a.gpu
+    sched = a.schedule
     return {
         "schema": SCHEMA,
         "tool": {"name": "traceinsight", "version": __version__},
@@ -80,9 +94,35 @@ def to_json(a: TraceAnalysis) -> dict[str, Any]:
         },
         "families": a.families,
         "kernels": a.kernels,
-        "steps": [_step(s) for s in a.steps],
+        "thresholds": [t.to_json() for t in sched.thresholds.values()] if sched is not None else [],
+        "steps": [_step(s, sched) for s in a.steps],
         "findings": [_finding(f) for f in a.findings],
+        "checks": [c.to_json() if hasattr(c, "to_json") else c for c in a.checks],
+        "model": _schedule(sched),
         **a.extra,
+    }
+
+
+def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
+    """Facts about the schedule model as a whole: the GPU model, calibrated costs, notes."""
+    if sched is None:
+        return None
+    gpu = sched.gpu
+    return {
+        "gpu": None if gpu is None else {
+            "key": gpu.key, "name": gpu.name, "num_sms": gpu.num_sms,
+            "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
+        },
+        "cost_models": [
+            {"name": name, "kernel": sched.thresholds[name].kernel if name in sched.thresholds else None,
+             "cta_rate_tokens_per_ns": c.cta_rate, "sm_rate_tokens_per_ns": c.sm_rate,
+             "gpu_rate_tokens_per_ns": c.gpu_rate, "item_overhead_tokens": c.item_overhead_tokens,
+             "launch_ns": c.launch_ns, "sharpness": None if c.sharpness == float("inf") else c.sharpness}
+            for name, c in sched.costs.items()
+        ],
+        "idle_gaps": len(sched.idle_gaps),
+        "idle_gap_ns": sum(g.dur_ns for g in sched.idle_gaps),
+        "notes": list(sched.notes),
     }
 
 

@@ -5,13 +5,22 @@ folder can be pasted into a postmortem or a wiki."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceinsight import __version__
-from traceinsight.report import figures, sections
-from traceinsight.report.figures import Gantt
+from traceinsight.report import sections
 from traceinsight.report.html import SECTIONS
 from traceinsight.report.text import fmt_ns
+
+if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn (diff pages need none)
+    from traceinsight.report.figures import Gantt
+
+
+def _figures() -> Any:
+    """The plotting module (imports matplotlib on first use)."""
+    from traceinsight.report import figures
+
+    return figures
 
 SEVERITY_MARK = {"critical": "🔴 CRITICAL", "warning": "🟠 WARNING", "info": "🔵 INFO"}
 
@@ -41,7 +50,7 @@ class _Figures:
     def save(self, fig: Any, name: str) -> str:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f"{name}.png"
-        path.write_bytes(figures.to_png(fig))
+        path.write_bytes(_figures().to_png(fig))
         self.written.append(path)
         return f"{self.rel}/{path.name}"
 
@@ -53,26 +62,38 @@ def _na(text: str | None) -> str:
 def verdict_md(doc: dict[str, Any]) -> str:
     why = sections.missing(doc, "findings")
     if why:
-        return _na(why)
+        return _na(why) + checks_md(doc)
     total = sections.total_step_ns(doc)
     names = {s["index"]: s["name"] for s in doc.get("steps") or []}
     lines = []
-    for f in sections.sorted_findings(doc):
-        saving = f.get("saving_ns")
+    for g in sections.finding_groups(doc):
+        first = g.findings[0]
         save = ""
-        if saving:
-            save = f" — **saves ≈ {fmt_ns(saving)}**" + (f" ({saving / total:.0%} of step time)" if total else "")
-        mark = SEVERITY_MARK.get(f.get("severity", ""), f.get("severity", "").upper())
-        lines.append(f"- **{mark}** `{f.get('id')}`: {f.get('summary', '')}{save}")
-        steps = f.get("steps") or []
-        if f.get("explanation"):
-            lines.append(f"  - {f['explanation']}")
-        if f.get("remedy"):
-            lines.append(f"  - Remedy: {f['remedy']}")
-        if steps:
-            shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in steps[:6])
-            lines.append(f"  - Steps ({len(steps)}): {shown}" + (" …" if len(steps) > 6 else ""))
-    return "\n".join(lines)
+        if g.saving_ns:
+            save = f" — **saves ≈ {fmt_ns(g.saving_ns)}**" + (f" ({g.saving_ns / total:.0%} of step time)" if total
+                                                              else "")
+        more = f" (+{len(g.findings) - 1} more)" if len(g.findings) > 1 else ""
+        mark = SEVERITY_MARK.get(g.severity, g.severity.upper())
+        lines.append(f"- **{mark}** `{g.id}`: {g.summary}{more}{save}")
+        if first.get("explanation"):
+            lines.append(f"  - {first['explanation']}")
+        if first.get("remedy"):
+            lines.append(f"  - Remedy: {first['remedy']}")
+        for f in g.findings[1:]:
+            lines.append(f"  - also: {f.get('summary', '')}")
+        if g.steps:
+            shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in g.steps[:6])
+            lines.append(f"  - Steps ({len(g.steps)}): {shown}" + (" …" if len(g.steps) > 6 else ""))
+    return "\n".join(lines) + checks_md(doc)
+
+
+def checks_md(doc: dict[str, Any]) -> str:
+    line = sections.checks_line(doc)
+    if line is None:
+        return ""
+    _, rows = sections.checks(doc)
+    quiet = [f"`{c.get('id')}` {c.get('status')}: {c.get('reason')}" for c in rows if c.get("status") != "fired"]
+    return f"\n\n_{line}._" + ("\n\n" + "\n".join(f"- {q}" for q in quiet) if quiet else "")
 
 
 def timeline_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
@@ -80,11 +101,11 @@ def timeline_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
     if why:
         return _na(why)
     points = sections.timeline(doc)
-    link = figs.save(figures.timeline_figure(points, f"Step time of {len(points)} steps"), f"{prefix}timeline")
+    link = figs.save(_figures().timeline_figure(points, f"Step time of {len(points)} steps"), f"{prefix}timeline")
     spikes = [p for p in points if p.spike]
     text = f"![step time per step]({link})\n\n"
-    if "findings" not in doc:
-        return text + "_Spikes: not available: needs the diagnostics stage (latency-spike)._"
+    if not doc.get("findings") and not doc.get("checks"):
+        return text + "_Spikes: not available: needs the diagnostics stage (its latency-spike rule)._"
     if not spikes:
         return text + "No spike: no step broke from the trend."
     rows = [[p.index, p.name, fmt_ns(p.dur_ns), p.cause or "unexplained"] for p in spikes[:15]]
@@ -96,11 +117,11 @@ def sweep_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
     panels = sections.sweep(doc)
     if not panels:
         return _na(sections.missing(doc, "sweep"))
-    link = figs.save(figures.sweep_figure(panels), f"{prefix}sweep")
+    link = figs.save(_figures().sweep_figure(panels), f"{prefix}sweep")
     lines = [f"![latency vs batch size per distribution]({link})", ""]
     for p in panels:
         last_on, first_off = sections.observed_switch(p)
-        th = f"B_th = {p.b_threshold}" if p.b_threshold else "B_th not available"
+        th = p.threshold_text
         obs = (f"split-KV observed on up to B={last_on}, off from B={first_off}" if first_off
                else "split-KV state does not change with B")
         lines.append(f"- **{p.key}** ({p.kernel}, {p.backend}): {th}; {obs}.")
@@ -115,10 +136,10 @@ def sweep_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
 
 
 def schedule_md(sched: Gantt | str | None, figs: _Figures, prefix: str) -> str:
-    if not isinstance(sched, Gantt):
+    if sched is None or isinstance(sched, str):
         return _na(sched or "not available: needs the schedule model and a batch composition")
-    link = figs.save(figures.gantt_figure(sched), f"{prefix}schedule")
-    return f"![{sched.title}]({link})\n\n" + "\n".join(f"- {n}" for n in sched.notes)
+    link = figs.save(_figures().gantt_figure(sched), f"{prefix}schedule")
+    return f"![{sched.title.replace(chr(10), ' · ')}]({link})\n\n" + "\n".join(f"- {n}" for n in sched.notes)
 
 
 def kernels_md(doc: dict[str, Any], limit: int = 30) -> str:

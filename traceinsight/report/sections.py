@@ -63,6 +63,38 @@ def verdict(doc: dict[str, Any], limit: int = 6) -> list[VerdictLine]:
     ]
 
 
+@dataclass
+class FindingGroup:
+    """The findings of one rule (a rule may report several, e.g. one latency spike per burst): the line the
+    verdict shows. saving_ns: sum over the group (its findings concern distinct steps or kernels); steps: the
+    union of their steps; findings: worst first (the first one's summary leads)."""
+
+    id: str
+    severity: str
+    saving_ns: int | None
+    steps: list[int]
+    findings: list[dict[str, Any]]
+
+    @property
+    def summary(self) -> str:
+        return self.findings[0].get("summary", "") if self.findings else ""
+
+
+def finding_groups(doc: dict[str, Any]) -> list[FindingGroup]:
+    """One group per rule id, worst first: by severity, then by the group's total saving."""
+    groups: dict[str, FindingGroup] = {}
+    for f in sorted_findings(doc):
+        fid = f.get("id", "?")
+        g = groups.get(fid)
+        if g is None:
+            g = groups[fid] = FindingGroup(fid, f.get("severity", "info"), None, [], [])
+        g.findings.append(f)
+        if f.get("saving_ns") is not None:
+            g.saving_ns = (g.saving_ns or 0) + int(f["saving_ns"])
+        g.steps = sorted(set(g.steps) | set(f.get("steps") or []))
+    return sorted(groups.values(), key=lambda g: (severity_rank(g.severity), -(g.saving_ns or 0), g.id))
+
+
 # --- timeline -----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -80,10 +112,13 @@ class TimelinePoint:
 
 
 def _spike_causes(finding: dict[str, Any]) -> dict[int, str]:
-    """Cause per spike step when the latency-spike finding names one in its evidence: accepts
-    `evidence.causes` as {step: id} or [{step, cause}], or `evidence.spikes` as [{step, cause}]."""
+    """Cause per spike step when the latency-spike finding names one in its evidence: `evidence.cause` (one
+    id for all its steps), `evidence.causes` as {step: id} or [{step, cause}], or `evidence.spikes` as
+    [{step, cause}]."""
     ev = finding.get("evidence") or {}
     out: dict[int, str] = {}
+    if isinstance(ev.get("cause"), str):  # one cause for every step of this spike
+        out.update({i: ev["cause"] for i in finding.get("steps") or []})
     raw = ev.get("causes")
     if isinstance(raw, dict):
         for k, v in raw.items():
@@ -148,6 +183,15 @@ class SweepPanel:
     series: list[SweepSeries]
     b_threshold: int | None
     threshold_source: str | None  # which thresholds entry gave B_th
+
+    @property
+    def threshold_text(self) -> str:
+        """B_th in words: the value and where it came from, or why there is none."""
+        if self.b_threshold:
+            return f"B_th = {self.b_threshold} ({self.threshold_source})"
+        if self.threshold_source:
+            return f"no B_th: {self.threshold_source} never turns split-KV off by batch size"
+        return "B_th not available (needs the schedule model's thresholds for this kernel)"
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -232,18 +276,22 @@ class LaunchRef:
 
 def worst_launch(doc: dict[str, Any]) -> LaunchRef | None:
     """The attention launch the Gantt shows: the longest launch among the steps of the worst step-level
-    finding; else the launch with the longest simulated tail; else the longest launch."""
+    finding (a simulated one when there is one); else the launch with the longest simulated tail; else the
+    longest launch."""
     steps = doc.get("steps") or []
     if not steps:
         return None
     by_index = {s["index"]: s for s in steps}
 
     def longest(candidates: list[dict[str, Any]]) -> tuple[int, int] | None:
+        """The longest launch, preferring launches the schedule model simulated (they can be drawn)."""
         best = None
         for s in candidates:
             for j, x in enumerate(s["launches"]):
-                if best is None or x["dur_ns"] > best[0]:
-                    best = (x["dur_ns"], s["index"], j)
+                simulated = (x.get("model") or {}).get("predicted_ns") is not None
+                key = (simulated, x["dur_ns"])
+                if best is None or key > best[0]:
+                    best = (key, s["index"], j)
         return (best[1], best[2]) if best else None
 
     for f in sorted_findings(doc):
@@ -372,7 +420,9 @@ def methods(doc: dict[str, Any]) -> list[tuple[str, str]]:
          "modelled. Predicted time = makespan; SM idle = 1 − Σ busy / (SMs × makespan); tail = time with fewer than "
          "half the SMs busy. "
          + (f"Modelled launches: {', '.join(f'{v} from {k}' for k, v in sorted(modelled.items()))} of "
-            f"{cov.get('launches', 0)}." if modelled else "No launch was modelled for this trace.")),
+            f"{cov.get('launches', 0)}." if modelled else "No launch was modelled for this trace.")
+         + _cost_models(doc)),
+        ("Batch compositions", _batch_sources(doc)),
         ("Findings and savings", "Each finding comes from one diagnostic rule (its id); the saving is that rule's "
          "estimate of the time the remedy would save over the steps it lists (e.g. measured time minus the "
          "predicted time with split-KV kept on). Spikes: step time against a linear-in-KV-tokens baseline when token "
@@ -395,3 +445,49 @@ def observed_switch(panel: SweepPanel) -> tuple[int | None, int | None]:
     last_on = max(b for b, o in cases if not o)
     after = [b for b, o in cases if b > last_on]
     return (last_on, min(after)) if after else (None, None)
+
+
+def _batch_sources(doc: dict[str, Any]) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for st in doc.get("steps") or []:
+        b = st.get("batch")
+        counts[(b or {}).get("source") or "none"] += 1
+    words = {"sidecar": "exact, from the sidecar (every request's KV length)",
+             "trace": "bounded from the trace (grid, merge kernel, duration)", "none": "unknown"}
+    parts = [f"{n} steps {words.get(k, k)}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return ("; ".join(parts) or "no steps") + ". A sidecar step is matched to a step by its annotation name."
+
+
+def _cost_models(doc: dict[str, Any]) -> str:
+    model = doc.get("model") or {}
+    costs = model.get("cost_models") or []
+    text = ""
+    if costs:
+        text += " Cost models calibrated on this trace: " + "; ".join(
+            f"{c.get('kernel') or (c.get('name') or '?')[:40]}: lone CTA {c.get('cta_rate_tokens_per_ns', 0):.3g}, "
+            f"full SM {c.get('sm_rate_tokens_per_ns', 0):.3g} KV tokens/ns" for c in costs) + "."
+    notes = model.get("notes") or []
+    if notes:
+        more = f" (+{len(notes) - 3} more)" if len(notes) > 3 else ""
+        text += " Not modelled: " + "; ".join(notes[:3]) + more + "."
+    return text
+
+
+def checks(doc: dict[str, Any]) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """What the diagnostics checked: counts by status ('fired', 'passed', 'not-applicable'), and the rows
+    (id, name, status, reason) with the ones that did not fire first."""
+    rows = [c for c in doc.get("checks") or [] if isinstance(c, dict)]
+    counts: dict[str, int] = defaultdict(int)
+    for c in rows:
+        counts[c.get("status") or "?"] += 1
+    order = {"passed": 0, "not-applicable": 1, "fired": 2}
+    return dict(counts), sorted(rows, key=lambda c: (order.get(c.get("status") or "", 3), c.get("id") or ""))
+
+
+def checks_line(doc: dict[str, Any]) -> str | None:
+    """'12 rules checked: 3 fired, 5 passed, 4 not applicable' (None when the diagnostics did not run)."""
+    counts, rows = checks(doc)
+    if not rows:
+        return None
+    parts = [f"{counts[k]} {k.replace('-', ' ')}" for k in ("fired", "passed", "not-applicable") if counts.get(k)]
+    return f"{len(rows)} rules checked: " + ", ".join(parts)

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from traceinsight.diagnose.context import TraceAnalysis
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "cyan"}
-SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 
 def fmt_ns(ns: int | float | None) -> str:
@@ -73,35 +72,44 @@ def header(doc: dict[str, Any]) -> Text:
     return t
 
 
-def findings_block(doc: dict[str, Any]) -> Text:
-    """Findings, worst first, one line each: severity, id, summary, saving; the remedy of each critical one."""
-    findings = sorted(doc.get("findings") or [],
-                      key=lambda f: (SEVERITY_RANK.get(f.get("severity"), 3), -(f.get("saving_ns") or 0)))
-    t = Text()
-    if not findings:
-        if doc.get("checks"):
-            t.append(f"Findings: none ({len(doc['checks'])} checks ran)", style="bold green")
-        return t
+def findings_block(doc: dict[str, Any]) -> Table | Text:
+    """Findings, worst first, one row per rule: severity, id, summary of its worst finding (+ how many more)
+    and the saving; under a critical rule's summary its remedy. A grid, so long lines wrap inside their column.
+    The last line says how many rules were checked. Empty Text when the diagnostics reported nothing."""
+    from traceinsight.report.sections import checks_line, finding_groups
+
+    groups = finding_groups(doc)
+    checked = checks_line(doc)
+    if not groups:
+        return Text(f"Findings: none ({checked})", style="bold green") if checked else Text()
     steps_ns = sum(s.get("dur_ns") or 0 for s in doc.get("steps") or [])
-    t.append(f"Findings ({len(findings)})\n", style="bold")
-    width = max(len(f.get("id", "")) for f in findings)
-    for f in findings:
-        sev = f.get("severity", "info")
-        t.append(f" {sev.upper():8} ", style=SEVERITY_STYLE.get(sev, ""))
-        t.append(f"{f.get('id', ''):{width}} ", style="bold")
-        t.append(f.get("summary", ""))
-        saving = f.get("saving_ns")
-        if saving:
-            share = f", {saving / steps_ns:.0%} of step time" if steps_ns else ""
-            t.append(f"  (saves ≈ {fmt_ns(saving)}{share})", style="bold")
-        n = len(f.get("steps") or [])
-        if n:
-            t.append(f"  [{n} step{'s' if n > 1 else ''}]", style="dim")
-        t.append("\n")
-        if sev == "critical" and f.get("remedy"):
-            t.append(f" {'':8} {'':{width}} → {f['remedy']}\n", style="dim")
-    t.rstrip()
-    return t
+    count = sum(len(g.findings) for g in groups)
+    table = Table.grid(padding=(0, 1), pad_edge=True)
+    table.title = f"Findings ({count})"
+    table.title_justify = "left"
+    table.title_style = "bold"
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column(ratio=1)
+    for g in groups:
+        cell = Text(g.summary)
+        if len(g.findings) > 1:
+            cell.append(f" (+{len(g.findings) - 1} more)", style="dim")
+        if g.saving_ns:
+            share = f", {g.saving_ns / steps_ns:.0%} of step time" if steps_ns else ""
+            cell.append(f"  (saves ≈ {fmt_ns(g.saving_ns)}{share})", style="bold")
+        if g.steps and len(g.findings) == 1:
+            cell.append(f"  [{len(g.steps)} step{'s' if len(g.steps) > 1 else ''}]", style="dim")
+        remedy = g.findings[0].get("remedy")
+        if g.severity == "critical" and remedy:
+            cell.append(f"\n→ {remedy}", style="dim")
+        table.add_row(Text(g.severity.upper(), style=SEVERITY_STYLE.get(g.severity, "")), Text(g.id, style="bold"),
+                      cell)
+    if checked:
+        table.caption = f"{checked} (--format json gives each rule's reason)"
+        table.caption_justify = "left"
+        table.caption_style = "dim"
+    return table
 
 
 def thresholds_table(doc: dict[str, Any]) -> Table | None:
@@ -111,8 +119,8 @@ def thresholds_table(doc: dict[str, Any]) -> Table | None:
     table = _table("Split-KV thresholds", [("kernel", "left"), ("backend", "left"), ("H_kv", "right"),
                                            ("CTAs/SM", "right"), ("max grid", "right"), ("B_th", "right")])
     for r in rows:
-        table.add_row(str(r.get("kernel")), r.get("backend") or "-", str(r.get("kv_heads", "-")),
-                      str(r.get("occupancy", "-")), str(r.get("max_grid", "-")),
+        table.add_row(str(r.get("kernel")), r.get("backend") or "-", str(r.get("kv_heads") or "-"),
+                      str(r.get("occupancy") or "-"), str(r.get("max_grid") or "-"),
                       Text(str(r["b_threshold"]), style="bold") if r.get("b_threshold") else Text("-"))
     return table
 
@@ -172,7 +180,7 @@ def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40
     """Print one analysis document: header, findings, thresholds, families, attention kernels, steps."""
     console.print(header(doc))
     block = findings_block(doc)
-    if block.plain:
+    if not isinstance(block, Text) or block.plain:
         console.print()
         console.print(block)
     for table in (thresholds_table(doc), families_table(doc), attention_kernels_table(doc)):
@@ -197,11 +205,14 @@ def render(a: TraceAnalysis, console: Console, max_steps: int | None = 40) -> No
     render_doc(to_json(a), console, max_steps)
 
 
-def make_console(file: Any = None, no_color: bool = False, stderr: bool = False) -> Console:
-    """A console that colours only a TTY, never when NO_COLOR is set (non-empty) or `no_color` is asked."""
+def make_console(file: Any = None, no_color: bool = False, stderr: bool = False,
+                 force_terminal: bool | None = None) -> Console:
+    """A console that colours only a terminal, never when NO_COLOR is set (non-empty) or `no_color` is asked;
+    200 columns wide when writing to a pipe or file."""
     off = no_color or bool(os.environ.get("NO_COLOR"))
+    tty = force_terminal if force_terminal is not None else (file is None and sys.stdout.isatty())
     return Console(file=file, stderr=stderr, no_color=off, color_system=None if off else "auto", highlight=False,
-                   soft_wrap=False, width=None if (file is None and sys.stdout.isatty()) else 200)
+                   soft_wrap=False, force_terminal=force_terminal, width=None if tty else 200)
 
 
 # Files larger than this get a progress display while they are read.

@@ -1,0 +1,321 @@
+"""traceinsight dashboard (Streamlit): pick a bundled example, a trace given on the command line, or upload one;
+see the findings first, then the step timeline (click a step to see its launches), the labeled kernel table,
+the split-KV threshold chart and the simulated per-SM schedule of a launch.
+
+Start it with `traceinsight dashboard [PATH...]` (paths reach the app in TRACEINSIGHT_DASHBOARD_PATHS). It
+calls the library exactly as the CLI does (`traceinsight.pipeline.analyze`, `report.json_doc.to_json`,
+`report.sections`, `report.gantt`), and caches one analysis per distinct file content (SHA-256).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # charts.py, sources.py beside this file
+
+import charts  # noqa: E402
+import sources  # noqa: E402
+
+from traceinsight.errors import TraceInsightError  # noqa: E402
+from traceinsight.report import sections  # noqa: E402
+from traceinsight.report.figures import Gantt  # noqa: E402
+from traceinsight.report.text import fmt_ns  # noqa: E402
+
+PATHS_ENV = "TRACEINSIGHT_DASHBOARD_PATHS"
+SEVERITY_BOX = {"critical": st.error, "warning": st.warning, "info": st.info}
+
+
+@dataclass
+class Loaded:
+    """One analyzed trace: its JSON document and the analysis object (for the per-launch schedules)."""
+
+    doc: dict[str, Any]
+    analysis: Any
+
+
+@st.cache_resource(show_spinner=False, max_entries=6)
+def analyze_cached(digest: str, _trace: str, _meta: tuple[str, ...]) -> Loaded:
+    """Analyze a trace once per distinct content (`digest` is the cache key; the paths are not hashed). Kept as
+    a resource, not pickled per rerun: the attached simulations hold ~10^5 objects."""
+    from traceinsight.pipeline import analyze
+    from traceinsight.report.json_doc import to_json
+
+    _, analyses = analyze([Path(_trace)], meta=[Path(m) for m in _meta])
+    return Loaded(to_json(analyses[0]), analyses[0])
+
+
+def _analyze_source(src: sources.Source) -> Loaded:
+    files = [src.trace, *src.meta]
+    for p in files:
+        if not p.is_file():
+            raise TraceInsightError(f"{p}: no such file")
+    return analyze_cached(sources.digest_files(files), str(src.trace), tuple(str(m) for m in src.meta))
+
+
+def _analyze_upload(trace: Any, meta: Any | None) -> Loaded:
+    uploads = [trace] + ([meta] if meta is not None else [])
+    for f in uploads:
+        sources.check_size(f.name, f.size)
+    blobs = [(f.name, f.getvalue()) for f in uploads]
+    digest = sources.digest_bytes([b for _, b in blobs])
+    with sources.private_copies(blobs) as paths:
+        try:
+            return analyze_cached(digest, str(paths[0]), tuple(str(p) for p in paths[1:]))
+        except TraceInsightError as exc:  # name the upload, not the private copy
+            msg = str(exc)
+            for (name, _), p in zip(blobs, paths, strict=True):
+                msg = msg.replace(str(p), name)
+            raise TraceInsightError(msg) from None
+
+
+# --- sidebar ------------------------------------------------------------------------------------------------
+
+def choose_source() -> Loaded | None:
+    st.sidebar.title("traceinsight")
+    cli = sources.from_args([p for p in os.environ.get(PATHS_ENV, "").split(os.pathsep) if p])
+    bundled = sources.examples()
+    options = (["Command line"] if cli else []) + ["Bundled example", "Upload"]
+    kind = st.sidebar.radio("Trace", options, key="source_kind")
+    try:
+        if kind in ("Command line", "Bundled example"):
+            pool = cli if kind == "Command line" else bundled
+            if not pool:
+                st.sidebar.info("No bundled example found (examples/ is missing).")
+                return None
+            labels = [s.label for s in pool]
+            label = st.sidebar.selectbox("File", labels, key="example")
+            src = pool[labels.index(label)]
+            if src.meta:
+                st.sidebar.caption("sidecar: " + ", ".join(m.name for m in src.meta))
+            with st.spinner(f"Analyzing {src.trace.name} ..."):
+                return _analyze_source(src)
+        st.sidebar.caption(f"Kineto/torch.profiler JSON(.gz), Nsight Systems .sqlite/.nsys-rep. Up to "
+                           f"{sources.MAX_UPLOAD_MB} MB; copied to a private temporary folder and deleted after "
+                           "reading.")
+        trace = st.sidebar.file_uploader("Trace file", key="upload_trace")
+        meta = st.sidebar.file_uploader("Sidecar (optional, *.meta.json[.gz])", key="upload_meta")
+        if trace is None:
+            st.info("Upload a trace in the sidebar, or pick a bundled example.")
+            return None
+        with st.spinner(f"Analyzing {trace.name} ..."):
+            return _analyze_upload(trace, meta)
+    except (TraceInsightError, sources.UploadTooLarge) as exc:
+        st.error(f"Cannot analyze this file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    except Exception as exc:  # noqa: BLE001 - show one line, never a traceback
+        st.error(f"Internal error while analyzing: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}")
+    return None
+
+
+# --- sections -----------------------------------------------------------------------------------------------
+
+def header(doc: dict[str, Any]) -> None:
+    tr = doc.get("trace") or {}
+    gpu = tr.get("gpu") or {}
+    st.title("traceinsight")
+    st.caption(f"{tr.get('path')} · {tr.get('format')} · {gpu.get('name') or 'unknown GPU'}"
+               + (f", {gpu['num_sms']} SMs" if gpu.get("num_sms") else ""))
+    findings = doc.get("findings") or []
+    worst = sections.sorted_findings(doc)[:1]
+    cols = st.columns(4)
+    cols[0].metric("steps", len(doc.get("steps") or []))
+    cols[1].metric("time in steps", fmt_ns(sections.total_step_ns(doc)))
+    cols[2].metric("critical findings", sum(f.get("severity") == "critical" for f in findings))
+    cols[3].metric("largest saving", fmt_ns(worst[0].get("saving_ns")) if worst else "-")
+
+
+def findings(doc: dict[str, Any]) -> None:
+    st.header("Findings")
+    why = sections.missing(doc, "findings")
+    if why:
+        st.success(why)
+    names = {s["index"]: s["name"] for s in doc.get("steps") or []}
+    for g in sections.finding_groups(doc):
+        first = g.findings[0]
+        box = SEVERITY_BOX.get(g.severity, st.info)
+        saving = f" — saves ≈ {fmt_ns(g.saving_ns)}" if g.saving_ns else ""
+        more = f" (+{len(g.findings) - 1} more)" if len(g.findings) > 1 else ""
+        box(f"**{g.severity.upper()} · {g.id}** — {g.summary}{more}{saving}")
+        with st.expander(f"{g.id}: why, remedy, evidence"):
+            if first.get("explanation"):
+                st.markdown(first["explanation"])
+            if first.get("remedy"):
+                st.markdown(f"**Remedy:** {first['remedy']}")
+            for f in g.findings[1:]:
+                st.markdown(f"- also: {f.get('summary', '')}")
+            if g.steps:
+                st.markdown(f"**Steps ({len(g.steps)}):** "
+                            + ", ".join(f"{i} ({names.get(i, '?')})" for i in g.steps[:10])
+                            + (f" … +{len(g.steps) - 10}" if len(g.steps) > 10 else ""))
+            if first.get("evidence"):
+                st.json(first["evidence"], expanded=False)
+    line = sections.checks_line(doc)
+    if line:
+        with st.expander(f"What was checked: {line}"):
+            _, rows = sections.checks(doc)
+            st.dataframe([{"rule": c.get("id"), "status": c.get("status"), "why": c.get("reason")} for c in rows],
+                         hide_index=True, width="stretch")
+
+
+def _default_step(doc: dict[str, Any]) -> int | None:
+    ref = sections.worst_launch(doc)
+    if ref is not None:
+        return ref.step
+    steps = doc.get("steps") or []
+    return steps[0]["index"] if steps else None
+
+
+def timeline(doc: dict[str, Any]) -> int | None:
+    """The step timeline; returns the selected step index."""
+    st.header("Step timeline")
+    why = sections.missing(doc, "steps")
+    if why:
+        st.info(why)
+        return None
+    points = sections.timeline(doc)
+    event = st.altair_chart(charts.timeline_chart(points), on_select="rerun", key="timeline_chart",
+                            width="stretch")
+    st.caption("Click a step to see its launches (double-click clears). Coloured: spikes, by the finding that "
+               "explains them.")
+    index = [p.index for p in points]
+    clicked = None
+    try:
+        picked = (event.selection or {}).get(charts.STEP_SELECTION) or []
+        if picked and picked[0].get("step") in index:
+            clicked = int(picked[0]["step"])
+    except (AttributeError, TypeError):
+        picked = []
+    if clicked is not None and st.session_state.get("_last_click") != clicked:
+        st.session_state["_last_click"] = clicked
+        st.session_state["step_select"] = clicked
+    if "step_select" not in st.session_state or st.session_state["step_select"] not in index:
+        st.session_state["step_select"] = _default_step(doc)
+    by_index = {s["index"]: s for s in doc["steps"]}
+    step = st.selectbox("Step", index, key="step_select",
+                        format_func=lambda i: f"{i} · {by_index[i]['name']} · {fmt_ns(by_index[i]['dur_ns'])}")
+    s = by_index[step]
+    flagged = [f["id"] for f in doc.get("findings") or [] if step in (f.get("steps") or [])]
+    st.markdown(f"**Step {step}** `{s['name']}`: {fmt_ns(s['dur_ns'])} ({fmt_ns(s['attention_ns'])} attention), "
+                f"{s['kernel_count']} kernels, split-KV {_split(s.get('split_kv'))}"
+                + (f"; findings: {', '.join(flagged)}" if flagged else ""))
+    rows = []
+    for j, x in enumerate(s["launches"]):
+        m = x.get("model") or {}
+        rows.append({"#": j, "kernel": x["kernel"], "backend": x.get("backend"), "phase": x.get("phase"),
+                     "grid": str(tuple(x["grid"])), "block": str(tuple(x["block"])), "time": fmt_ns(x["dur_ns"]),
+                     "split-KV": _split(x.get("split_kv")), "merges": len(x.get("merges") or []),
+                     "predicted": fmt_ns(m.get("predicted_ns")), "work items": m.get("work_items") or "-",
+                     "SM idle": f"{m['sm_idle']:.0%}" if m.get("sm_idle") is not None else "-",
+                     "tail": fmt_ns(m.get("tail_ns")), "split evidence": x.get("split_evidence")})
+    st.dataframe(rows, hide_index=True, width="stretch")
+    return step
+
+
+def _split(state: bool | None) -> str:
+    return {True: "on", False: "off"}.get(state, "?")  # type: ignore[arg-type]
+
+
+def kernel_table(doc: dict[str, Any]) -> None:
+    st.header("Kernels")
+    kernels = sections.kernel_rows(doc, None)
+    if not kernels:
+        st.info("not available: no kernel in the trace")
+        return
+    families = sorted({k.get("family") or "?" for k in kernels})
+    backends = sorted({k.get("backend") or "-" for k in kernels})
+    c1, c2, c3 = st.columns([2, 2, 3])
+    fam = c1.multiselect("Family", families, default=[f for f in families if f in ("attention", "merge",
+                                                                                   "prepare")] or families,
+                         key="kernel_family")
+    back = c2.multiselect("Backend", backends, default=backends, key="kernel_backend")
+    text = c3.text_input("Name contains", key="kernel_search").strip().lower()
+    rows = []
+    for k in kernels:
+        if (k.get("family") or "?") not in fam or (k.get("backend") or "-") not in back:
+            continue
+        if text and text not in (k.get("name") or "").lower() and text not in (k.get("kernel") or "").lower():
+            continue
+        rows.append({"kernel": k.get("kernel"), "family": k.get("family"), "backend": k.get("backend"),
+                     "phase": k.get("phase"), "count": k.get("count"), "total ms": (k.get("total_ns") or 0) / 1e6,
+                     "mean us": (k.get("mean_ns") or 0) / 1e3, "max ms": (k.get("max_ns") or 0) / 1e6,
+                     "share %": round(100 * (k.get("share") or 0), 2), "grids": sections.grids_text(k.get("grids")),
+                     "parameters": sections.params_text(k.get("params")),
+                     "phase evidence": k.get("phase_evidence"), "name": k.get("name")})
+    st.caption(f"{len(rows)} of {len(kernels)} kernels")
+    st.dataframe(rows, hide_index=True, width="stretch")
+
+
+def thresholds(doc: dict[str, Any]) -> None:
+    st.header("Split-KV thresholds")
+    panels = sections.sweep(doc)
+    if panels:
+        st.altair_chart(charts.sweep_chart(panels), key="sweep_chart")
+        st.caption("Median attention time per case over its repeated steps; dashed: B_th, the batch size from "
+                   "which the planner turns split-KV off.")
+    else:
+        st.caption(sections.missing(doc, "sweep") or "")
+    why = sections.missing(doc, "thresholds")
+    if why:
+        st.info(why)
+        return
+    st.dataframe([{"kernel": t.get("kernel"), "backend": t.get("backend"), "KV heads": t.get("kv_heads"),
+                   "CTAs/SM": t.get("occupancy"), "max grid": t.get("max_grid"), "B_th": t.get("b_threshold")}
+                  for t in sections.threshold_rows(doc)], hide_index=True, width="stretch")
+
+
+def schedule(loaded: Loaded, step: int | None) -> None:
+    from traceinsight.report.gantt import gantt_for, gantt_for_launch
+
+    st.header("Per-SM schedule")
+    doc = loaded.doc
+    choices: list[tuple[str, tuple[int, int] | None]] = [("worst launch of the trace", None)]
+    if step is not None:
+        s = next(x for x in doc["steps"] if x["index"] == step)
+        choices += [(f"step {step}, launch {j}: {x['kernel']} grid {tuple(x['grid'])}", (step, j))
+                    for j, x in enumerate(s["launches"])]
+    labels = [c[0] for c in choices]
+    label = st.selectbox("Launch", labels, key="schedule_launch")
+    target = choices[labels.index(label)][1]
+    g = gantt_for(loaded.analysis, doc) if target is None else gantt_for_launch(loaded.analysis, *target)
+    if not isinstance(g, Gantt):
+        st.info(g)
+        return
+    st.markdown("  \n".join(f"**{line}**" for line in g.title.splitlines()))
+    st.altair_chart(charts.gantt_chart(g), key="gantt_chart", width="stretch")
+    for n in g.notes:
+        st.markdown(f"- {n}")
+
+
+def report_download(loaded: Loaded) -> None:
+    st.header("Report")
+    if st.button("Build the HTML report", key="build_report"):
+        from traceinsight.report import html
+        from traceinsight.report.gantt import gantt_for
+
+        text = html.render([loaded.doc], [gantt_for(loaded.analysis, loaded.doc)])
+        name = Path((loaded.doc.get("trace") or {}).get("path") or "trace").name
+        st.download_button("Download report.html", text, file_name=f"{name}.report.html", mime="text/html",
+                           key="download_report")
+
+
+def main() -> None:
+    st.set_page_config(page_title="traceinsight", layout="wide")
+    loaded = choose_source()
+    if loaded is None:
+        return
+    doc = loaded.doc
+    header(doc)
+    findings(doc)
+    step = timeline(doc)
+    kernel_table(doc)
+    thresholds(doc)
+    schedule(loaded, step)
+    report_download(loaded)
+
+
+main()

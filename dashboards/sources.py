@@ -1,0 +1,127 @@
+"""Where the dashboard's traces come from: the bundled examples, paths given on the command line, or uploads.
+Uploads are size-checked, written to a private temporary folder (mode 0700) for the readers, and deleted as
+soon as the analysis is done. Everything is keyed by a SHA-256 of the bytes, so the analysis cache holds one
+entry per distinct file whatever its name."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+# Largest upload accepted (MB); `traceinsight dashboard` passes the same value to Streamlit's server.
+MAX_UPLOAD_MB = int(os.environ.get("TRACEINSIGHT_MAX_UPLOAD_MB", "1024"))
+SIDECAR = re.compile(r"\.(meta|sidecar)\.json(\.gz)?$")
+NOT_TRACES = re.compile(r"\.(meta|sidecar|timing)\.json(\.gz)?$")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+# Shown first among the bundled examples: the real H200 sweep with the split-KV cliff.
+DEFAULT_EXAMPLE = "h200/flashinfer_decode_sweep.pt.trace.json.gz"
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Source:
+    """A trace to analyze, with its optional sidecars: a label for the UI and the files' digest (cache key)."""
+
+    label: str
+    trace: Path
+    meta: tuple[Path, ...] = ()
+
+
+def is_sidecar(path: Path | str) -> bool:
+    return bool(SIDECAR.search(str(path)))
+
+
+def _stem(name: str) -> str:
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite", ".nsys-rep"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def sidecar_for(trace: Path) -> tuple[Path, ...]:
+    """The `<stem>.meta.json[.gz]` or `<stem>.sidecar.json[.gz]` beside a trace, if there is one."""
+    stem = _stem(trace.name)
+    for suffix in (".meta.json.gz", ".meta.json", ".sidecar.json.gz", ".sidecar.json"):
+        p = trace.with_name(stem + suffix)
+        if p.is_file():
+            return (p,)
+    return ()
+
+
+def examples(root: Path = EXAMPLES) -> list[Source]:
+    """Bundled example traces (each with the sidecar beside it): DEFAULT_EXAMPLE first, then by path. An
+    `.nsys-rep` is left out when its SQLite export lies beside it (reading the export needs no nsys)."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.rglob("*")
+             if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and not NOT_TRACES.search(p.name)
+             and not (p.suffix == ".nsys-rep" and p.with_suffix(".sqlite").is_file())]
+    found.sort(key=lambda p: (p.relative_to(root).as_posix() != DEFAULT_EXAMPLE, p.relative_to(root).as_posix()))
+    return [Source(p.relative_to(root).as_posix(), p, sidecar_for(p)) for p in found]
+
+
+def from_args(args: list[str]) -> list[Source]:
+    """Sources from command-line paths: every trace its own source; sidecars attach to the first trace."""
+    paths = [Path(a) for a in args]
+    traces = [p for p in paths if not is_sidecar(p)]
+    metas = tuple(p for p in paths if is_sidecar(p))
+    return [Source(p.name, p, metas if i == 0 else sidecar_for(p)) for i, p in enumerate(traces)]
+
+
+def digest_files(paths: list[Path]) -> str:
+    """SHA-256 over the files' bytes (in order)."""
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def digest_bytes(blobs: list[bytes]) -> str:
+    h = hashlib.sha256()
+    for b in blobs:
+        h.update(b)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def safe_name(name: str) -> str:
+    """A file name without folders or odd characters (the suffixes, which tell the format apart, are kept)."""
+    base = _SAFE.sub("_", Path(name).name).lstrip(".")
+    return base or "upload"
+
+
+class UploadTooLarge(ValueError):
+    pass
+
+
+def check_size(name: str, size: int, limit_mb: int = MAX_UPLOAD_MB) -> None:
+    if size > limit_mb * 1024 * 1024:
+        raise UploadTooLarge(f"{name}: {size / 1e6:.0f} MB is over the upload limit of {limit_mb} MB; analyze it "
+                             "with `traceinsight analyze --format html` or start `traceinsight dashboard PATH`")
+
+
+@contextmanager
+def private_copies(files: list[tuple[str, bytes]]) -> Iterator[list[Path]]:
+    """Write uploaded (name, bytes) pairs into a fresh private temporary folder; delete it afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="traceinsight-upload-"))  # mode 0700
+    try:
+        paths = []
+        for i, (name, data) in enumerate(files):
+            p = folder / f"{i}-{safe_name(name)}"
+            p.write_bytes(data)
+            paths.append(p)
+        yield paths
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,117 @@
+"""The Streamlit dashboard, driven by Streamlit's own test harness (streamlit.testing.v1.AppTest): the bundled
+H200 sweep loads with its findings and charts first, a step can be selected to see its launches, the kernel
+filters work, and a broken upload gives one clear error, not a traceback.
+
+Checked independently (zcat | python -c json.load): the sweep holds 1074 kernels, 260 of them
+BatchDecodeWithPagedKVCacheKernel, and 390 `decode tc=T dist=D bs=B step=S` ranges (13 batch sizes x 5
+distributions x 2 paths x 3 steps); the range `decode tc=0 dist=skew80 bs=384 step=0` holds a 13.5 ms
+BatchDecode launch at grid (384,4,1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit", reason="the dashboard extra (streamlit) is not installed")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
+TIMEOUT_S = 240  # the first run analyzes the 27 MB sweep; later runs hit the cache
+
+
+@pytest.fixture(scope="module")
+def app() -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT_S)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _table(at: AppTest, column: str):  # type: ignore[no-untyped-def]
+    """The one dataframe on the page that has `column`."""
+    (df,) = [d.value for d in at.dataframe if column in d.value.columns]
+    return df
+
+
+def _texts(at: AppTest) -> str:
+    return "\n".join(str(m.value) for m in [*at.markdown, *at.caption, *at.error, *at.warning, *at.info,
+                                             *at.success])
+
+
+def test_bundled_sweep_is_the_default_and_findings_come_first(app: AppTest) -> None:
+    assert app.selectbox(key="example").value == "h200/flashinfer_decode_sweep.pt.trace.json.gz"
+    assert [h.value for h in app.header] == ["Findings", "Step timeline", "Kernels", "Split-KV thresholds",
+                                             "Per-SM schedule", "Report"]
+    # The split-KV cliff of the CUDA-core kernel at B >= 297 is a critical finding, shown as an error box.
+    critical = [e.value for e in app.error]
+    assert any("split-kv-off" in v for v in critical), critical
+    assert not any(v.startswith("Cannot analyze") for v in critical)
+    assert [m.label for m in app.metric][:2] == ["steps", "time in steps"]
+    assert app.metric[0].value == "390"  # the 390 `decode tc=T dist=D bs=B step=S` ranges
+
+
+def test_charts_timeline_sweep_and_schedule(app: AppTest) -> None:
+    charts = app.get("vega_lite_chart")
+    assert len(charts) == 3  # step timeline, latency vs batch size with B_th, per-SM schedule
+    text = _texts(app)
+    assert "Tail:" in text and "SMs are idle" in text  # the Gantt's notes
+
+
+def test_select_a_step_shows_its_launches(app: AppTest) -> None:
+    box = app.selectbox(key="step_select")
+    label = next(o for o in box.options if "decode tc=0 dist=skew80 bs=384 step=0" in o)  # "index · name · time"
+    box.set_value(int(label.split(" ")[0]))
+    app.run()
+    assert not app.exception
+    step_md = [m.value for m in app.markdown if "decode tc=0 dist=skew80 bs=384 step=0" in m.value]
+    assert step_md and "split-KV off" in step_md[0] and "13.5 ms" in step_md[0]
+    launches = _table(app, "split evidence")
+    assert list(launches["kernel"]) == ["BatchDecodeWithPagedKVCacheKernel"]
+    assert list(launches["grid"]) == ["(384, 4, 1)"]
+    # The schedule of that step's launch can be drawn.
+    labels = app.selectbox(key="schedule_launch").options
+    app.selectbox(key="schedule_launch").set_value(labels[1]).run()
+    assert not app.exception
+    assert any("bs=384" in m.value for m in app.markdown)
+
+
+def test_kernel_filters(app: AppTest) -> None:
+    app.multiselect(key="kernel_family").set_value(["attention"]).run()
+    app.text_input(key="kernel_search").set_value("BatchDecode").run()
+    table = _table(app, "parameters")
+    assert list(table["kernel"]) == ["BatchDecodeWithPagedKVCacheKernel"]
+    assert list(table["count"]) == [260]
+
+
+def test_broken_upload_gives_one_clear_error() -> None:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT_S)
+    at.run()
+    at.radio(key="source_kind").set_value("Upload").run()
+    assert any("Upload a trace" in i.value for i in at.info)
+    at.file_uploader(key="upload_trace").set_value(("broken.json", b"{not json", "application/json")).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith("Cannot analyze this file: broken.json:"), errors
+    assert "traceinsight-upload-" not in errors[0]  # the private copy's path is not shown
+    assert not at.header  # nothing else rendered for a file that could not be read
+
+
+def test_upload_size_limit_and_private_copies() -> None:
+    import stat
+    import sys
+
+    sys.path.insert(0, str(APP.parent))
+    import sources
+
+    with pytest.raises(sources.UploadTooLarge, match=r"^big\.json: 3 MB is over the upload limit of 2 MB"):
+        sources.check_size("big.json", 3 * 1024 * 1024, limit_mb=2)
+    sources.check_size("ok.json", 2 * 1024 * 1024, limit_mb=2)
+    with sources.private_copies([("../../etc/evil name.json.gz", b"\x1f\x8b"), ("meta.json", b"{}")]) as paths:
+        folder = paths[0].parent
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert [p.name for p in paths] == ["0-evil_name.json.gz", "1-meta.json"]
+        assert paths[0].read_bytes() == b"\x1f\x8b"
+    assert not folder.exists()

@@ -1,0 +1,89 @@
+"""Terminal output: findings first, compact tables, colour only on a terminal and never with NO_COLOR.
+
+The small H200 trace (checked with `zcat | python -c json.load`): 48 kernel events, 12 each of
+BatchDecodeWithPagedKVCacheKernel, PersistentVariableLengthMergeStatesKernel and the SM90
+PrefillWithKVCacheKernel; 18 `decode_step tc=T dist=D bs=B step=S` ranges (6 cases x 3 steps).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from traceinsight.pipeline import analyze
+from traceinsight.report.json_doc import to_json
+from traceinsight.report.text import fmt_ns, ingest_progress, make_console, render, render_doc
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="module")
+def small(h200: Path):  # type: ignore[no-untyped-def]
+    _, result = analyze([h200 / "flashinfer_decode_small.pt.trace.json.gz"])
+    return result[0]
+
+
+def test_plain_output_when_not_a_terminal(small) -> None:  # type: ignore[no-untyped-def]
+    buf = io.StringIO()
+    render(small, make_console(file=buf), max_steps=None)
+    out = buf.getvalue()
+    assert not ANSI.search(out)
+    assert "NVIDIA H200, 132 SMs" in out
+    assert re.search(r"BatchDecodeWithPagedKVCacheKernel\s+flashinfer-cuda-core\s+decode\s+12\s", out)
+    assert len(re.findall(r"decode_step tc=\d dist=\w+ bs=\d+ step=\d", out)) == 18
+    # Findings (when there are any) come before every table.
+    first_table = out.index("Kernel time by family")
+    if "Findings (" in out:
+        assert out.index("Findings (") < first_table
+    assert out.index("Attention kernels") < out.index("Steps (")
+    # What was checked, not only what fired (the rules that ran are listed in the JSON's `checks`).
+    assert re.search(r"\d+ rules checked: .*passed", out)
+
+
+def test_colour_on_a_terminal_and_no_colour_with_no_color(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    doc = to_json(small)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    buf = io.StringIO()
+    render_doc(doc, make_console(file=buf, force_terminal=True), max_steps=5)
+    assert ANSI.search(buf.getvalue())
+    monkeypatch.setenv("NO_COLOR", "1")
+    buf = io.StringIO()
+    render_doc(doc, make_console(file=buf, force_terminal=True), max_steps=5)
+    assert not ANSI.search(buf.getvalue())
+
+
+def test_findings_lead_with_severity_and_saving() -> None:
+    """A document with findings (shape of `Finding.to_json`): worst first, one line each, the saving shown."""
+    doc = {"trace": {"path": "t.json", "format": "kineto", "gpu": {}}, "kernels": [], "families": [], "steps": [],
+           "findings": [
+               {"id": "threshold-proximity", "severity": "info", "steps": [], "summary": "B is near B_th",
+                "saving_ns": None, "remedy": ""},
+               {"id": "split-kv-off", "severity": "critical", "steps": [3, 4], "summary": "one CTA walks it alone",
+                "saving_ns": 12_500_000, "remedy": "cap the batch below B_th"},
+           ]}
+    buf = io.StringIO()
+    render_doc(doc, make_console(file=buf))
+    lines = [line for line in buf.getvalue().splitlines() if line.strip()]
+    i = next(n for n, line in enumerate(lines) if line.startswith("Findings (2)"))
+    assert re.match(r"\s*CRITICAL\s+split-kv-off\s+one CTA walks it alone\s+\(saves ≈ 12.5 ms\)\s+\[2 steps\]",
+                    lines[i + 1])
+    assert "→ cap the batch below B_th" in lines[i + 2]
+    assert re.match(r"\s*INFO\s+threshold-proximity", lines[i + 3])
+
+
+def test_fmt_ns() -> None:
+    assert [fmt_ns(v) for v in (None, 850, 12_300, 4_560_000, 1_230_000_000, 250_000_000)] == [
+        "-", "850 ns", "12.3 us", "4.56 ms", "1.23 s", "250 ms"]
+
+
+def test_progress_is_silent_off_a_terminal(h200: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    with ingest_progress([h200 / "flashinfer_decode_sweep.pt.trace.json.gz"]):
+        pass
+    with ingest_progress([h200 / "flashinfer_decode_sweep.pt.trace.json.gz"], quiet=True):
+        pass
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""

@@ -1,0 +1,408 @@
+"""Compare two analyses (BEFORE, AFTER): per kernel family, per attention kernel (time, split-KV state), per
+threshold and per finding (new, gone, changed), from their JSON documents. `diff_docs` gives the JSON
+document `traceinsight.diff/1`; `render_text` / `render_html` lay it out. Times in ns; a ratio is after / before.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from traceinsight.errors import FormatError, InputError
+
+SCHEMA = "traceinsight.diff/1"
+ANALYSIS_SCHEMA = re.compile(rb'"schema"\s*:\s*"traceinsight\.analys(?:is|es)/1"')
+
+# Relative change in time below which a kernel or family counts as unchanged (noise between runs).
+UNCHANGED_RATIO = 0.05
+ATTENTION_FAMILIES = ("attention", "merge", "prepare")
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+# --- loading ------------------------------------------------------------------------------------------------
+
+def is_analysis_json(path: Path) -> bool:
+    """Whether `path` holds a traceinsight analysis document (plain or gzipped JSON), not a trace."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+            fh.seek(0)
+            raw = gzip.open(fh).read(512) if head == b"\x1f\x8b" else fh.read(512)  # noqa: SIM115
+    except (OSError, EOFError):
+        return False
+    return bool(ANALYSIS_SCHEMA.search(raw))
+
+
+def load_analysis_json(path: Path) -> dict[str, Any]:
+    """The (single) analysis document stored at `path`."""
+    try:
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        doc = orjson.loads(data)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (orjson.JSONDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise FormatError(f"{path}: damaged analysis JSON: {exc}") from None
+    if doc.get("schema") == "traceinsight.analyses/1":
+        traces = doc.get("traces") or []
+        if len(traces) != 1:
+            raise FormatError(f"{path}: holds {len(traces)} analyses; diff compares one trace with one trace")
+        doc = traces[0]
+    return doc
+
+
+# --- comparing ----------------------------------------------------------------------------------------------
+
+def _ratio(before: float | None, after: float | None) -> float | None:
+    if not before or after is None:
+        return None
+    return after / before
+
+
+def _status(before: Any, after: Any, before_ns: float | None = None, after_ns: float | None = None) -> str:
+    if before is None:
+        return "new"
+    if after is None:
+        return "gone"
+    r = _ratio(before_ns, after_ns)
+    if r is not None and abs(r - 1) > UNCHANGED_RATIO:
+        return "slower" if r > 1 else "faster"
+    return "same"
+
+
+def _step_stats(doc: dict[str, Any]) -> dict[str, Any]:
+    steps = doc.get("steps") or []
+    durs = sorted(s["dur_ns"] for s in steps)
+    att = [s["attention_ns"] for s in steps]
+    return {
+        "count": len(steps),
+        "total_ns": sum(durs),
+        "attention_ns": sum(att),
+        "median_ns": int(statistics.median(durs)) if durs else None,
+        "max_ns": durs[-1] if durs else None,
+        "split_kv": _split_counts(x for s in steps for x in s["launches"]),
+    }
+
+
+def _split_counts(launches: Any) -> dict[str, int]:
+    out = {"on": 0, "off": 0, "unknown": 0}
+    for x in launches:
+        out[{True: "on", False: "off"}.get(x.get("split_kv"), "unknown")] += 1
+    return out
+
+
+def _families(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    def index(doc: dict[str, Any]) -> dict[tuple[str, str | None], dict[str, Any]]:
+        return {(f["family"], f.get("backend")): f for f in doc.get("families") or []}
+
+    b, a = index(before), index(after)
+    rows = []
+    for key in sorted(set(b) | set(a), key=lambda k: -max((b.get(k) or {}).get("total_ns", 0),
+                                                             (a.get(k) or {}).get("total_ns", 0))):
+        fb, fa = b.get(key), a.get(key)
+        bn, an = (fb or {}).get("total_ns"), (fa or {}).get("total_ns")
+        rows.append({"family": key[0], "backend": key[1], "status": _status(fb, fa, _mean(fb), _mean(fa)),
+                     "before_ns": bn, "after_ns": an, "delta_ns": (an or 0) - (bn or 0), "ratio": _ratio(bn, an),
+                     "before_count": (fb or {}).get("count"), "after_count": (fa or {}).get("count")})
+    return rows
+
+
+def _mean(row: dict[str, Any] | None) -> float | None:
+    """Mean time per kernel execution of a families/kernels row (ns)."""
+    if not row or not row.get("count"):
+        return None
+    return (row.get("total_ns") or 0) / row["count"]
+
+
+def _launch_split(doc: dict[str, Any]) -> dict[tuple[str, str | None], dict[str, int]]:
+    out: dict[tuple[str, str | None], list[dict[str, Any]]] = defaultdict(list)
+    for s in doc.get("steps") or []:
+        for x in s["launches"]:
+            out[(x["kernel"], x.get("backend"))].append(x)
+    return {k: _split_counts(v) for k, v in out.items()}
+
+
+def _kernels(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    def index(doc: dict[str, Any]) -> dict[tuple[str, str | None], dict[str, Any]]:
+        out: dict[tuple[str, str | None], dict[str, Any]] = {}
+        for k in doc.get("kernels") or []:
+            if k.get("family") not in ATTENTION_FAMILIES:
+                continue
+            key = (k["kernel"], k.get("backend"))
+            cur = out.setdefault(key, {"family": k["family"], "count": 0, "total_ns": 0, "max_ns": 0,
+                                       "grids": []})
+            cur["count"] += k.get("count") or 0
+            cur["total_ns"] += k.get("total_ns") or 0
+            cur["max_ns"] = max(cur["max_ns"], k.get("max_ns") or 0)
+            cur["grids"] += [g for g in k.get("grids") or [] if g not in cur["grids"]]
+        for v in out.values():
+            v["mean_ns"] = v["total_ns"] // v["count"] if v["count"] else None
+        return out
+
+    b, a = index(before), index(after)
+    sb, sa = _launch_split(before), _launch_split(after)
+    rows = []
+    for key in sorted(set(b) | set(a), key=lambda k: -max((b.get(k) or {}).get("total_ns", 0),
+                                                             (a.get(k) or {}).get("total_ns", 0))):
+        kb, ka = b.get(key), a.get(key)
+        bn, an = (kb or {}).get("total_ns"), (ka or {}).get("total_ns")
+        split_b, split_a = sb.get(key), sa.get(key)
+        rows.append({
+            "kernel": key[0], "backend": key[1], "family": (kb or ka or {}).get("family"),
+            "status": _status(kb, ka, (kb or {}).get("mean_ns"), (ka or {}).get("mean_ns")),
+            "before": kb, "after": ka, "delta_ns": (an or 0) - (bn or 0),
+            "mean_ratio": _ratio((kb or {}).get("mean_ns"), (ka or {}).get("mean_ns")),
+            "split_kv": {"before": split_b, "after": split_a,  # attention launches only (None otherwise)
+                         "changed": bool(split_b and split_a and _split_state(split_b) != _split_state(split_a))},
+        })
+    return rows
+
+
+def _split_state(counts: dict[str, int] | None) -> str:
+    """'on' / 'off' / 'mixed' / 'unknown' for a kernel's launches."""
+    if not counts:
+        return "unknown"
+    states = [k for k in ("on", "off") if counts.get(k)]
+    if len(states) == 2:
+        return "mixed"
+    return states[0] if states else "unknown"
+
+
+def _split_pair(k: dict[str, Any]) -> str:
+    if k.get("family") != "attention":
+        return "-"
+    return f"{_split_state(k['split_kv']['before'])} -> {_split_state(k['split_kv']['after'])}"
+
+
+def _thresholds(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    fields = ("occupancy", "max_grid", "b_threshold")
+
+    def index(doc: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
+        return {(t.get("kernel"), t.get("backend"), t.get("kv_heads")): t for t in doc.get("thresholds") or []}
+
+    b, a = index(before), index(after)
+    rows = []
+    for key in sorted(set(b) | set(a), key=str):
+        tb, ta = b.get(key), a.get(key)
+        changed = [f for f in fields if tb and ta and tb.get(f) != ta.get(f)]
+        rows.append({"kernel": key[0], "backend": key[1], "kv_heads": key[2],
+                     "status": "new" if tb is None else "gone" if ta is None else "changed" if changed else "same",
+                     "changed": changed, "before": {f: tb.get(f) for f in fields} if tb else None,
+                     "after": {f: ta.get(f) for f in fields} if ta else None})
+    return rows
+
+
+def _finding_groups(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for f in doc.get("findings") or []:
+        g = out.setdefault(f["id"], {"severity": f.get("severity"), "count": 0, "steps": set(), "saving_ns": None,
+                                     "summaries": []})
+        if SEVERITY_RANK.get(f.get("severity"), 3) < SEVERITY_RANK.get(g["severity"], 3):
+            g["severity"] = f.get("severity")
+        g["count"] += 1
+        g["steps"].update(f.get("steps") or [])
+        if f.get("saving_ns") is not None:
+            g["saving_ns"] = (g["saving_ns"] or 0) + f["saving_ns"]
+        g["summaries"].append(f.get("summary", ""))
+    for g in out.values():
+        g["steps"] = len(g["steps"])
+    return out
+
+
+def _findings(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    b, a = _finding_groups(before), _finding_groups(after)
+    rows = []
+    for fid in set(b) | set(a):
+        gb, ga = b.get(fid), a.get(fid)
+        if gb is None:
+            status = "new"
+        elif ga is None:
+            status = "gone"
+        elif (gb["severity"], gb["steps"], gb["count"]) != (ga["severity"], ga["steps"], ga["count"]):
+            status = "changed"
+        else:
+            status = "same"
+        rows.append({"id": fid, "status": status, "before": gb, "after": ga})
+    order = {"new": 0, "changed": 1, "gone": 2, "same": 3}
+    rows.sort(key=lambda r: (order[r["status"]], SEVERITY_RANK.get((r["after"] or r["before"])["severity"], 3),
+                             r["id"]))
+    return rows
+
+
+def _trace(doc: dict[str, Any]) -> dict[str, Any]:
+    tr = doc.get("trace") or {}
+    return {"path": tr.get("path"), "format": tr.get("format"), "gpu": (tr.get("gpu") or {}).get("name")}
+
+
+def diff_docs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The diff of two analysis documents (schema traceinsight.diff/1)."""
+    doc = {
+        "schema": SCHEMA,
+        "before": _trace(before),
+        "after": _trace(after),
+        "steps": {"before": _step_stats(before), "after": _step_stats(after)},
+        "families": _families(before, after),
+        "kernels": _kernels(before, after),
+        "thresholds": _thresholds(before, after),
+        "findings": _findings(before, after),
+    }
+    doc["summary"] = headline(doc)
+    return doc
+
+
+def headline(d: dict[str, Any]) -> list[str]:
+    """The changes worth a line each, most important first."""
+    from traceinsight.report.text import fmt_ns
+
+    lines = []
+    sb, sa = d["steps"]["before"], d["steps"]["after"]
+    if sb["count"] and sa["count"]:
+        r = _ratio(sb["median_ns"], sa["median_ns"])
+        lines.append(f"median step {fmt_ns(sb['median_ns'])} -> {fmt_ns(sa['median_ns'])}"
+                     + (f" ({r - 1:+.0%})" if r else "") + f"; steps {sb['count']} -> {sa['count']}")
+    for f in d["findings"]:
+        if f["status"] == "new":
+            lines.append(f"new finding {f['id']} ({f['after']['severity']}, {f['after']['steps']} steps)")
+        elif f["status"] == "gone":
+            lines.append(f"finding {f['id']} is gone (was {f['before']['severity']}, {f['before']['steps']} steps)")
+        elif f["status"] == "changed":
+            b, a = f["before"], f["after"]
+            lines.append(f"finding {f['id']}: {b['severity']} in {b['steps']} steps -> {a['severity']} in "
+                         f"{a['steps']} steps")
+    for k in d["kernels"]:
+        if k["split_kv"]["changed"]:
+            lines.append(f"{k['kernel']}: split-KV {_split_state(k['split_kv']['before'])} -> "
+                         f"{_split_state(k['split_kv']['after'])}")
+        if k["status"] in ("new", "gone"):
+            lines.append(f"kernel {k['kernel']} [{k['backend']}] {'appears' if k['status'] == 'new' else 'is gone'}")
+        elif k["status"] in ("slower", "faster") and k["mean_ratio"]:
+            lines.append(f"{k['kernel']} [{k['backend']}] {k['status']}: mean "
+                         f"{fmt_ns(k['before']['mean_ns'])} -> {fmt_ns(k['after']['mean_ns'])} "
+                         f"({k['mean_ratio'] - 1:+.0%})")
+    for t in d["thresholds"]:
+        if t["status"] == "changed":
+            lines.append(f"threshold of {t['kernel']} (H_kv={t['kv_heads']}): "
+                         + ", ".join(f"{c} {t['before'][c]} -> {t['after'][c]}" for c in t["changed"]))
+        elif t["status"] in ("new", "gone"):
+            side = t["after"] if t["status"] == "new" else t["before"]
+            lines.append(f"threshold of {t['kernel']} {t['status']} (B_th={side['b_threshold'] or '-'})")
+    return lines
+
+
+# --- rendering ----------------------------------------------------------------------------------------------
+
+def render_text(d: dict[str, Any], console: Any) -> None:
+    """Print the diff with rich: headline, then families, kernels, thresholds, findings tables."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from traceinsight.report.text import fmt_ns
+
+    style = {"new": "bold red", "gone": "green", "slower": "red", "faster": "green", "changed": "yellow",
+             "same": "dim"}
+
+    def table(title: str, cols: list[str], right: set[str]) -> Table:
+        t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold", padding=(0, 1),
+                  pad_edge=False, show_edge=False)
+        for c in cols:
+            t.add_column(c, justify="right" if c in right else "left")
+        return t
+
+    console.print(Text(f"before: {d['before']['path']}\nafter:  {d['after']['path']}", style="bold"))
+    if d["summary"]:
+        console.print()
+        for line in d["summary"]:
+            console.print(Text(f" • {line}"))
+    ft = table("Findings", ["id", "status", "before", "after"], set())
+    for f in d["findings"]:
+        def side(g: dict[str, Any] | None) -> str:
+            return "-" if g is None else f"{g['severity']}, {g['steps']} steps" + (
+                f", saves {fmt_ns(g['saving_ns'])}" if g.get("saving_ns") else "")
+        ft.add_row(f["id"], Text(f["status"], style=style.get(f["status"], "")), side(f["before"]), side(f["after"]))
+    kt = table("Attention kernels", ["kernel", "backend", "status", "count", "mean", "total", "Δ total", "split-KV"],
+               {"count", "mean", "total", "Δ total"})
+    for k in d["kernels"]:
+        b, a = k["before"] or {}, k["after"] or {}
+        kt.add_row(k["kernel"], k["backend"] or "-", Text(k["status"], style=style.get(k["status"], "")),
+                   f"{b.get('count', '-')} -> {a.get('count', '-')}",
+                   f"{fmt_ns(b.get('mean_ns'))} -> {fmt_ns(a.get('mean_ns'))}",
+                   f"{fmt_ns(b.get('total_ns'))} -> {fmt_ns(a.get('total_ns'))}", fmt_ns(k["delta_ns"]),
+                   _split_pair(k))
+    famt = table("Kernel time by family", ["family", "backend", "status", "before", "after", "Δ"],
+                 {"before", "after", "Δ"})
+    for f in d["families"]:
+        famt.add_row(f["family"], f["backend"] or "-", Text(f["status"], style=style.get(f["status"], "")),
+                     fmt_ns(f["before_ns"]), fmt_ns(f["after_ns"]), fmt_ns(f["delta_ns"]))
+    tt = table("Split-KV thresholds", ["kernel", "backend", "H_kv", "status", "CTAs/SM", "max grid", "B_th"],
+               {"H_kv", "CTAs/SM", "max grid", "B_th"})
+    for t in d["thresholds"]:
+        b, a = t["before"] or {}, t["after"] or {}
+        tt.add_row(str(t["kernel"]), t["backend"] or "-", str(t["kv_heads"]),
+                   Text(t["status"], style=style.get(t["status"], "")),
+                   *(f"{b.get(c) or '-'} -> {a.get(c) or '-'}" for c in ("occupancy", "max_grid", "b_threshold")))
+    for t in (ft, kt, famt, tt):
+        if t.row_count:
+            console.print()
+            console.print(t)
+
+
+def render_html(d: dict[str, Any]) -> str:
+    """The diff as a self-contained HTML page (same style as the report)."""
+    from traceinsight.report.html import esc, page, table
+    from traceinsight.report.text import fmt_ns
+
+    cls = {"new": "up", "gone": "down", "slower": "up", "faster": "down", "changed": "up"}
+
+    def st(s: str) -> str:
+        return f'<span class="{cls.get(s, "")}">{esc(s)}</span>'
+
+    def side(g: dict[str, Any] | None) -> str:
+        if g is None:
+            return "–"
+        save = f", saves {fmt_ns(g['saving_ns'])}" if g.get("saving_ns") else ""
+        return f'<span class="badge sev-{esc(g["severity"])}">{esc(g["severity"])}</span> {g["steps"]} steps{esc(save)}'
+
+    parts = ['<header class="report"><h1>traceinsight diff</h1>'
+             f'<p class="meta">before <b>{esc(d["before"]["path"])}</b> ({esc(d["before"]["gpu"])})<br>'
+             f'after <b>{esc(d["after"]["path"])}</b> ({esc(d["after"]["gpu"])})</p></header>']
+    items = "".join(f"<li>{esc(line)}</li>" for line in d["summary"]) or "<li>no change</li>"
+    parts.append(f'<section data-section="summary"><h2>What changed</h2><ul>{items}</ul></section>')
+    rows = [[esc(f["id"]), st(f["status"]), side(f["before"]), side(f["after"])] for f in d["findings"]]
+    parts.append('<section data-section="findings"><h2>Findings</h2>'
+                 + (table([("id", "mono"), ("status", ""), ("before", ""), ("after", "")], rows) if rows
+                    else '<p class="na">no finding on either side</p>') + "</section>")
+    rows = []
+    for k in d["kernels"]:
+        b, a = k["before"] or {}, k["after"] or {}
+        rows.append([esc(k["kernel"]), esc(k["backend"] or "–"), st(k["status"]),
+                     f"{b.get('count', '–')} → {a.get('count', '–')}",
+                     f"{esc(fmt_ns(b.get('mean_ns')))} → {esc(fmt_ns(a.get('mean_ns')))}",
+                     f"{esc(fmt_ns(b.get('total_ns')))} → {esc(fmt_ns(a.get('total_ns')))}",
+                     esc(_split_pair(k).replace("->", "→"))])
+    parts.append('<section data-section="kernels"><h2>Attention kernels</h2>' + table(
+        [("kernel", ""), ("backend", ""), ("status", ""), ("count", "num"), ("mean", "num"), ("total", "num"),
+         ("split-KV", "")], rows) + "</section>")
+    rows = [[esc(f["family"]), esc(f["backend"] or "–"), st(f["status"]), esc(fmt_ns(f["before_ns"])),
+             esc(fmt_ns(f["after_ns"])), esc(fmt_ns(f["delta_ns"]))] for f in d["families"]]
+    parts.append('<section data-section="families"><h2>Kernel time by family</h2>' + table(
+        [("family", ""), ("backend", ""), ("status", ""), ("before", "num"), ("after", "num"), ("Δ", "num")], rows)
+        + "</section>")
+    rows = []
+    for t in d["thresholds"]:
+        b, a = t["before"] or {}, t["after"] or {}
+        rows.append([esc(t["kernel"]), esc(t["backend"] or "–"), esc(t["kv_heads"]), st(t["status"]),
+                     *(f"{esc(b.get(c) or '–')} → {esc(a.get(c) or '–')}" for c in ("occupancy", "max_grid",
+                                                                                   "b_threshold"))])
+    parts.append('<section data-section="thresholds"><h2>Split-KV thresholds</h2>' + (table(
+        [("kernel", ""), ("backend", ""), ("KV heads", "num"), ("status", ""), ("CTAs / SM", "num"),
+         ("max grid", "num"), ("B_th", "num")], rows) if rows else '<p class="na">not available on either side: '
+        "needs the schedule model's thresholds</p>") + "</section>")
+    return page("traceinsight diff", "".join(parts))
