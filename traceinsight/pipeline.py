@@ -1,21 +1,31 @@
-"""The whole analysis, stage after stage: ingest -> labels -> model (steps) -> diagnose. The CLI and the
-dashboard both call `analyze` and only render what it returns."""
+"""The whole analysis, stage after stage: ingest -> labels -> model (steps, schedule) -> diagnose. The CLI and
+the dashboard both call `analyze` and only render what it returns."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from traceinsight.diagnose import diagnose
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.ingest import load
 from traceinsight.ingest.store import TraceDB
+from traceinsight.model.attach import attach
 from traceinsight.model.kernel_table import ensure_labels
-from traceinsight.model.steps import build_steps
+from traceinsight.model.steps import group_steps
 from traceinsight.queries import sql
 
 
-def analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> TraceAnalysis:
-    """Analyze one trace already in `db`."""
+def analyze_trace(
+    db: TraceDB,
+    trace_id: int,
+    step_pattern: str | None = None,
+    model: bool = True,
+    limits: dict[str, float] | None = None,
+    diagnostics: bool = True,
+) -> TraceAnalysis:
+    """Analyze one trace already in `db`: steps, then (unless `model` is False) the schedule model and (unless
+    `diagnostics` is False) the diagnostics, whose thresholds `limits` may override ('rule-id.NAME': value)."""
     ensure_labels(db)
     meta = db.rows("SELECT * FROM traces WHERE trace_id = $t", {"t": trace_id})[0]
     gpu_rows = db.rows(sql("trace_gpu"), {"trace": trace_id})
@@ -27,7 +37,8 @@ def analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None = None) -
     families = db.rows(sql("family_summary"), {"trace": trace_id})
     for f in families:
         f["share"] = float(f["share"] or 0.0)
-    return TraceAnalysis(
+    steps, unassigned = group_steps(db, trace_id, step_pattern)
+    analysis = TraceAnalysis(
         trace_id=trace_id,
         path=meta["path"],
         format=meta["format"],
@@ -39,8 +50,20 @@ def analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None = None) -
         warnings=list(meta["warnings"] or []),
         kernels=kernels,
         families=families,
-        steps=build_steps(db, trace_id, step_pattern),
+        steps=steps,
+        limits=dict(limits or {}),
     )
+    if unassigned:
+        # Attention launches outside every annotated step (warm-ups, planning runs): counted, not steps.
+        analysis.extra["unassigned_launches"] = {
+            "count": len(unassigned),
+            "attention_ns": sum(x.dur_ns for x in unassigned),
+        }
+    if model:
+        analysis.schedule = attach(db, trace_id, steps, gpu)
+        if diagnostics:
+            analysis.findings = diagnose(analysis)
+    return analysis
 
 
 def analyze(
@@ -49,7 +72,11 @@ def analyze(
     ncu: list[Path] | None = None,
     step_pattern: str | None = None,
     db: TraceDB | None = None,
+    model: bool = True,
+    limits: dict[str, float] | None = None,
+    diagnostics: bool = True,
 ) -> tuple[TraceDB, list[TraceAnalysis]]:
-    """Ingest `paths` (each its own trace; sidecars and ncu CSVs attach to the first) and analyze each."""
+    """Ingest `paths` (each its own trace; sidecars and ncu CSVs attach to the first) and analyze each
+    (`model` False: steps only, no schedule model and no findings; `diagnostics` False: no findings)."""
     db, ids = load(paths, meta=meta, ncu=ncu, db=db)
-    return db, [analyze_trace(db, i, step_pattern) for i in ids]
+    return db, [analyze_trace(db, i, step_pattern, model=model, limits=limits, diagnostics=diagnostics) for i in ids]

@@ -1,11 +1,14 @@
 """Robust baselines for a series of step times, and the steps that break from them (pure functions).
 
 Two baselines:
-- tokens known: step time is linear in the step's total KV tokens, y = a + b * tokens, fitted with the
-  Theil-Sen estimator (median of pairwise slopes: up to ~29 % of the points may be wild without moving it);
-- tokens unknown: a rolling median over step order (a centred window), which follows slow drift.
-Either way the fit is repeated without the points flagged so far (a run of spikes must not become the trend),
-until the flags stop changing.
+- tokens known: step time is linear in the step's total KV tokens, y = a + b * tokens: the slope b by the
+  Theil-Sen estimator (median of pairwise slopes), kept between 0 and the median time per token (no negative
+  per-token or fixed cost), the intercept a at the `quantile` of y - b * tokens;
+- tokens unknown: a rolling `quantile` over step order (a centred window), which follows slow drift.
+The baseline is a low quantile (default the lower quartile), not the median: latency spikes only go up, and in a
+bad stretch more than half the steps may be slow; the lower quartile is what steps take when nothing goes
+wrong. Either way the fit is repeated without the points flagged so far (a run of spikes must not become the
+trend), until the flags stop changing.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ THEIL_SEN_MAX_PAIRS = 200_000
 FLAT_TOKENS_RATIO = 1.05
 # Refits without the flagged points, at most.
 MAX_ROUNDS = 5
+# The baseline's quantile of the (non-flagged) step times or residuals.
+BASELINE_QUANTILE = 0.25
 
 
 @dataclass(frozen=True)
 class SpikeFit:
     """The baseline of each point (ns), which points break from it, and how it was fitted.
 
-    method: 'linear-in-tokens' | 'constant' (tokens known but all alike) | 'rolling-median';
+    method: 'linear-in-tokens' | 'constant' (tokens known but all alike) | 'rolling-quantile';
     slope_ns_per_token / intercept_ns: the line when method is linear (else None).
     """
 
@@ -63,19 +68,31 @@ def theil_sen(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     return intercept, slope
 
 
-def rolling_median(values: Sequence[float], half_window: int, use: Sequence[bool] | None = None) -> list[float]:
-    """Median of the used values within [i - half_window, i + half_window] for every i (the window is cut at
-    the ends). Points with use False are left out of every window; a window with no used value falls back to
-    the median of all used values (or of all values)."""
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of `values` (linear interpolation between order statistics; q = 0.5 is the median)."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("quantile of no values")
+    pos = (len(xs) - 1) * min(max(q, 0.0), 1.0)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+
+
+def rolling_quantile(values: Sequence[float], half_window: int, use: Sequence[bool] | None = None,
+                     q: float = 0.5) -> list[float]:
+    """The q-quantile of the used values within [i - half_window, i + half_window] for every i (the window is
+    cut at the ends). Points with use False are left out of every window; a window with no used value falls
+    back to the quantile of all used values (or of all values)."""
     n = len(values)
     use = list(use) if use is not None else [True] * n
     kept = [v for v, u in zip(values, use, strict=True) if u] or list(values)
-    fallback = float(statistics.median(kept)) if kept else 0.0
+    fallback = quantile(kept, q) if kept else 0.0
     out = []
     for i in range(n):
         lo, hi = max(0, i - half_window), min(n, i + half_window + 1)
         window = [values[j] for j in range(lo, hi) if use[j]]
-        out.append(float(statistics.median(window)) if window else fallback)
+        out.append(quantile(window, q) if window else fallback)
     return out
 
 
@@ -90,14 +107,22 @@ def fit_spikes(
     ratio: float,
     min_excess_ns: float,
     half_window: int,
+    q: float = BASELINE_QUANTILE,
+    exclude: Sequence[bool] | None = None,
+    min_fit_points: int = 5,
 ) -> SpikeFit:
     """Baseline each step time and flag those at least `ratio` times their baseline and `min_excess_ns` above
     it. `tokens` (per step, None where unknown): when every step has tokens, the linear-in-tokens baseline is
-    used; otherwise the rolling median over step order with `half_window` steps either side."""
+    used; otherwise the rolling q-quantile over step order with `half_window` steps either side.
+    `exclude`: steps left out of the fit from the start (already known to be slow for a known reason), unless
+    fewer than `min_fit_points` would remain; they are still judged against the baseline."""
     n = len(y_ns)
     if n == 0:
-        return SpikeFit((), (), "rolling-median")
+        return SpikeFit((), (), "rolling-quantile")
     y = [float(v) for v in y_ns]
+    out0 = list(exclude) if exclude is not None else [False] * n
+    if n - sum(out0) < min_fit_points:
+        out0 = [False] * n
     flags = [False] * n
     if tokens is not None and all(t is not None for t in tokens):
         x = [float(t) for t in tokens]  # type: ignore[arg-type]
@@ -107,11 +132,16 @@ def fit_spikes(
         a = b = 0.0
         base = y
         for _ in range(MAX_ROUNDS):
-            idx = [i for i in range(n) if not flags[i]] or list(range(n))
+            idx = [i for i in range(n) if not (flags[i] or out0[i])] or list(range(n))
             if flat:
-                a, b = float(statistics.median(y[i] for i in idx)), 0.0
+                a, b = quantile([y[i] for i in idx], q), 0.0
             else:
-                a, b = theil_sen([x[i] for i in idx], [y[i] for i in idx])
+                _, b = theil_sen([x[i] for i in idx], [y[i] for i in idx])
+                # Physical bounds: no negative cost per token, no negative fixed cost at the typical point (so
+                # a line fitted on a narrow range of tokens cannot extrapolate steeply).
+                per_token = [y[i] / x[i] for i in idx if x[i] > 0]
+                b = min(max(b, 0.0), statistics.median(per_token)) if per_token else max(b, 0.0)
+                a = quantile([y[i] - b * x[i] for i in idx], q)
             floor = min(y)
             base = [max(a + b * xi, floor) for xi in x]
             new = _flags(y, base, ratio, min_excess_ns)
@@ -121,9 +151,9 @@ def fit_spikes(
         return SpikeFit(tuple(base), tuple(flags), method, intercept_ns=a, slope_ns_per_token=b)
     base = y
     for _ in range(MAX_ROUNDS):
-        base = rolling_median(y, half_window, [not f for f in flags])
+        base = rolling_quantile(y, half_window, [not (f or o) for f, o in zip(flags, out0, strict=True)], q)
         new = _flags(y, base, ratio, min_excess_ns)
         if new == flags:
             break
         flags = new
-    return SpikeFit(tuple(base), tuple(flags), "rolling-median")
+    return SpikeFit(tuple(base), tuple(flags), "rolling-quantile")

@@ -258,6 +258,5 @@ def report(
             "batch": batch, "kv_len": kv_len, "kv_tokens": tokens, "layers": layers,
             "kv_bytes_per_gpu": per_layer * layers,
             "roofline_floor_ns": round(floor) if floor is not None else None,
-            "kv_bytes_duplicated_per_gpu": round(per_layer * layers * (1 - 1 / shape.kv_replication)),
         }
     return out

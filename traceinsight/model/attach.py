@@ -10,6 +10,7 @@ saying why, never a guess presented as a fact.
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -148,7 +149,8 @@ class LaunchModel:
     split_kv: the planner's split decision (trace: merge kernel present); predicted_ns / sm_idle / tail_ns:
     the simulated time, SM idle fraction (0..1) and tail (time with fewer than half the SMs busy), None
     without a calibrated cost model; plan / sim: the planner's and simulator's full output (not in JSON);
-    grid_matches: the planned grid equals the traced one (None when not planned).
+    grid_matches: the planned grid equals the traced one (None when not planned); balanced_ns: the same work
+    at full-GPU throughput (`throughput_floor_ns`), what the launch would take perfectly balanced.
     """
 
     kernel_id: int
@@ -165,6 +167,7 @@ class LaunchModel:
     longest_item_tokens: int | None = None
     mean_item_tokens: float | None = None
     note: str | None = None
+    balanced_ns: int | None = None
 
     @property
     def imbalance(self) -> float | None:
@@ -184,6 +187,7 @@ class LaunchModel:
             "tail_ns": self.tail_ns,
             "grid_matches": self.grid_matches,
             "longest_item_tokens": self.longest_item_tokens,
+            "balanced_ns": self.balanced_ns,
             "note": self.note,
         }
 
@@ -442,15 +446,32 @@ def is_balanced(p: Plan) -> bool:
     return mean > 0 and longest <= BALANCED_MAX_ITEM_RATIO * mean
 
 
-def calibration_samples(pairs: list[tuple[Plan, list[int]]]) -> list[tuple[Plan, float]]:
-    """The balanced (plan, median measured ns) pairs of one kernel, at most CALIBRATION_MAX_SAMPLES of them
-    spread evenly over the range of total KV work."""
-    balanced = [(p, float(statistics.median(ns))) for p, ns in pairs if ns and is_balanced(p)]
-    balanced.sort(key=lambda pn: sum(it.kv_tokens for it in pn[0].work_items))
-    if len(balanced) <= CALIBRATION_MAX_SAMPLES:
-        return balanced
-    step = (len(balanced) - 1) / (CALIBRATION_MAX_SAMPLES - 1)
-    return [balanced[round(i * step)] for i in range(CALIBRATION_MAX_SAMPLES)]
+def imbalance(p: Plan) -> float:
+    """Longest work item over the mean work item (KV tokens); inf for an empty plan."""
+    longest, mean = _item_stats(p)
+    return longest / mean if mean > 0 else math.inf
+
+
+def _spread(pairs: list[tuple[Plan, float]], n: int) -> list[tuple[Plan, float]]:
+    """At most n of `pairs`, spread evenly over the range of total KV work."""
+    pairs = sorted(pairs, key=lambda pn: sum(it.kv_tokens for it in pn[0].work_items))
+    if len(pairs) <= n:
+        return pairs
+    step = (len(pairs) - 1) / (n - 1)
+    return [pairs[round(i * step)] for i in range(n)]
+
+
+def calibration_samples(pairs: list[tuple[Plan, list[int]]]) -> tuple[list[tuple[Plan, float]], bool]:
+    """The (plan, median measured ns) pairs one kernel is calibrated on, and whether they are balanced: its
+    balanced launches (at most CALIBRATION_MAX_SAMPLES, spread over the range of total KV work); when fewer than
+    MIN_CALIBRATION_SAMPLES are balanced (a serving trace, where every batch mixes lengths), its least
+    imbalanced launches instead."""
+    med = [(p, float(statistics.median(ns))) for p, ns in pairs if ns]
+    balanced = [(p, m) for p, m in med if is_balanced(p)]
+    if len(balanced) >= MIN_CALIBRATION_SAMPLES:
+        return _spread(balanced, CALIBRATION_MAX_SAMPLES), True
+    least = sorted(med, key=lambda pm: imbalance(pm[0]))[:CALIBRATION_MAX_SAMPLES]
+    return _spread(least, CALIBRATION_MAX_SAMPLES), False
 
 
 def calibrate_costs(
@@ -463,11 +484,16 @@ def calibrate_costs(
     costs: dict[str, CostModel] = {}
     notes: list[str] = []
     for name, pairs in samples.items():
-        chosen = calibration_samples(pairs)
+        chosen, balanced = calibration_samples(pairs)
         if len(chosen) < MIN_CALIBRATION_SAMPLES:
-            notes.append(f"{name[:60]}: {len(chosen)} balanced launches, need {MIN_CALIBRATION_SAMPLES} to "
-                         "calibrate its cost model")
+            notes.append(f"{name[:60]}: {len(chosen)} launches with a known batch, need {MIN_CALIBRATION_SAMPLES} "
+                         "to calibrate its cost model")
             continue
+        if not balanced:
+            worst = max(imbalance(p) for p, _ in chosen)
+            notes.append(f"{name[:60]}: no balanced launches; calibrated on the {len(chosen)} least imbalanced "
+                         f"(longest work item up to {worst:.1f}x the mean), so its speed leans on the model's "
+                         "prior for how fast a CTA runs alone")
         try:
             costs[name] = calibrate(chosen, gpu, occ[name], fit=CALIBRATION_FIT)
         except (ValueError, ZeroDivisionError) as exc:
@@ -494,6 +520,18 @@ def cached_sim(cache: dict[Any, Any], p: Plan, gpu: GPU, occ: int, cost: CostMod
     return r[1]  # type: ignore[no-any-return]
 
 
+def throughput_floor_ns(p: Plan, gpu: GPU, occ: int, cost: CostModel) -> float:
+    """The plan's work at full-GPU throughput: launch_ns + sum of (item tokens + per-item overhead) / the rate of
+    all SMs each holding `occ` CTAs (persistent plans: one CTA per SM), capped by the HBM rate (ns). What the
+    launch would take if its work were spread perfectly evenly."""
+    per_sm = 1 if p.persistent else max(occ, 1)
+    full = gpu.num_sms * per_sm * cost.per_cta_rate(per_sm)
+    if cost.gpu_rate is not None:
+        full = min(full, cost.gpu_rate)
+    work = sum(it.kv_tokens + cost.item_overhead_tokens for it in p.work_items)
+    return cost.launch_ns + work / full if full > 0 else math.inf
+
+
 def model_from_plan(kernel_id: int, p: Plan, k: Kernel, gpu: GPU, occ: int, cost: CostModel | None,
                     source: str = "sidecar", cache: dict[Any, Any] | None = None) -> LaunchModel:
     longest, mean = _item_stats(p)
@@ -515,6 +553,7 @@ def model_from_plan(kernel_id: int, p: Plan, k: Kernel, gpu: GPU, occ: int, cost
         longest_item_tokens=longest,
         mean_item_tokens=mean,
         note=None if cost is not None else "no calibrated cost model for this kernel: work items only",
+        balanced_ns=round(throughput_floor_ns(p, gpu, occ, cost)) if cost is not None else None,
     )
 
 

@@ -1,0 +1,85 @@
+"""The diagnostics catalogue, in the order the rules run, and `diagnose()` which runs them.
+
+Order matters only for `latency-spike`, which links each spike to the findings of the rules before it, so it
+runs last. Each entry is a rule module (see `traceinsight.diagnose.rule`).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.diagnose.finding import Finding, sort_findings
+from traceinsight.diagnose.rule import NotApplicable, RuleResult, missing_reason
+from traceinsight.diagnose.rules import (
+    codesign,
+    decode_on_prefill_kernel,
+    gpu_idle_gaps,
+    kv_bandwidth,
+    latency_spike,
+    slow_path,
+    sm_idle,
+    split_kv_off,
+    split_kv_starved,
+    tail_ctas,
+    threshold_proximity,
+    wave_quantization,
+)
+
+RULES: tuple[ModuleType, ...] = (
+    decode_on_prefill_kernel,
+    split_kv_off,
+    split_kv_starved,
+    tail_ctas,
+    sm_idle,
+    threshold_proximity,
+    wave_quantization,
+    slow_path,
+    kv_bandwidth,
+    gpu_idle_gaps,
+    codesign,
+    latency_spike,
+)
+
+RULE_IDS: tuple[str, ...] = tuple(r.ID for r in RULES)
+
+
+def rule(rule_id: str) -> ModuleType:
+    """The rule module with this id (KeyError when there is none)."""
+    for r in RULES:
+        if r.ID == rule_id:
+            return r
+    raise KeyError(rule_id)
+
+
+def run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...] = RULES) -> tuple[list[Finding], list[RuleResult]]:
+    """Run `rules` in order on `ctx`; return all findings (in rule order) and one result per rule. While
+    running, `ctx.findings` holds the findings of the rules run so far."""
+    findings: list[Finding] = []
+    results: list[RuleResult] = []
+    ctx.findings = findings
+    for r in rules:
+        reason = missing_reason(r, ctx)
+        if reason is None:
+            try:
+                found = list(r.apply(ctx))
+            except NotApplicable as exc:
+                reason = str(exc)
+        if reason is not None:
+            results.append(RuleResult(r.ID, r.NAME, "not-applicable", reason, 0))
+            continue
+        findings.extend(found)
+        ctx.findings = findings
+        results.append(RuleResult(r.ID, r.NAME, "fired" if found else "passed",
+                                  "" if found else r.PASSED, len(found)))
+    return findings, results
+
+
+def diagnose(ctx: TraceAnalysis) -> list[Finding]:
+    """Run every rule on `ctx`; record each rule's outcome in `ctx.checks`; return the findings, most severe
+    first and, within a severity, largest estimated saving first."""
+    findings, results = run_rules(ctx)
+    ctx.checks = results
+    ordered = sort_findings(findings)
+    ctx.findings = ordered
+    return ordered

@@ -1,0 +1,100 @@
+"""decode-on-prefill-kernel: a kernel named "Prefill" runs the decode steps.
+
+FlashInfer's tensor-core decode path plans decode as a prefill with one query row per request, so traces show
+`BatchPrefillWithPagedKVCacheKernel` (FA2 backend) or `PrefillWithKVCacheKernel` (SM90 backend) in decode
+steps. The phase comes from the launch's context (the step's range name) or the kernel's template arguments
+(MaskMode 0 with a 16-row query tile), or, when neither tells, from a sidecar batch recorded for the step.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.rule import Input
+from traceinsight.diagnose.savings import excess_over_reference_ns
+from traceinsight.diagnose.views import LaunchView, by_kernel, fmt_ms, launch_views, spread_sample, steps_of
+from traceinsight.diagnose.whatif import path_alternative
+from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
+
+ID = "decode-on-prefill-kernel"
+NAME = "Decode run by a prefill-named kernel"
+DESCRIPTION = "Decode steps run by a kernel named 'Prefill' (FlashInfer's tensor-core decode path)."
+PASSED = "no decode step ran on a prefill-named kernel"
+NEEDS = (Input.STEPS,)
+OPTIONAL = (Input.THRESHOLDS, Input.SIDECAR, Input.SCHEDULE)
+
+# Words in a kernel's short name that mark it as a prefill kernel.
+PREFILL_KERNEL_WORDS = ("Prefill",)
+
+# Launches replayed on the CUDA-core path to price the saving (an even sample; the total is scaled up).
+REPLAY_MAX_LAUNCHES = 24
+# What the path implies for split-KV, by backend.
+_SPLIT_POLICY = {
+    FA2: "its planner targets only 2 CTAs per SM, so split-KV stops at B x H_kv >= 2 x num_SM",
+    SM90: "this backend never splits a request along the KV axis",
+}
+
+
+def _decode(v: LaunchView) -> tuple[bool, str]:
+    """Whether the launch is decode, and the evidence: its phase (range name or template arguments), or a
+    sidecar batch for its step (sidecars describe decode steps) when the phase is unknown."""
+    if v.launch.phase == "decode":
+        return True, v.launch.phase_evidence
+    if v.launch.phase == "unknown" and v.batch is not None and v.batch.source == "sidecar":
+        return True, f"the sidecar describes step {v.step.index} as a decode batch (key {v.batch.step_key!r})"
+    return False, ""
+
+
+def apply(ctx: TraceAnalysis) -> list[Finding]:
+    views = [v for v in launch_views(ctx) if any(w in v.kernel for w in PREFILL_KERNEL_WORDS) and _decode(v)[0]]
+    out = []
+    for vs in by_kernel(views).values():
+        v0 = vs[0]
+        thr = v0.threshold
+        saving = 0.0
+        compared = 0
+        known = [v for v in vs if v.batch is not None and v.batch.source == "sidecar"]
+        if ctx.schedule is not None:
+            for v in spread_sample(known, REPLAY_MAX_LAUNCHES):
+                alt = path_alternative(ctx.schedule, CUDA_CORE, v.batch)  # type: ignore[arg-type]
+                if alt is not None and alt.predicted_ns is not None:
+                    compared += 1
+                    saving += excess_over_reference_ns(v.dur_ns, alt.predicted_ns)
+        if compared:
+            saving *= len(known) / compared
+        policy = _SPLIT_POLICY.get(v0.backend or "", "its split-KV policy differs from the CUDA-core kernel's")
+        b_th = thr.b_threshold if thr else None
+        evidence = {
+            "kernel": v0.kernel,
+            "backend": v0.backend,
+            "launches": len(vs),
+            "phase_evidence": _decode(v0)[1],
+            "grid": list(v0.launch.attention.grid),
+            "median_dur_ns": round(statistics.median(v.dur_ns for v in vs)),
+            "b_threshold": b_th,
+            "launches_replayed_on_cuda_core": compared,
+        }
+        thr_text = (f"split-KV off from B = {b_th}" if b_th else "no split-KV at all") if thr else ""
+        out.append(Finding(
+            id=ID,
+            severity=Severity.WARNING,
+            steps=tuple(steps_of(vs)),
+            summary=(f"{len(vs)} decode launches ran on {v0.kernel} ({v0.backend}): the tensor-core decode path, "
+                     f"{thr_text or 'a different split-KV policy'}; median {fmt_ms(evidence['median_dur_ns'])}"),
+            evidence=evidence,
+            explanation=(
+                f"The kernel is called '{v0.kernel}', but these launches are decode steps: FlashInfer's tensor-core "
+                "decode path reuses its prefill kernel with one query row per request "
+                f"({_decode(v0)[1]}). It is not a mislabelled prefill. It matters because {policy}, "
+                "so with one long request in the batch this path loses its balance at much smaller batches than "
+                "the CUDA-core decode kernel (or never has it), and a decode step looks like prefill work in "
+                "every profiler."),
+            remedy=(
+                "If your model's GQA group allows it, decode on the CUDA-core path (FlashInfer "
+                "use_tensor_cores=False; SGLang picks tensor cores for G >= 4 unless overridden), or pin the FA2 "
+                "backend and keep the batch below its split threshold; compare with `traceinsight whatif`."),
+            saving_ns=round(saving) if compared else None,
+        ))
+    return out

@@ -1,0 +1,97 @@
+"""split-kv-starved: split-KV was on, but the CTA budget left too few spare work items to cut the long request.
+
+Just below the threshold (B slightly under B_th) the planner still splits, but it may create at most
+max_grid / H_kv work items in all, one per request at least: at B = 296 of B_th = 297 a single spare item
+exists, so a 210K-token request is cut in two at most and the step takes 6.8 ms instead of 0.4 ms even though
+split_kv == 1. Detected from the trace alone: a merge kernel follows (split on), the grid fills the budget, and
+the launch is far slower than the kernel's balanced launches.
+"""
+
+from __future__ import annotations
+
+from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.rule import Input, limit
+from traceinsight.diagnose.views import by_kernel, fmt_ms, launch_views, slowdown, step_ranges, steps_of, worst
+from traceinsight.model.occupancy import CUDA_CORE, FA2
+
+ID = "split-kv-starved"
+NAME = "Split-KV starved"
+DESCRIPTION = "Split-KV on, but too few spare CTAs to cut the longest request into enough chunks."
+PASSED = "every split launch ran close to the kernel's balanced time"
+NEEDS = (Input.STEPS, Input.THRESHOLDS)
+OPTIONAL = (Input.SIDECAR, Input.SCHEDULE)
+
+BACKENDS = (CUDA_CORE, FA2)
+# A split launch is starved when it takes at least this many times its balanced reference...
+SLOWDOWN_MIN_RATIO = 2.0
+# ...and at least this much longer (ns).
+EXCESS_MIN_NS = 100_000
+
+
+def apply(ctx: TraceAnalysis) -> list[Finding]:
+    ratio_min = limit(ctx, ID, "SLOWDOWN_MIN_RATIO", SLOWDOWN_MIN_RATIO)
+    excess_min = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
+    out = []
+    for same in by_kernel(v for v in launch_views(ctx) if v.backend in BACKENDS).values():
+        hits = [h for v in same if v.launch.split_kv is True
+                and (h := slowdown(ctx, v, same)).slow(ratio_min, excess_min)]
+        if not hits:
+            continue
+        w = worst(hits)
+        wv = w.view
+        thr = wv.threshold
+        k = wv.launch.attention
+        ctas = k.grid[0] * max(k.grid[1], 1) * max(k.grid[2], 1)
+        b = wv.batch_size
+        per_head = thr.max_grid // thr.kv_heads if thr and thr.kv_heads else None
+        spare = per_head - b if per_head is not None and b is not None else None
+        plan = wv.model.plan if wv.model else None
+        longest_chunks = None
+        if plan is not None and wv.batch and wv.batch.kv_lens:
+            i = max(range(len(wv.batch.kv_lens)), key=lambda j: wv.batch.kv_lens[j])  # type: ignore[index,union-attr]
+            longest_chunks = plan.splits[i]
+        steps = steps_of(h.view for h in hits)
+        evidence = {
+            "kernel": wv.kernel,
+            "backend": wv.backend,
+            "launches": len(hits),
+            "b_threshold": thr.b_threshold if thr else None,
+            "max_grid": thr.max_grid if thr else None,
+            "worst_step": wv.step.index,
+            "worst_dur_ns": wv.dur_ns,
+            "worst_reference_ns": round(w.reference_ns),
+            "worst_slowdown": round(w.ratio, 2),
+            "worst_batch_size": b,
+            "worst_ctas": ctas,
+            "worst_spare_work_items": spare,
+            "worst_chunk_tokens": wv.model.chunk_tokens if wv.model else None,
+            "worst_longest_request_chunks": longest_chunks,
+            "worst_max_kv_len": wv.batch.max_kv_len if wv.batch else None,
+            "reference": w.reference,
+        }
+        fill = (f"the grid uses {ctas} of max_grid = {thr.max_grid} CTAs" if thr else f"the grid has {ctas} CTAs")
+        cut = (f"its longest request ({evidence['worst_max_kv_len']:,} tokens) was cut into only "
+               f"{longest_chunks} chunk{'s' if longest_chunks != 1 else ''}" if longest_chunks
+               else "the longest request could be cut into only a few chunks")
+        out.append(Finding(
+            id=ID,
+            severity=Severity.WARNING if w.ratio < 5 else Severity.CRITICAL,
+            steps=tuple(steps),
+            summary=(f"split-KV starved in {len(hits)} launches of {wv.kernel} (steps {step_ranges(steps)}): split "
+                     f"on, yet up to {fmt_ms(wv.dur_ns)} vs {fmt_ms(w.reference_ns)} balanced ({w.ratio:.0f}x)"),
+            evidence=evidence,
+            explanation=(
+                "Split-KV was on (a merge kernel follows), but the planner may only create as many work items as "
+                f"its CTA budget allows, at least one per request. In step {wv.step.index} {fill}"
+                + (f" with B = {b}, leaving {spare} spare work item{'s' if spare != 1 else ''}"
+                   if spare is not None else "")
+                + f", so {cut}. Those few CTAs ran long after the rest of the GPU had finished: "
+                f"{fmt_ms(wv.dur_ns)} instead of about {fmt_ms(w.reference_ns)} (reference: {w.reference})."),
+            remedy=(
+                "Leave headroom below the split threshold when long requests run (cap the batch well under B_th, "
+                "e.g. so that B x H_kv <= max_grid / 2), or use a backend whose split does not depend on spare "
+                "CTAs (FlashAttention-3's dynamic split)."),
+            saving_ns=round(sum(h.excess_ns for h in hits)),
+        ))
+    return out

@@ -1,0 +1,114 @@
+"""tail-ctas: the launch ends with a tail during which fewer than half the SMs still work.
+
+With the batch composition known, the schedule model simulates the launch and reports the tail (time with
+fewer than half the SMs busy) and the work items that form it; the tail share is applied to the measured time.
+Without it, a launch much slower than the kernel's balanced launches is reported with the excess as an
+estimate of its tail. Launches already reported as split-KV off or starved are left to those findings.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+
+from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.rule import Input, limit
+from traceinsight.diagnose.savings import cap, tail_saving_ns
+from traceinsight.diagnose.views import LaunchView, by_kernel, fmt_ms, launch_views, slowdown, step_ranges, steps_of
+
+ID = "tail-ctas"
+NAME = "Tail CTAs"
+DESCRIPTION = "Launches that end with a few long CTAs running while most SMs are idle."
+PASSED = "no launch had a significant tail"
+NEEDS = (Input.STEPS,)
+OPTIONAL = (Input.SIDECAR, Input.SCHEDULE)
+
+# Simulated tail at least this share of the launch...
+TAIL_MIN_FRACTION = 0.2
+# ...and at least this long once scaled to the measured time (ns).
+TAIL_MIN_NS = 20_000
+# Without a schedule: a launch this many times the kernel's balanced reference counts as having a tail.
+SLOWDOWN_MIN_RATIO = 1.3
+# Tail share from which the finding is a warning rather than info.
+WARNING_FRACTION = 0.5
+# Findings of these rules already explain their launches' tails.
+PARENTS = ("split-kv-off", "split-kv-starved")
+
+
+def _tail(v: LaunchView) -> tuple[float, float, str] | None:
+    """(tail share of the launch, estimated saving ns, tail work items in words) from the simulation."""
+    m = v.model
+    if m is None or m.sim is None or not m.predicted_ns:
+        return None
+    sim = m.sim
+    share = sim.tail_ns / sim.predicted_ns if sim.predicted_ns else 0.0
+    starts = [a for a, _ in sim.tail_intervals]
+    sms = set()
+    for seg in sim.segments:
+        i = bisect.bisect_left(starts, seg.end_ns) - 1  # the last tail interval starting before the segment ends
+        if i >= 0 and sim.tail_intervals[i][1] > seg.start_ns:
+            sms.add(seg.sm)
+    busy = len(sms) / len(sim.sm_busy_ns) if sim.sm_busy_ns else 0.5
+    tail_ns = share * v.dur_ns
+    reqs = Counter(it.request for it in sim.tail_items)
+    longest = ", ".join(f"request {r} ({n} item{'s' if n > 1 else ''})" for r, n in reqs.most_common(3))
+    return share, tail_saving_ns(tail_ns, busy), longest
+
+
+def apply(ctx: TraceAnalysis) -> list[Finding]:
+    frac_min = limit(ctx, ID, "TAIL_MIN_FRACTION", TAIL_MIN_FRACTION)
+    ns_min = limit(ctx, ID, "TAIL_MIN_NS", TAIL_MIN_NS)
+    ratio_min = limit(ctx, ID, "SLOWDOWN_MIN_RATIO", SLOWDOWN_MIN_RATIO)
+    covered = {s for f in ctx.findings if f.id in PARENTS for s in f.steps}
+    out = []
+    for same in by_kernel(launch_views(ctx)).values():
+        hits: list[tuple[LaunchView, float, float, str, str]] = []  # view, share, saving, items, source
+        for v in same:
+            if v.step.index in covered:
+                continue
+            t = _tail(v)
+            if t is not None:
+                share, saving, items = t
+                if share >= frac_min and share * v.dur_ns >= ns_min:
+                    hits.append((v, share, saving, items, "model"))
+                continue
+            sd = slowdown(ctx, v, same)
+            if sd.slow(ratio_min, ns_min):
+                hits.append((v, sd.excess_ns / v.dur_ns, sd.excess_ns, "", f"durations ({sd.reference})"))
+        if not hits:
+            continue
+        wv, share, _, items, source = max(hits, key=lambda h: h[1] * h[0].dur_ns)
+        steps = steps_of(h[0] for h in hits)
+        saving = sum(cap(h[2], h[0].dur_ns) or 0.0 for h in hits)
+        evidence = {
+            "kernel": wv.kernel,
+            "backend": wv.backend,
+            "launches": len(hits),
+            "worst_step": wv.step.index,
+            "worst_dur_ns": wv.dur_ns,
+            "worst_tail_ns": round(share * wv.dur_ns),
+            "worst_tail_fraction": round(share, 3),
+            "worst_tail_items": items or None,
+            "worst_max_kv_len": wv.batch.max_kv_len if wv.batch else None,
+            "source": source,
+        }
+        formed = f" The tail is formed by {items}." if items else ""
+        out.append(Finding(
+            id=ID,
+            severity=Severity.WARNING if share >= WARNING_FRACTION else Severity.INFO,
+            steps=tuple(steps),
+            summary=(f"tail CTAs in {len(hits)} launches of {wv.kernel} (steps {step_ranges(steps)}): up to "
+                     f"{share:.0%} of {fmt_ms(wv.dur_ns)} with fewer than half the SMs busy"),
+            evidence=evidence,
+            explanation=(
+                "A kernel ends when its last CTA ends. When a few work items are much longer than the rest, the "
+                "GPU runs at full width for a while and then waits for those few CTAs on a handful of SMs. In "
+                f"step {wv.step.index} about {fmt_ms(share * wv.dur_ns)} of {fmt_ms(wv.dur_ns)} was such a tail "
+                f"(estimated from {source}).{formed}"),
+            remedy=(
+                "Cut long requests into more, shorter work items (a smaller KV chunk / more splits), or schedule "
+                "the longest items first (persistent kernels with longest-first order, as FlashAttention-3 does)."),
+            saving_ns=round(saving),
+        ))
+    return out

@@ -1,0 +1,198 @@
+"""Convenient views of a TraceAnalysis for the rules: each attention launch with its step, threshold, batch,
+model and measurement; and a robust "typical" duration per kernel. Times in ns."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.model.attach import KernelThreshold, LaunchModel, Measured, StepBatch
+from traceinsight.model.steps import Launch, Step
+
+
+@dataclass(frozen=True)
+class LaunchView:
+    """One attention launch and everything the model attached to it."""
+
+    step: Step
+    launch: Launch
+    threshold: KernelThreshold | None
+    batch: StepBatch | None
+    model: LaunchModel | None
+    measured: Measured | None
+    cuda_graph: bool
+
+    @property
+    def kernel(self) -> str:
+        return self.launch.attention.kernel
+
+    @property
+    def name(self) -> str:
+        return self.launch.attention.name
+
+    @property
+    def backend(self) -> str | None:
+        return self.launch.attention.backend
+
+    @property
+    def dur_ns(self) -> int:
+        """The attention kernel's own time (ns), without its merge kernel."""
+        return self.launch.attention.dur_ns
+
+    @property
+    def batch_size(self) -> int | None:
+        """B when known exactly (sidecar, or the grid of an unsplit eager launch)."""
+        return self.batch.batch_size if self.batch else None
+
+
+def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
+    """Every attention launch of every step, in step order."""
+    s = ctx.schedule
+    out = []
+    for step in ctx.steps:
+        for launch in step.launches:
+            k = launch.attention
+            out.append(LaunchView(
+                step=step,
+                launch=launch,
+                threshold=s.thresholds.get(k.name) if s else None,
+                batch=s.batches.get(step.index) if s else None,
+                model=s.models.get(k.kernel_id) if s else None,
+                measured=s.measured.get(k.kernel_id) if s else None,
+                cuda_graph=(k.kernel_id in s.cuda_graph_kernels) if s else False,
+            ))
+    return out
+
+
+def by_kernel(views: Iterable[LaunchView]) -> dict[str, list[LaunchView]]:
+    """Views grouped by kernel name (one variant per group), in first-seen order."""
+    out: dict[str, list[LaunchView]] = defaultdict(list)
+    for v in views:
+        out[v.name].append(v)
+    return dict(out)
+
+
+def typical_ns(views: Iterable[LaunchView]) -> float:
+    """Median attention-kernel time of these launches (ns): what a launch of this kernel usually takes in
+    this trace, the reference when the batch composition is unknown."""
+    durs = [v.dur_ns for v in views]
+    return float(statistics.median(durs)) if durs else 0.0
+
+
+def split_on_typical_ns(views: list[LaunchView]) -> float | None:
+    """Median time of the launches whose split-KV was on (the planner balanced them), None when none was."""
+    on = [v.dur_ns for v in views if v.launch.split_kv is True]
+    return float(statistics.median(on)) if on else None
+
+
+def steps_of(views: Iterable[LaunchView]) -> list[int]:
+    return sorted({v.step.index for v in views})
+
+
+def fmt_ms(ns: float | None) -> str:
+    """'13.5 ms', '412 us', '1.2 s' for summaries."""
+    if ns is None:
+        return "?"
+    if ns >= 1e9:
+        return f"{ns / 1e9:.3g} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.3g} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.3g} us"
+    return f"{ns:.0f} ns"
+
+
+def step_ranges(steps: list[int]) -> str:
+    """'3-5, 9, 12-14' for a sorted list of step indexes."""
+    if not steps:
+        return "-"
+    parts = []
+    start = prev = steps[0]
+    for s in steps[1:] + [None]:  # type: ignore[list-item]
+        if s is not None and s == prev + 1:
+            prev = s
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if s is not None:
+            start = prev = s
+    return ", ".join(parts)
+
+
+def typical_reference_ns(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView]) -> tuple[float, str]:
+    """The kernel's typical balanced time in this trace (ns, source): the median of its launches whose split-KV
+    was on ('split-on median'), else of all its launches ('median')."""
+    key = ("typical", v.name)
+    s = ctx.schedule
+    cache: dict[object, object] = s.cache if s is not None else {}
+    if key not in cache:
+        on = split_on_typical_ns(same_kernel)
+        cache[key] = (on, "split-on median") if on is not None else (typical_ns(same_kernel), "median")
+    return cache[key]  # type: ignore[return-value]
+
+
+def balanced_reference_ns(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView]) -> tuple[float, str]:
+    """What this launch would take if its work were spread evenly over the SMs, and how that was estimated
+    (ns, source): 'model' — the schedule model's time for the same work at full-GPU throughput
+    (`LaunchModel.balanced_ns`), scaled by measured / predicted (needs the batch composition and a calibrated
+    cost); else `typical_reference_ns`."""
+    m = v.model
+    if m is not None and m.balanced_ns and m.predicted_ns:
+        return m.balanced_ns * v.dur_ns / m.predicted_ns, "model"
+    return typical_reference_ns(ctx, v, same_kernel)
+
+
+def findings_by_step(findings: Iterable[object]) -> dict[int, list[object]]:
+    """Step index -> findings that name it."""
+    out: dict[int, list[object]] = defaultdict(list)
+    for f in findings:
+        for s in getattr(f, "steps", ()):
+            out[s].append(f)
+    return out
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A launch against its balanced reference (ns); `reference` says how the reference was estimated;
+    typical_ns: the kernel's typical balanced time in the trace (a second, cruder check)."""
+
+    view: LaunchView
+    reference_ns: float
+    reference: str
+    typical_ns: float
+
+    def slow(self, ratio_min: float, excess_min_ns: float) -> bool:
+        """At least `ratio_min` times and `excess_min_ns` above both the reference and the kernel's typical time
+        in the trace (two independent estimates must agree)."""
+        return (self.ratio >= ratio_min and self.excess_ns >= excess_min_ns
+                and self.view.dur_ns >= ratio_min * self.typical_ns)
+
+    @property
+    def ratio(self) -> float:
+        return self.view.dur_ns / self.reference_ns if self.reference_ns > 0 else 0.0
+
+    @property
+    def excess_ns(self) -> float:
+        return max(0.0, self.view.dur_ns - self.reference_ns)
+
+
+def slowdown(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView]) -> Slowdown:
+    """`v` against `balanced_reference_ns` and `typical_reference_ns`."""
+    ref, how = balanced_reference_ns(ctx, v, same_kernel)
+    return Slowdown(v, ref, how, typical_reference_ns(ctx, v, same_kernel)[0])
+
+
+def worst(hits: list[Slowdown]) -> Slowdown:
+    """The hit with the largest excess time."""
+    return max(hits, key=lambda h: h.excess_ns)
+
+
+def spread_sample(items: list[LaunchView], n: int) -> list[LaunchView]:
+    """At most n of `items`, evenly spaced in their order (all of them when there are at most n): counterfactual
+    replays of many launches are priced on such a sample and scaled up."""
+    if len(items) <= n:
+        return list(items)
+    step = (len(items) - 1) / (n - 1)
+    return [items[round(i * step)] for i in range(n)]
