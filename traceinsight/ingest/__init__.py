@@ -1,15 +1,31 @@
-"""Ingest: one reader per format, all producing the normalized tables of `schema.sql` in DuckDB."""
+"""Ingest: one reader per format, all producing the normalized tables of `schema.sql` in DuckDB.
+
+`load` reads trace files into one database (each file its own trace), reusing the cached database of a file
+read before and unchanged since (`traceinsight.ingest.cache`). Heavy modules (DuckDB, pyarrow) are imported on
+first use, so that the readers stay cheap to import (worker processes import only what they run).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from traceinsight.errors import FormatError
 from traceinsight.ingest.base import Ingest
 from traceinsight.ingest.detect import detect
-from traceinsight.ingest.store import TraceDB
 
-__all__ = ["Ingest", "TraceDB", "detect", "read_file", "load"]
+if TYPE_CHECKING:
+    from traceinsight.ingest.store import TraceDB
+
+__all__ = ["Ingest", "TraceDB", "detect", "read_file", "load", "add_trace"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TraceDB":
+        from traceinsight.ingest.store import TraceDB
+
+        return TraceDB
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def read_file(path: Path) -> tuple[Ingest, Path]:
@@ -32,6 +48,9 @@ def read_file(path: Path) -> tuple[Ingest, Path]:
         return ncu_csv.read(path), path
     from traceinsight.ingest import kineto, sidecar
 
+    streamed = kineto.read(path)  # a Kineto trace, streamed; None for other JSON (sidecars), parsed whole below
+    if streamed is not None:
+        return streamed, path
     doc = kineto.load_json(path)
     if sidecar.is_sidecar(doc):
         return sidecar.from_document(doc, path), path
@@ -40,19 +59,62 @@ def read_file(path: Path) -> tuple[Ingest, Path]:
     raise FormatError(f"{path}: JSON, but neither a Kineto/torch.profiler trace (no traceEvents) nor a sidecar")
 
 
+def add_trace(db: TraceDB, path: Path, cache: bool | None = None) -> int:
+    """Ingest one trace file into `db` as a new trace and return its trace_id.
+
+    With the cache on (`cache=None`: unless $TRACEINSIGHT_CACHE=0), a file read before and unchanged since is
+    copied from its cached database instead of being read; a file read now is saved to the cache (files under
+    `cache.CACHE_MIN_BYTES` excepted). A cache that cannot be written is skipped silently."""
+    import duckdb
+
+    from traceinsight.ingest import cache as _cache
+
+    resolved = path.resolve()
+    use = _cache.enabled(cache) and _cache.worth_caching(path)
+    if use and (hit := _cache.lookup(path)) is not None:
+        try:
+            return db.add_saved(hit, resolved)
+        except (duckdb.Error, OSError):
+            _cache.discard(hit)  # damaged or foreign entry: read the file again
+    ingest, source = read_file(path)
+    trace_id = db.add(ingest, resolved, source.resolve(), consume=True)
+    if use:
+        _save(db, trace_id, path)
+    return trace_id
+
+
+def _save(db: TraceDB, trace_id: int, path: Path) -> None:
+    import duckdb
+
+    from traceinsight.ingest import cache as _cache
+
+    try:
+        final = _cache.entry_path(path)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _cache.temp_path(final)
+    except OSError:
+        return
+    try:
+        db.save_trace(trace_id, tmp)
+        _cache.commit(tmp, final)
+    except (duckdb.Error, OSError):
+        _cache.discard(tmp)
+
+
 def load(
     paths: list[Path],
     meta: list[Path] | None = None,
     ncu: list[Path] | None = None,
     db: TraceDB | None = None,
+    cache: bool | None = None,
 ) -> tuple[TraceDB, list[int]]:
     """Ingest each path as its own trace; attach sidecars (`meta`) and Nsight Compute CSVs (`ncu`) to the
-    first trace. Returns the database and the new trace ids, in the order of `paths`."""
+    first trace. Returns the database and the new trace ids, in the order of `paths`. `cache`: see
+    `add_trace` (False: always read the files, and write no cache)."""
+    from traceinsight.ingest.store import TraceDB
+
     db = db or TraceDB()
-    ids = []
-    for p in paths:
-        ingest, source = read_file(p)
-        ids.append(db.add(ingest, p.resolve(), source.resolve()))
+    ids = [add_trace(db, p, cache=cache) for p in paths]
     for extra in (meta or []) + (ncu or []):
         ingest, source = read_file(extra)
         if ids:
@@ -64,5 +126,3 @@ def load(
 
         ncu_csv.match(db, ids[0])
     return db, ids
-
-

@@ -7,14 +7,21 @@ Units: Kineto writes `ts` and `dur` in microseconds (floats with three decimals,
 on its own clock (relative to `baseTimeNanoseconds` when the file has that key). Rows keep that clock, in
 int64 nanoseconds: `start_ns = round(ts * 1000)` and `end_ns = start_ns + round(dur * 1000)`, so that
 `dur_ns` is exactly the duration the file states (rounding `ts + dur` in floating point can be 1 ns off).
+
+`read(path)` streams the file (`json_stream`): memory holds a few 2 MB chunks plus the rows kept, never the
+document; events of categories the tables do not use are dropped by their first bytes without being parsed, and
+flow events (ph s/t/f: arrows, no duration) are never read. About 250 MB/s of uncompressed JSON on one core of
+the 2-core development machine. `load_json` + `from_document` parse a document whole (sidecars, odd layouts) and
+give the same rows.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
+import os
 import re
-import zlib
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,11 +31,20 @@ from typing import Any
 
 import orjson
 
-from traceinsight.errors import FormatError, InputError
+from traceinsight.errors import FormatError
 from traceinsight.ingest.base import Columns, Ingest
+from traceinsight.ingest.json_stream import (
+    GZIP_MAGIC,
+    UTF8_BOM,
+    ArrayStream,
+    Batch,
+    NotAnArray,
+    Repairs,
+    byte_chunks,
+    read_ahead,
+)
 
-GZIP_MAGIC = b"\x1f\x8b"
-UTF8_BOM = b"\xef\xbb\xbf"
+__all__ = ["GZIP_MAGIC", "UTF8_BOM", "REPAIRS_KEY", "from_document", "load_json", "read"]
 
 # Key under which `load_json` leaves, in the parsed document, what it had to repair (read by `from_document`).
 REPAIRS_KEY = "__traceinsight_repairs__"
@@ -42,6 +58,9 @@ RANGE_CATS = {"user_annotation": ("annotation", "cpu"), "gpu_user_annotation": (
 # Operator categories that carry the profiler's step ranges in traces without `user_annotation` (2021 format).
 STEP_OP_CATS = frozenset({"Operator", "cpu_op"})
 PROFILER_STEP_PREFIX = "ProfilerStep#"
+# Trace Event phases of flow events (arrows between events: no duration, never a kernel or range): skipped.
+FLOW_PHASES = frozenset({"s", "t", "f"})
+FLOW_PHASES_BYTES = tuple(sorted(p.encode() for p in FLOW_PHASES))
 
 _KERNEL, _MEMOP, _LAUNCH, _RANGE, _STEP_OP = range(5)
 _DISPATCH: dict[str, int] = {
@@ -99,72 +118,63 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _gunzip(path: Path, data: bytes, repairs: list[str]) -> bytes:
-    """Decompress every gzip member of `data`; zero padding after the last member is ignored, other trailing
-    bytes are ignored with a note in `repairs`."""
-    out = []
-    rest = data
-    while True:
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out.append(d.decompress(rest))
-            out.append(d.flush())
-        except zlib.error as exc:
-            raise FormatError(f"{path}: damaged gzip stream ({exc})") from None
-        if not d.eof:
-            raise FormatError(f"{path}: damaged gzip stream (truncated: it ends before the end-of-stream marker)")
-        rest = d.unused_data
-        if rest.startswith(GZIP_MAGIC):
-            continue
-        if rest.strip(b"\x00"):
-            repairs.append(f"{len(rest)} bytes after the end of the gzip stream ignored")
-        parts = [b for b in out if b]
-        return parts[0] if len(parts) == 1 else b"".join(parts)  # no copy of a single member
-
-
 def load_json(path: Path) -> Any:
-    """Read a plain or gzipped (detected by magic bytes) JSON file and parse it.
+    """Read a plain or gzipped (detected by magic bytes) JSON file and parse it whole (sidecars, and traces the
+    streaming reader `read` does not take).
 
     Damaged input raises a one-line FormatError starting with the path. Known defects of real Kineto output
     (bare `inf`/`nan`, stray backslashes, control characters in strings, trailing data) are repaired; what was
     repaired is listed under `REPAIRS_KEY` of the returned document when it is a JSON object.
     """
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    repairs: list[str] = []
-    if data.startswith(GZIP_MAGIC):
-        data = _gunzip(path, data, repairs)
-    if data.startswith(UTF8_BOM):
-        data = data[len(UTF8_BOM) :]
+    repairs = Repairs()
+    data = b"".join(byte_chunks(path, repairs))
     if not data.strip():
         raise FormatError(f"{path}: no JSON data in the file")
     with _gc_paused():
         try:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError:
-            doc = _parse_leniently(path, data, repairs)
+            try:
+                doc, trailing = _parse_leniently(data, repairs)
+            except _BadJSON as bad:
+                raise FormatError(bad.message(path, 0)) from None
+            if trailing:
+                repairs["trailing"] += trailing
     if repairs and isinstance(doc, dict):
-        doc[REPAIRS_KEY] = repairs
+        doc[REPAIRS_KEY] = repairs.messages()
     return doc
 
 
-def _parse_leniently(path: Path, data: bytes, repairs: list[str]) -> Any:
-    """Slow path for files orjson rejects: repair the defects real Kineto files have, else explain the error."""
+class _BadJSON(Exception):
+    """Text the lenient parser could not read: where (byte offset in the text given) and why."""
+
+    def __init__(self, at: int | None, what: str, hint: str = "") -> None:
+        super().__init__(what)
+        self.at, self.what, self.hint = at, what, hint
+
+    def message(self, path: Path, base: int) -> str:
+        """The one-line FormatError message, with the byte offset shifted by `base`."""
+        if self.what == "utf8":
+            return f"{path}: not valid UTF-8 at byte {base + (self.at or 0)} (JSON traces are UTF-8 text)"
+        if self.at is None:
+            return f"{path}: not valid JSON: {self.what}"
+        return f"{path}: not valid JSON at byte {base + self.at}: {self.what}{self.hint}"
+
+
+def _parse_leniently(data: bytes, repairs: Repairs) -> tuple[Any, int]:
+    """Slow path for text orjson rejects: repair the defects real Kineto files have (counted in `repairs`), else
+    raise _BadJSON. Returns the value and the number of non-blank characters after it."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FormatError(f"{path}: not valid UTF-8 at byte {exc.start} (JSON traces are UTF-8 text)") from None
-    text, n = _NONFINITE.subn(r"\1null", text)
-    if n:
-        repairs.append(f"{n} bare non-finite or N/A numbers (inf, nan, ...) read as null")
-    text, n = _LONE_SURROGATE.subn(r"\\ufffd", text)
-    if n:
-        repairs.append(f"{n} escaped lone UTF-16 surrogates read as U+FFFD")
-    if repairs:
+        raise _BadJSON(exc.start, "utf8") from None
+    text, n_nonfinite = _NONFINITE.subn(r"\1null", text)
+    repairs["nonfinite"] += n_nonfinite
+    text, n_surrogate = _LONE_SURROGATE.subn(r"\\ufffd", text)
+    repairs["surrogate"] += n_surrogate
+    if n_nonfinite or n_surrogate:
         try:
-            return orjson.loads(text)  # the common case: only bare inf/nan were wrong
+            return orjson.loads(text), 0  # the common case: only bare inf/nan were wrong
         except orjson.JSONDecodeError:
             pass
     decoder = json.JSONDecoder(strict=False)  # strict=False: raw control characters inside strings
@@ -176,18 +186,249 @@ def _parse_leniently(path: Path, data: bytes, repairs: list[str]) -> Any:
             if not exc.msg.startswith("Invalid \\escape"):
                 raise
             text, n = _STRAY_BACKSLASH.subn(r"\\\\", text)
-            repairs.append(f"{n} backslashes that start no JSON escape read literally")
+            repairs["backslash"] += n
             doc, end = decoder.raw_decode(text, start)
     except json.JSONDecodeError as exc:
         at = len(text[: exc.pos].encode("utf-8"))
         hint = " (the data ends early: truncated file?)" if not text[exc.pos :].strip() else ""
-        raise FormatError(f"{path}: not valid JSON at byte {at}: {exc.msg}{hint}") from None
+        raise _BadJSON(at, exc.msg, hint) from None
     except RecursionError:
-        raise FormatError(f"{path}: not valid JSON: nested too deeply") from None
+        raise _BadJSON(None, "nested too deeply") from None
     trailing = text[end:].strip()
-    if trailing.strip("\x00"):
-        repairs.append(f"{len(trailing)} characters after the end of the JSON document ignored")
-    return doc
+    return doc, len(trailing) if trailing.strip("\x00") else 0
+
+
+# ================================================================== streaming
+def read(path: Path, workers: int | None = None) -> Ingest | None:
+    """Stream a Kineto trace (plain or gzipped JSON object with a `traceEvents` array) into the normalized
+    tables, holding in memory a few chunks of the file plus the rows kept; return None when the file is JSON
+    but not laid out as such an object (the caller then parses it whole with `load_json`).
+
+    Events of categories the tables do not use (cpu_op, python_function, flows, ...) are recognised from their
+    first bytes and never parsed; the others are parsed in batches with orjson, and batches orjson rejects go
+    through the same repairs as `load_json`. The rows are the same as `from_document(load_json(path))`.
+
+    `workers`: processes parsing batches (0 or 1: none, in this process); None: $TRACEINSIGHT_WORKERS, default
+    0. "auto" there: one per CPU for inputs of PARALLEL_MIN_BYTES or more (gzip counted at GZIP_RATIO times its
+    size). Reading and gunzip stay in this process (a thread); batches are parsed by the workers and their rows
+    appended in order, so the result does not depend on the number of workers. Workers are spawned processes:
+    a script calling this with workers needs the `if __name__ == "__main__":` guard. On the 2-core machines
+    measured (benchmarks/ingest_scale.py) they did not pay: off by default."""
+    repairs = Repairs()
+    chunks = read_ahead(byte_chunks(path, repairs))
+    stream = ArrayStream(path, chunks, b"traceEvents")
+    t = _Tables()
+    n = _worker_count(path, workers)
+    try:
+        with _gc_paused():
+            if n > 1:
+                _read_parallel(stream.batches(), path, n, t, repairs)
+            else:
+                for batch in stream.batches():
+                    _read_events(_batch_events(batch, path, repairs), t)
+    except NotAnArray:
+        return None
+    finally:
+        chunks.close()  # type: ignore[attr-defined]
+    rest = stream.rest
+    try:
+        doc = orjson.loads(rest)
+    except orjson.JSONDecodeError:
+        try:
+            doc, trailing = _parse_leniently(rest, repairs)
+        except _BadJSON as bad:
+            at = None if bad.at is None else stream.rest_offset(bad.at)
+            raise FormatError(_BadJSON(at, bad.what, bad.hint).message(path, 0)) from None
+        repairs["trailing"] += trailing
+    return _to_ingest(doc, t, path, repairs.messages())
+
+
+# Inputs at least this large (uncompressed bytes, estimated) are parsed by worker processes when read() is not
+# told how many to use; gzip files are counted at GZIP_RATIO times their size.
+PARALLEL_MIN_BYTES = 96 << 20
+GZIP_RATIO = 12
+# Batches handed to the workers ahead of the one being merged, per worker (bounds memory).
+AHEAD_PER_WORKER = 2
+
+
+def _worker_count(path: Path, workers: int | None) -> int:
+    if workers is None:
+        setting = os.environ.get("TRACEINSIGHT_WORKERS", "0").strip().lower()
+        if setting != "auto":
+            return max(0, int(setting)) if setting.isdigit() else 0
+    else:
+        return max(0, workers)
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            if fh.read(2) == GZIP_MAGIC:
+                size *= GZIP_RATIO
+    except OSError:
+        return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cpus if size >= PARALLEL_MIN_BYTES and cpus > 1 else 0
+
+
+def _read_parallel(batches: Iterator[Batch], path: Path, n: int, t: _Tables, repairs: Repairs) -> None:
+    """Parse `batches` in `n` worker processes (spawned: this process may hold DuckDB's threads), merging
+    their rows into `t` in batch order."""
+    import multiprocessing
+    from collections import deque
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+    pending: deque[Future[_Part]] = deque()
+    try:
+        for batch in batches:
+            pending.append(pool.submit(_parse_batch, str(path), batch))
+            while len(pending) >= AHEAD_PER_WORKER * n:
+                _merge(t, repairs, pending.popleft().result())
+        while pending:
+            _merge(t, repairs, pending.popleft().result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+# What a worker returns for one batch: its tables' columns, skip counts and repairs.
+_Part = tuple[dict[str, Columns], Counter[tuple[str, str]], Repairs]
+_TABLES = ("kernels", "memops", "launches", "ranges")
+
+
+def _parse_batch(path: str, batch: Batch) -> _Part:
+    """Worker: the rows of one batch."""
+    repairs = Repairs()
+    t = _Tables()
+    with _gc_paused():
+        _read_events(_batch_events(batch, Path(path), repairs), t)
+    return {name: getattr(t, name) for name in _TABLES}, t.skipped, repairs
+
+
+def _merge(t: _Tables, repairs: Repairs, part: _Part) -> None:
+    cols, skipped, fixed = part
+    intern = t.names.setdefault
+    for name in _TABLES:
+        into = getattr(t, name)
+        for col, values in cols[name].items():
+            if col == "name":
+                values = [intern(v, v) for v in values]
+            into[col].extend(values)
+    t.skipped.update(skipped)
+    repairs.update(fixed)
+
+
+def _batch_events(batch: Batch, path: Path, repairs: Repairs) -> list[Any]:
+    """The events of one batch that may be kept, parsed (see `read`)."""
+    data = batch.data
+    if batch.sep is not None:
+        pieces = _kept_pieces(data, batch.sep)
+        try:
+            events = orjson.loads(b"[{" + b"},{".join(pieces) + b"}]")
+        except orjson.JSONDecodeError:
+            events = None
+        if events is not None and len(events) == len(pieces):
+            return events  # type: ignore[no-any-return]
+    text = b"[" + data + b"]"
+    try:
+        return orjson.loads(text)  # type: ignore[no-any-return]
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        events, trailing = _parse_leniently(text, repairs)
+    except _BadJSON as bad:
+        raise FormatError(bad.message(path, batch.offset - 1)) from None
+    if trailing or type(events) is not list:
+        raise FormatError(f"{path}: not valid JSON near byte {batch.offset}: traceEvents is not a list of values")
+    return events  # type: ignore[no-any-return]
+
+
+def _kept_pieces(data: bytes, sep: bytes) -> list[bytes]:
+    """The insides (without their braces) of the elements of `data` that `_skip_pattern` does not rule out
+    (the first element is always kept).
+
+    Fast path, in C: the exact prefixes (separator + first keys) of skipped elements are learned from the start
+    of the batch with the regular expression, each is replaced by a marker (a NUL byte, which valid JSON text
+    never holds, and the prefix's number), operators named ProfilerStep#N are put back, and the text is split
+    at the separator: every piece then starts a kept element, which ends at the first marker. Python touches
+    only the kept elements."""
+    if b"\x00" in data:
+        return _kept_pieces_slow(data, sep)
+    prefixes = _skip_prefixes(data[:SAMPLE_BYTES], sep)
+    marked = data
+    for i, (prefix, named) in enumerate(prefixes):
+        marker = b"\x00" + bytes([i + 1])
+        marked = marked.replace(prefix, marker)
+        if named:  # an operator category: ProfilerStep#N is kept
+            marked = marked.replace(marker + _STEP_BYTES, prefix + _STEP_BYTES)
+    pieces = marked.split(sep)
+    first = pieces[0]
+    pieces[0] = first[first.index(b"{") + 1 :]
+    out = []
+    for piece in pieces:
+        cut = piece.find(b"\x00")
+        out.append(piece if cut < 0 else piece[:cut])
+    if b"\x00" not in pieces[-1]:
+        out[-1] = out[-1][: out[-1].rindex(b"}")]
+    return out
+
+
+def _kept_pieces_slow(data: bytes, sep: bytes) -> list[bytes]:
+    """`_kept_pieces` with the regular expression at every separator (for text holding NUL bytes)."""
+    first = data.index(b"{") + 1
+    starts = [first, *(m.end() for m in _skip_pattern(sep).finditer(data, first))]
+    find = data.find
+    last = data.rindex(b"}")
+    pieces = []
+    for s in starts:
+        e = find(sep, s)
+        pieces.append(data[s : e if e >= 0 else last])
+    return pieces
+
+
+# Bytes of each batch searched for the prefixes of skipped elements; a prefix not seen there only costs speed.
+SAMPLE_BYTES = 64 << 10
+_STEP_BYTES = PROFILER_STEP_PREFIX.encode()
+
+
+def _skip_prefixes(sample: bytes, sep: bytes) -> list[tuple[bytes, bool]]:
+    """Distinct exact prefixes of skipped elements in `sample` (at most 250): (separator + keys up to the
+    category, up to the opening quote of an operator's name, or up to a flow's phase; whether it is an operator
+    prefix)."""
+    found: dict[bytes, bool] = {}
+    for m in _skip_prefix_pattern(sep).finditer(sample):
+        found.setdefault(m.group(), m.group(2) is not None)
+        if len(found) >= 250:
+            break
+    return list(found.items())
+
+
+def _skip_alternatives() -> tuple[bytes, bytes, bytes]:
+    """Regular expressions (bytes) for the first keys of elements the tables do not use: (a category not in
+    `_DISPATCH` as second key; an operator category as second key, name as third; a flow event (ph s, t or f)
+    whatever its category)."""
+    ours = b"|".join(re.escape(c.encode()) for c in _DISPATCH)
+    steps = b"|".join(re.escape(c.encode()) for c in STEP_OP_CATS)
+    other = rb'\s*"ph":\s*"[^"\\]*",\s*"cat":\s*"(?!(?:' + ours + rb')")[^"\\]*",'
+    operator = rb'\s*"ph":\s*"[^"\\]*",\s*"cat":\s*"(?:' + steps + rb')",\s*"name":\s*"'
+    flow = rb'\s*"ph":\s*"[' + b"".join(FLOW_PHASES_BYTES) + rb']",'
+    return other, operator, flow
+
+
+@functools.cache
+def _skip_pattern(sep: bytes) -> re.Pattern[bytes]:
+    """A separator followed by an element that may be kept: not recognised by its first keys, as Kineto (and
+    pretty-printers) write them, as one the tables do not use (see `_skip_alternatives`; an operator named
+    ProfilerStep#N is kept). Anything else, whatever its layout, is parsed."""
+    other, operator, flow = _skip_alternatives()
+    step = re.escape(_STEP_BYTES)
+    return re.compile(re.escape(sep) + rb"(?!" + other + rb"|" + operator + rb"(?!" + step + rb")|" + flow + rb")")
+
+
+@functools.cache
+def _skip_prefix_pattern(sep: bytes) -> re.Pattern[bytes]:
+    """A separator and the first keys of an element the tables do not use, in groups 1 (other category), 2
+    (operator) and 3 (flow)."""
+    other, operator, flow = _skip_alternatives()
+    return re.compile(re.escape(sep) + rb"(?:(" + other + rb")|(" + operator + rb")|(" + flow + rb"))")
 
 
 # ================================================================== typed field access
@@ -252,62 +493,82 @@ class _Tables:
     launches: Columns = field(default_factory=lambda: {c: [] for c in _LAUNCH_COLUMNS})
     ranges: Columns = field(default_factory=lambda: {c: [] for c in _RANGE_COLUMNS})
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
-
-
-def _span(e: dict[str, Any]) -> tuple[int, int] | str:
-    """(start_ns, end_ns) of a complete event, or the reason it has none."""
-    ts = e.get("ts")
-    dur = e.get("dur")
-    if type(ts) not in (int, float) or type(dur) not in (int, float):
-        return "missing or non-numeric ts/dur"
-    try:
-        start = round(ts * 1000)
-        d = round(dur * 1000)
-    except (OverflowError, ValueError):
-        return "non-finite ts/dur"
-    if d < 0:
-        return "negative duration"
-    end = start + d
-    if not (-_INT64 <= start and end < _INT64):
-        return "timestamp out of range"
-    return start, end
+    names: dict[str, str] = field(default_factory=dict)  # each distinct name once (memory)
 
 
 def _read_events(events: list[Any], t: _Tables) -> None:
-    """One pass over traceEvents, filling `t`; launches are filtered by correlation afterwards."""
+    """One pass over traceEvents, filling `t`; launches are filtered by correlation afterwards.
+
+    The hot loop of the reader (10^5-10^6 events per run): checks are inlined (`_span` spelled out) and the
+    appends bound once; repeated names are stored once (`t.names`)."""
     dispatch = _DISPATCH
+    flows = FLOW_PHASES
     skipped = t.skipped
-    k, m, la, r = t.kernels, t.memops, t.launches, t.ranges
+    intern = t.names.setdefault
+    k, m, r = t.kernels, t.memops, t.ranges
+    la_corr, la_name, la_start, la_end, la_pid, la_tid = (t.launches[c].append for c in _LAUNCH_COLUMNS)
+    lo, hi = -_INT64, _INT64
+    empty: dict[str, Any] = {}
     not_objects = 0
     for e in events:
         if type(e) is not dict:
             not_objects += 1
             continue
         cat = e.get("cat")
-        if type(cat) is not str:
-            continue
-        what = dispatch.get(cat)
+        what = dispatch.get(cat) if type(cat) is str else None
         if what is None:
             continue
+        ph = e.get("ph")
+        if type(ph) is str and ph in flows:
+            continue
         name = e.get("name")
-        if what == _STEP_OP and (type(name) is not str or not name.startswith(PROFILER_STEP_PREFIX)):
-            continue
         if type(name) is not str:
-            skipped[(cat, "missing or non-string name")] += 1
+            if what != _STEP_OP:
+                skipped[(cat, "missing or non-string name")] += 1
             continue
-        span = _span(e)
-        if type(span) is str:
-            skipped[(cat, span)] += 1
+        if what == _STEP_OP and not name.startswith(PROFILER_STEP_PREFIX):
             continue
-        start, end = span
+        # _span, inlined
+        ts = e.get("ts")
+        dur = e.get("dur")
+        tt, td = type(ts), type(dur)
+        if (tt is not float and tt is not int) or (td is not float and td is not int):
+            skipped[(cat, "missing or non-numeric ts/dur")] += 1
+            continue
+        try:
+            start = round(ts * 1000)
+            end = round(dur * 1000)
+        except (OverflowError, ValueError):
+            skipped[(cat, "non-finite ts/dur")] += 1
+            continue
+        if end < 0:
+            skipped[(cat, "negative duration")] += 1
+            continue
+        end += start
+        if start < lo or end >= hi:
+            skipped[(cat, "timestamp out of range")] += 1
+            continue
         args = e.get("args")
         if type(args) is not dict:
-            args = {}
-        if what == _KERNEL:
+            args = empty
+        if what == _LAUNCH:
+            corr = args.get("correlation")
+            if type(corr) is not int or not lo <= corr < hi:
+                corr = _i64(corr)
+                if corr is None:
+                    continue
+            pid, tid = e.get("pid"), e.get("tid")
+            la_corr(corr)
+            la_name(intern(name, name))
+            la_start(start)
+            la_end(end)
+            la_pid(pid if type(pid) is int and lo <= pid < hi else _os_id(pid))
+            la_tid(tid if type(tid) is int and lo <= tid < hi else _os_id(tid))
+        elif what == _KERNEL:
             stream = args.get("stream")
             gx, gy, gz = _dim3(args.get("grid"))
             bx, by, bz = _dim3(args.get("block"))
-            k["name"].append(name)
+            k["name"].append(intern(name, name))
             k["device_id"].append(_i32(args.get("device", e.get("pid"))))
             k["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
             k["start_ns"].append(start)
@@ -326,28 +587,18 @@ def _read_events(events: list[Any], t: _Tables) -> None:
             # peer copies (CUpti_ActivityMemcpy2) name the executing device "inDevice"
             dev = args.get("device", args.get("inDevice", e.get("pid")))
             m["kind"].append(MEMOP_CATS[cat])
-            m["name"].append(name)
+            m["name"].append(intern(name, name))
             m["device_id"].append(_i32(dev))
             m["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
             m["start_ns"].append(start)
             m["end_ns"].append(end)
             m["bytes"].append(_i64(args.get("bytes")))
             m["correlation_id"].append(_i64(args.get("correlation")))
-        elif what == _LAUNCH:
-            corr = _i64(args.get("correlation"))
-            if corr is None:
-                continue
-            la["correlation_id"].append(corr)
-            la["name"].append(name)
-            la["start_ns"].append(start)
-            la["end_ns"].append(end)
-            la["process_id"].append(_os_id(e.get("pid")))
-            la["thread_id"].append(_os_id(e.get("tid")))
         else:
             kind, side = ("profiler_step", "cpu") if what == _STEP_OP else RANGE_CATS[cat]
             if side == "cpu" and name.startswith(PROFILER_STEP_PREFIX):
                 kind = "profiler_step"
-            r["name"].append(name)
+            r["name"].append(intern(name, name))
             r["kind"].append(kind)
             r["side"].append(side)
             r["start_ns"].append(start)
@@ -424,6 +675,14 @@ def from_document(doc: dict[str, Any], path: Path) -> Ingest:
     events = doc.get("traceEvents")
     if type(events) is not list:
         raise FormatError(f"{path}: traceEvents is not a list of events")
+    t = _Tables()
+    _read_events(events, t)
+    repairs = doc.get(REPAIRS_KEY)
+    return _to_ingest(doc, t, path, list(repairs) if type(repairs) is list else [])
+
+
+def _to_ingest(doc: dict[str, Any], t: _Tables, path: Path, repairs: list[str]) -> Ingest:
+    """The Ingest of a trace whose events were read into `t`; `doc` gives the header keys."""
     version = doc.get("schemaVersion")
     ingest = Ingest(
         format="kineto",
@@ -431,12 +690,8 @@ def from_document(doc: dict[str, Any], path: Path) -> Ingest:
         tool_version=_tool_version(doc),
     )
     warnings = ingest.warnings
-    repairs = doc.get(REPAIRS_KEY)
-    if type(repairs) is list:
-        warnings.extend(f"repaired JSON: {r}" for r in repairs)
+    warnings.extend(f"repaired JSON: {r}" for r in repairs)
     devices = _devices(doc.get("deviceProperties"), warnings)
-    t = _Tables()
-    _read_events(events, t)
     _keep_launches_of_gpu_work(t)
     for (cat, reason), n in sorted(t.skipped.items()):
         what = "traceEvents entries" if cat == "traceEvents" else f"'{cat}' events"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceinsight.errors import QueryError
 from traceinsight.ingest.base import Ingest
@@ -21,6 +24,12 @@ _DURATION_TABLES = {"kernels", "ranges", "memops"}
 
 def schema_sql() -> str:
     return resources.files("traceinsight.ingest").joinpath("schema.sql").read_text()
+
+
+@cache
+def table_names() -> tuple[str, ...]:
+    """The normalized tables of `schema.sql`, in the order it creates them (`traces` first)."""
+    return tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql()))
 
 
 class TraceDB:
@@ -46,12 +55,20 @@ class TraceDB:
         row = self.con.execute("SELECT coalesce(max(trace_id) + 1, 0) FROM traces").fetchone()
         return int(row[0]) if row else 0
 
-    def add(self, ingest: Ingest, path: Path, source_path: Path | None = None, attach_to: int | None = None) -> int:
+    def add(
+        self,
+        ingest: Ingest,
+        path: Path,
+        source_path: Path | None = None,
+        attach_to: int | None = None,
+        consume: bool = False,
+    ) -> int:
         """Insert one reader's output as a new trace and return its trace_id; or, with `attach_to`, add its
-        rows (ncu metrics, a sidecar's batches) to that existing trace."""
+        rows (ncu metrics, a sidecar's batches) to that existing trace. `consume`: empty the reader's column
+        lists as each table is inserted (peak memory holds one table twice, not all of them)."""
         trace_id = self.next_trace_id() if attach_to is None else attach_to
         for table, cols in ingest.tables.items():
-            self._insert(trace_id, table, cols)
+            self._insert(trace_id, table, cols, consume)
         if attach_to is not None:
             return trace_id
         span = self.con.execute(
@@ -76,22 +93,81 @@ class TraceDB:
         )
         return trace_id
 
-    def _insert(self, trace_id: int, table: str, cols: dict[str, list[Any]]) -> None:
-        if not cols or not len(next(iter(cols.values()))):
+    def _insert(self, trace_id: int, table: str, cols: dict[str, list[Any]], consume: bool = False) -> None:
+        """Insert columns as rows of `table` for `trace_id`; rows of the id tables are ordered by (start_ns,
+        end_ns DESC) and numbered in that order (a stable sort: ties keep the reader's order). The sort is done
+        on the Arrow table, so DuckDB never sorts wide rows (kernel names are long); DuckDB keeps the insertion
+        order (`preserve_insertion_order`), so the rows also lie in id order."""
+        n = len(next(iter(cols.values()))) if cols else 0
+        if not n:
             return
-        arrow = pa.table(cols)  # noqa: F841  (scanned by name below)
+        arrow = pa.table(cols)
+        if consume:
+            for values in cols.values():
+                values.clear()
         extra = [f"{trace_id} AS trace_id"]
-        order = ""
         if table in _DURATION_TABLES:
             extra.append("end_ns - start_ns AS dur_ns")
         if table in _ID_COLUMNS:
+            column = _ID_COLUMNS[table]
             base = self.con.execute(
-                f"SELECT coalesce(max({_ID_COLUMNS[table]}) + 1, 0) FROM {table} WHERE trace_id = $t", {"t": trace_id}
+                f"SELECT coalesce(max({column}) + 1, 0) FROM {table} WHERE trace_id = $t", {"t": trace_id}
             ).fetchone()
             offset = int(base[0]) if base else 0
-            extra.append(f"{offset} + row_number() OVER (ORDER BY start_ns, end_ns DESC) - 1 AS {_ID_COLUMNS[table]}")
-            order = " ORDER BY start_ns, end_ns DESC"
-        self.con.execute(f"INSERT INTO {table} BY NAME SELECT *, {', '.join(extra)} FROM arrow{order}")
+            order = pc.sort_indices(arrow, sort_keys=[("start_ns", "ascending"), ("end_ns", "descending")])
+            arrow = arrow.take(order).append_column(column, pa.array(range(offset, offset + n), pa.int64()))
+        rows = arrow  # noqa: F841  (scanned by name below)
+        self.con.execute(f"INSERT INTO {table} BY NAME SELECT *, {', '.join(extra)} FROM rows")
+
+    # ------------------------------------------------------------------ one trace to and from its own file
+    def save_trace(self, trace_id: int, dest: Path) -> None:
+        """Write the rows of `trace_id` (as trace 0) into a new DuckDB file `dest` with the normalized schema."""
+        con = duckdb.connect(str(dest))
+        try:
+            con.execute(schema_sql())
+        finally:
+            con.close()
+        alias = "_ti_save"
+        self.con.execute(f"ATTACH '{_quote(dest)}' AS {alias}")
+        try:
+            for table in table_names():
+                self.con.execute(
+                    f"INSERT INTO {alias}.{table} SELECT * REPLACE (0 AS trace_id) FROM {table} WHERE trace_id = $t",
+                    {"t": trace_id},
+                )
+            self.con.execute(f"CHECKPOINT {alias}")
+        finally:
+            self.con.execute(f"DETACH {alias}")
+
+    def add_saved(self, src: Path, path: Path, source_path: Path | None = None) -> int:
+        """Add the trace saved in `src` (by `save_trace`) as a new trace; its `traces` row takes `path` (and
+        `source_path` when given) and the current size of `path`. Returns the new trace_id."""
+        trace_id = self.next_trace_id()
+        alias = "_ti_saved"
+        self.con.execute(f"ATTACH '{_quote(src)}' AS {alias} (READ_ONLY)")
+        try:
+            n = self.con.execute(f"SELECT count(*) FROM {alias}.traces").fetchone()
+            if not n or n[0] != 1:
+                raise duckdb.InvalidInputException(f"{src}: not one saved trace")
+            self.con.execute("BEGIN TRANSACTION")
+            try:
+                for table in table_names():
+                    replace = f"{trace_id} AS trace_id"
+                    if table == "traces":
+                        replace += ", $path AS path, coalesce($src, source_path) AS source_path, $size AS size_bytes"
+                        params = {"path": str(path), "src": str(source_path) if source_path else None,
+                                  "size": path.stat().st_size if path.exists() else None}
+                    else:
+                        params = {}
+                    self.con.execute(f"INSERT INTO {table} SELECT * REPLACE ({replace}) FROM {alias}.{table}",
+                                     params or None)
+                self.con.execute("COMMIT")
+            except BaseException:
+                self.con.execute("ROLLBACK")
+                raise
+        finally:
+            self.con.execute(f"DETACH {alias}")
+        return trace_id
 
     # ------------------------------------------------------------------ querying
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> duckdb.DuckDBPyRelation | None:
@@ -112,3 +188,8 @@ class TraceDB:
         except duckdb.Error as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise QueryError(f"SQL error: {first}") from None
+
+
+def _quote(path: Path) -> str:
+    """A path as the body of a SQL string literal."""
+    return str(path).replace("'", "''")

@@ -1,0 +1,133 @@
+"""The per-file cache of normalized databases (traceinsight/ingest/cache.py, `load(..., cache=...)`).
+
+Every test points $TRACEINSIGHT_CACHE_DIR at its own temporary folder and copies the real trace it uses into a
+temporary folder (so that it may touch or rewrite it); the expected counts (1074 kernels and 1,318,666,032 ns
+of kernel time in the sweep, 70 kernels in the nsys export) are those of tests/test_kineto.py and of
+`sqlite3 flashinfer_decode.sqlite "select count(*) from CUPTI_ACTIVITY_KIND_KERNEL"`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from traceinsight.ingest import TraceDB, cache, load
+
+SWEEP = "flashinfer_decode_sweep.pt.trace.json.gz"
+NSYS = "flashinfer_decode.sqlite"
+TABLES = ("traces", "devices", "kernels", "launches", "ranges", "memops")
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(folder))
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", "0")  # the real traces are small: cache them anyway
+    monkeypatch.delenv("TRACEINSIGHT_CACHE", raising=False)
+    return folder
+
+
+def copy(src: Path, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy2(src, folder / src.name))
+
+
+def entries(cache_dir: Path) -> list[Path]:
+    folder = cache_dir / "db"
+    return sorted(folder.iterdir()) if folder.exists() else []
+
+
+def dump(db: TraceDB, trace_id: int) -> dict[str, list[tuple]]:
+    """Every row of every table of one trace, trace_id and the file's path left out."""
+    out = {}
+    for table in TABLES:
+        cur = db.con.execute(f"SELECT * EXCLUDE (trace_id) FROM {table} WHERE trace_id = {trace_id} ORDER BY ALL")
+        out[table] = cur.fetchall()
+    return out
+
+
+def test_second_load_hits_the_cache(cache_dir: Path, h200: Path, tmp_path: Path) -> None:
+    trace = copy(h200 / SWEEP, tmp_path / "in")
+    db1, (t1,) = load([trace])
+    (entry,) = entries(cache_dir)
+    assert entry.name.startswith(SWEEP) and entry.suffix == ".duckdb"
+    before = entry.stat()
+    os.utime(entry, ns=(before.st_atime_ns, before.st_mtime_ns - 10**9))  # one second older
+    db2, (t2,) = load([trace])
+    after = entry.stat()
+    assert entries(cache_dir) == [entry]  # nothing new written
+    assert after.st_ino == before.st_ino  # the same file was read, not rewritten
+    assert after.st_mtime_ns > before.st_mtime_ns - 10**9  # ... and marked used (least-recently-used pruning)
+    assert dump(db1, t1) == dump(db2, t2)
+    assert db2.rows("SELECT count(*) AS n, sum(dur_ns) AS d FROM kernels")[0] == {"n": 1074, "d": 1_318_666_032}
+    row = db2.rows("SELECT path, size_bytes, format FROM traces")[0]
+    assert row == {"path": str(trace.resolve()), "size_bytes": trace.stat().st_size, "format": "kineto"}
+    assert not [p for p in entry.parent.iterdir() if p.name.endswith((".tmp", ".wal"))]  # written atomically
+
+
+def test_a_modified_file_misses(cache_dir: Path, h200: Path, tmp_path: Path) -> None:
+    trace = copy(h200 / NSYS, tmp_path / "in")
+    db1, (t1,) = load([trace])
+    (first,) = entries(cache_dir)
+    st = trace.stat()
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched: same bytes, new mtime
+    db2, (t2,) = load([trace])
+    assert len(entries(cache_dir)) == 2 and first in entries(cache_dir)
+    assert dump(db1, t1) == dump(db2, t2)
+    assert db2.rows("SELECT count(*) AS n FROM kernels")[0]["n"] == 70
+    # a cached trace among others: ids follow the database's order
+    db3, ids = load([trace, h200 / NSYS])
+    assert ids == [0, 1]
+    assert dump(db3, 0) == dump(db2, t2)
+    rows = {k: v for k, v in dump(db3, 1).items() if k != "traces"}
+    assert rows == {k: v for k, v in dump(db2, t2).items() if k != "traces"}
+
+
+def test_no_cache_and_small_files(cache_dir: Path, h200: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = copy(h200 / SWEEP, tmp_path / "in")
+    load([trace], cache=False)
+    assert entries(cache_dir) == []
+    monkeypatch.setenv("TRACEINSIGHT_CACHE", "0")
+    load([trace])
+    assert entries(cache_dir) == []
+    monkeypatch.delenv("TRACEINSIGHT_CACHE")
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", str(trace.stat().st_size + 1))
+    load([trace])
+    assert entries(cache_dir) == []  # below the size worth caching
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", "0")
+    load([trace], cache=True)
+    assert len(entries(cache_dir)) == 1
+
+
+def test_a_damaged_entry_is_replaced(cache_dir: Path, h200: Path, tmp_path: Path) -> None:
+    trace = copy(h200 / NSYS, tmp_path / "in")
+    db1, (t1,) = load([trace])
+    (entry,) = entries(cache_dir)
+    entry.write_bytes(b"not a database")
+    db2, (t2,) = load([trace])
+    assert dump(db1, t1) == dump(db2, t2)
+    (again,) = entries(cache_dir)
+    assert again == entry and again.stat().st_size > 1000
+
+
+def test_key_changes_with_the_reader_and_the_file(cache_dir: Path, h200: Path, tmp_path: Path) -> None:
+    a = copy(h200 / NSYS, tmp_path / "a")
+    b = copy(h200 / NSYS, tmp_path / "b")
+    assert cache.key(a) != cache.key(b)  # same bytes, another path
+    assert cache.entry_path(a).parent == cache_dir / "db"
+    assert len(cache.code_version()) == 16
+
+
+def test_prune_keeps_the_most_recently_used(cache_dir: Path, h200: Path, tmp_path: Path) -> None:
+    a = copy(h200 / NSYS, tmp_path / "a")
+    b = copy(h200 / SWEEP, tmp_path / "b")
+    load([a])
+    load([b])
+    ea, eb = cache.entry_path(a), cache.entry_path(b)
+    st = ea.stat()
+    os.utime(ea, ns=(st.st_atime_ns, st.st_mtime_ns - 10**10))  # a used longest ago
+    removed = cache.prune(limit=eb.stat().st_size)
+    assert removed == [ea] and entries(cache_dir) == [eb]

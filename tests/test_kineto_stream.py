@@ -1,0 +1,109 @@
+"""The streaming Kineto reader (`kineto.read`) gives exactly the rows of the whole-document reader
+(`from_document(load_json(path))`), whatever the layout of the JSON text and wherever chunk boundaries fall.
+
+The inputs are the real traces, as written by Kineto and re-serialized in other layouts real tools produce
+(compact, `json.dump(indent=...)` with the header keys after `traceEvents`, CRLF line ends, gzip). Chunks are
+shrunk to a few KB so that every batch boundary, the array's end and the keys after it cross chunk boundaries.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FOREIGN, H200
+
+from traceinsight.ingest import json_stream, kineto
+
+SMALL = H200 / "flashinfer_decode_small.pt.trace.json.gz"
+TRACES = [SMALL, FOREIGN / "hta_a100_alexnet_critical_path_trace.json.gz",
+          FOREIGN / "tracelens_h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"]
+
+
+def same(a: Any, b: Any) -> None:
+    assert b is not None
+    assert (a.format, a.format_version, a.tool_version) == (b.format, b.format_version, b.tool_version)
+    assert a.warnings == b.warnings
+    assert a.tables == b.tables
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(json_stream, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(json_stream, "READ_BYTES", 1024)
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name[:24])
+def test_as_written(path: Path, small_chunks: None, tmp_path: Path) -> None:
+    expected = kineto.from_document(kineto.load_json(path), path)
+    same(expected, kineto.read(path))
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress(path.read_bytes()))
+    same(expected, kineto.read(plain))
+
+
+def layouts(doc: dict[str, Any]) -> dict[str, bytes]:
+    events = doc["traceEvents"]
+    header = {k: v for k, v in doc.items() if k != "traceEvents"}
+    last = {"traceEvents": events, **header}  # header keys (deviceProperties, ...) after the events
+    indented = json.dumps(last, indent=2).encode()
+    return {
+        "compact": json.dumps(doc, separators=(",", ":")).encode(),
+        "json.dumps": json.dumps(doc).encode(),
+        "indent2_header_last": indented,
+        "indent4": json.dumps(doc, indent=4).encode(),
+        "crlf": indented.replace(b"\n", b"\r\n"),
+        "tabs": json.dumps(last, indent="\t").encode(),
+    }
+
+
+@pytest.mark.parametrize("name", ["compact", "json.dumps", "indent2_header_last", "indent4", "crlf", "tabs"])
+def test_other_layouts(name: str, small_chunks: None, tmp_path: Path) -> None:
+    doc = json.loads(gzip.decompress(SMALL.read_bytes()))
+    p = tmp_path / f"{name}.json"
+    p.write_bytes(layouts(doc)[name])
+    expected = kineto.from_document(kineto.load_json(p), p)
+    assert len(expected.tables["kernels"]["name"]) == 48
+    same(expected, kineto.read(p))
+
+
+def test_empty_and_odd_arrays(tmp_path: Path) -> None:
+    p = tmp_path / "empty.json"
+    p.write_bytes(b'{"schemaVersion": 1, "traceEvents": [ \n ], "deviceProperties": []}')
+    same(kineto.from_document(kineto.load_json(p), p), kineto.read(p))
+    p.write_bytes(b'{"traceEvents": [1, "x", {"cat": "kernel"}]}')  # elements that are not events
+    same(kineto.from_document(kineto.load_json(p), p), kineto.read(p))
+    p.write_bytes(b'[{"tc": 0, "B": 8}]')  # not an object with traceEvents: left to the whole-document reader
+    assert kineto.read(p) is None
+    p.write_bytes(b'{"traceEvents": {"ph": "X"}}')
+    assert kineto.read(p) is None
+
+
+def test_skipped_categories_are_never_parsed(tmp_path: Path) -> None:
+    """An operator (cpu_op) event with a defect is dropped before parsing: no repair is reported, and the rows
+    are those of the clean trace. (The first element of each batch is always parsed: the trace is one batch
+    here, and the damaged event is the 50th operator.)"""
+    text = gzip.decompress(SMALL.read_bytes())
+    assert text.count(b'"cat": "cpu_op"') > 100
+    at = 0
+    for _ in range(50):
+        at = text.index(b'"cat": "cpu_op"', at + 1)
+    dur = text.index(b'"dur": ', at) + len(b'"dur": ')
+    end = text.index(b",", dur)
+    damaged = text[:dur] + b"inf" + text[end:]
+    p = tmp_path / "damaged_cpu_op.json"
+    p.write_bytes(damaged)
+    clean = kineto.read(SMALL)
+    got = kineto.read(p)
+    assert got is not None and clean is not None
+    assert got.tables == clean.tables and got.warnings == []
+
+
+def test_workers_give_the_same_rows(tmp_path: Path) -> None:
+    path = H200 / "flashinfer_decode_sweep.pt.trace.json.gz"
+    plain = tmp_path / "sweep.json"
+    plain.write_bytes(gzip.decompress(path.read_bytes()))
+    same(kineto.read(plain, workers=0), kineto.read(plain, workers=2))
