@@ -75,8 +75,10 @@ def analyze(
     model: bool = True,
     limits: dict[str, float] | None = None,
     diagnostics: bool = True,
+    cache: bool | None = None,
 ) -> tuple[TraceDB, list[TraceAnalysis]]:
     """Ingest `paths` (each its own trace; sidecars and ncu CSVs attach to the first) and analyze each
-    (`model` False: steps only, no schedule model and no findings; `diagnostics` False: no findings)."""
-    db, ids = load(paths, meta=meta, ncu=ncu, db=db)
+    (`model` False: steps only, no schedule model and no findings; `diagnostics` False: no findings; `cache`:
+    see `traceinsight.ingest.add_trace`)."""
+    db, ids = load(paths, meta=meta, ncu=ncu, db=db, cache=cache)
     return db, [analyze_trace(db, i, step_pattern, model=model, limits=limits, diagnostics=diagnostics) for i in ids]

@@ -91,11 +91,18 @@ def main() -> None:
 @click.option("--out", "out", default=None, type=click.Path(dir_okay=False, path_type=str),
               help="Write the output to this file instead of stdout (required for --format md).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display on stderr.")
+@click.option("--no-cache", is_flag=True,
+              help="Read every file again and write no cache (default: reuse the cached database of an unchanged "
+                   "file, kept under $TRACEINSIGHT_CACHE_DIR or ~/.cache/traceinsight).")
 @user_errors
 def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[str, ...],
-            step_pattern: str | None, fail_on: str | None, max_steps: int, out: str | None, quiet: bool) -> None:
+            step_pattern: str | None, fail_on: str | None, max_steps: int, out: str | None, quiet: bool,
+            no_cache: bool) -> None:
     """Analyze trace files: GPU, kernels by family/backend, decode steps with split-KV state, the schedule
     model (thresholds, predicted times, SM idle) and findings with remedies.
+
+    PATHS may be files, folders (searched recursively) or globs; with several traces the output adds one
+    summary row per trace and the findings that stand out across them.
 
     Exit status: 0 ok; 2 bad input (one line on stderr); 3 a finding at or above --fail-on.
     """
@@ -105,8 +112,12 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
 
     if fmt == "md" and not out:
         raise click.UsageError("--format md needs --out FILE (its figures are written beside it)")
-    with ingest_progress(_paths(paths) + _paths(meta) + _paths(ncu), quiet=quiet):
-        _, analyses = run_analysis(_paths(paths), meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern)
+    from traceinsight.ingest.paths import expand_paths
+
+    traces = expand_paths(paths)
+    with ingest_progress(traces + _paths(meta) + _paths(ncu), quiet=quiet):
+        _, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
+                                   cache=False if no_cache else None)
     _emit(analyses, fmt, out, max_steps)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
@@ -141,6 +152,11 @@ def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int) -> Non
                 render(a, con, max_steps=max_steps or None)
         return
     con = make_console()
+    if len(analyses) > 1:
+        from traceinsight.report.text import render_fleet
+
+        render_fleet(analyses, con)
+        return
     for a in analyses:
         render(a, con, max_steps=max_steps or None)
 
@@ -154,9 +170,10 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
     """Run QUERY on the normalized tables of the traces (see docs/SCHEMA.md): traces, devices, kernels,
     kernel_labels, launches, ranges, memops, ncu_kernels, ncu_metrics, batches."""
     from traceinsight.ingest import load
+    from traceinsight.ingest.paths import expand_paths
     from traceinsight.model.kernel_table import ensure_labels
 
-    db, _ = load(_paths(paths))
+    db, _ = load(expand_paths(paths))
     ensure_labels(db)
     names, rows = db.user_query(query)
     if fmt == "json":

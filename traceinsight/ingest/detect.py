@@ -5,8 +5,8 @@ from __future__ import annotations
 import gzip
 import sqlite3
 import zlib
-from urllib.parse import quote
 from pathlib import Path
+from urllib.parse import quote
 
 from traceinsight.errors import FormatError, InputError
 

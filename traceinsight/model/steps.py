@@ -117,7 +117,11 @@ class Step:
 
 def _kernels(db: TraceDB, trace_id: int) -> list[Kernel]:
     out = []
+    params: dict[str, dict[str, Any]] = {}  # parsed once per distinct kernel name, shared (read-only)
     for r in db.rows(sql("step_kernel_rows"), {"trace": trace_id}):
+        raw = r["params_json"] or ""
+        if raw not in params:
+            params[raw] = json.loads(raw) if raw else {}
         out.append(
             Kernel(
                 kernel_id=r["kernel_id"],
@@ -127,7 +131,7 @@ def _kernels(db: TraceDB, trace_id: int) -> list[Kernel]:
                 backend=r["backend"],
                 phase=r["phase"],
                 phase_evidence=r["phase_evidence"] or "",
-                params=json.loads(r["params_json"]) if r["params_json"] else {},
+                params=params[raw],
                 stream_id=r["stream_id"],
                 device_id=r["device_id"],
                 start_ns=r["start_ns"],
@@ -146,7 +150,7 @@ def _step_ranges(
     db: TraceDB, trace_id: int, n_attention: int, step_pattern: str | None
 ) -> tuple[dict[int, int], dict[int, dict[str, Any]]]:
     """Map attention kernel_id -> chosen range_id; and range_id -> range row."""
-    rows = db.rows(sql("enclosing_ranges"), {"trace": trace_id, "families": [ATTENTION]})
+    rows = db.rows(sql("enclosing_ranges"), {"families": [ATTENTION]})
     if not rows:
         return {}, {}
     pattern = re.compile(step_pattern) if step_pattern else None
@@ -214,6 +218,8 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     """Group the kernels of one trace into steps (see the module docstring). Returns the steps in start order
     and the attention launches that lie outside every range-defined step."""
     ensure_labels(db)
+    db.sql(sql("step_kernel_launch"), {"trace": trace_id})
+    db.sql(sql("step_ranges"), {"trace": trace_id})
     kernels = _kernels(db, trace_id)
     attention = [k for k in kernels if k.family == ATTENTION]
     chosen, info = _step_ranges(db, trace_id, len(attention), step_pattern)
@@ -222,7 +228,7 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     if chosen:
         range_ids = sorted(set(chosen.values()))
         members: dict[int, list[int]] = defaultdict(list)
-        for r in db.rows(sql("range_members"), {"trace": trace_id, "range_ids": range_ids}):
+        for r in db.rows(sql("range_members"), {"range_ids": range_ids}):
             members[r["range_id"]].append(r["kernel_id"])
         by_id = {k.kernel_id: k for k in kernels}
         for rid in range_ids:

@@ -127,7 +127,12 @@ def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
 
 
 def documents(analyses: list[TraceAnalysis]) -> dict[str, Any]:
-    """One analysis: its document. Several: `{"schema": MULTI_SCHEMA, "traces": [document, ...]}`."""
+    """One analysis: its document. Several: `{"schema": MULTI_SCHEMA, "traces": [document, ...], "fleet":
+    {"summary": [one row per trace], "findings": [findings across traces]}}`."""
     if len(analyses) == 1:
         return to_json(analyses[0])
-    return {"schema": MULTI_SCHEMA, "traces": [to_json(a) for a in analyses]}
+    from traceinsight.report.fleet import fleet_findings, fleet_summary
+
+    rows = fleet_summary(analyses)
+    return {"schema": MULTI_SCHEMA, "traces": [to_json(a) for a in analyses],
+            "fleet": {"summary": rows, "findings": fleet_findings(rows)}}

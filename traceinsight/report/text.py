@@ -241,3 +241,30 @@ def ingest_progress(paths: Sequence[Path], quiet: bool = False) -> Iterator[None
                   console=err, transient=True) as progress:
         progress.add_task(f"{names} ({size / 1e6:.0f} MB)", total=None)
         yield
+
+
+def render_fleet(analyses: list[TraceAnalysis], console: Console) -> None:
+    """Several traces: one summary row per trace, then the findings that stand out across them."""
+    from traceinsight.report.fleet import fleet_findings, fleet_summary
+
+    rows = fleet_summary(analyses)
+    table = Table(title=f"{len(rows)} traces", box=box.SIMPLE_HEAD, title_justify="left")
+    cols = (("trace", "left"), ("gpu", "left"), ("kernels", "right"), ("steps", "right"), ("split-KV off", "right"),
+            ("step p50", "right"), ("step p99", "right"), ("step max", "right"), ("crit", "right"),
+            ("warn", "right"), ("top finding", "left"))
+    for name, just in cols:
+        table.add_column(name, justify=just)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(str(r["trace"]), str(r.get("gpu") or "-"), str(r["kernels"]), str(r["steps"]),
+                      str(r["split_kv_off"]), fmt_ns(r["step_p50_ns"]), fmt_ns(r["step_p99_ns"]),
+                      fmt_ns(r["step_max_ns"]), Text(str(r["critical"]), style="bold red" if r["critical"] else ""),
+                      Text(str(r["warnings"]), style="yellow" if r["warnings"] else ""),
+                      str(r.get("top_finding") or ""))
+    console.print(table)
+    across = fleet_findings(rows)
+    if across:
+        console.print()
+        for f in across:
+            console.print(Text(f"{f['severity'].upper():8} ", style=SEVERITY_STYLE.get(f["severity"], "")),
+                          Text(f"{f['id']}  {f['summary']}"))
+    console.print("[dim]analyze one trace for its steps and findings; --format json gives every trace in full[/dim]")
