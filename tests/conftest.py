@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,9 @@ TRACES = REPO.parent / "shared" / "traces"
 H200 = TRACES / "h200"
 FOREIGN = TRACES / "foreign"
 EXAMPLES = REPO / "examples"
+
+# Tests never read or write the user's cache (~/.cache/traceinsight): each run gets a fresh one.
+os.environ["TRACEINSIGHT_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceinsight-test-cache-")
 
 
 def sha256(path: Path) -> str:
