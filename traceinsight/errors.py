@@ -23,3 +23,8 @@ class ToolMissingError(TraceInsightError):
 
 class QueryError(TraceInsightError):
     """A user-supplied SQL query failed."""
+
+
+class LimitError(FormatError):
+    """The input passes a configured limit (`traceinsight.ingest.limits`): a gzip that expands too far, a bad
+    limit setting in the environment."""

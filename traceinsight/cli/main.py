@@ -110,6 +110,13 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
     from traceinsight.pipeline import analyze as run_analysis
     from traceinsight.report.text import ingest_progress
 
+    if step_pattern is not None:
+        import re
+
+        try:
+            re.compile(step_pattern)
+        except re.error as exc:
+            raise click.BadParameter(f"not a regular expression: {exc}", param_hint="--step-pattern") from None
     if fmt == "md" and not out:
         raise click.UsageError("--format md needs --out FILE (its figures are written beside it)")
     from traceinsight.ingest.paths import expand_paths
@@ -175,7 +182,9 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
 
     db, _ = load(expand_paths(paths))
     ensure_labels(db)
-    names, rows = db.user_query(query)
+    from traceinsight.ingest.safe_sql import readonly_query
+
+    names, rows = readonly_query(db, query)
     if fmt == "json":
         sys.stdout.buffer.write(orjson.dumps([dict(zip(names, r, strict=True)) for r in rows],
                                              option=orjson.OPT_INDENT_2, default=str) + b"\n")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import sqlite3
 import zlib
 from pathlib import Path
@@ -37,10 +36,12 @@ def check_readable(path: Path) -> None:
 
 
 def _peek_gzip(path: Path) -> bytes:
+    """The first decompressed bytes (up to _PEEK_BYTES); a stream cut short still gives what it holds."""
+    with path.open("rb") as fh:
+        raw = fh.read(_PEEK_BYTES)
     try:
-        with gzip.open(path, "rb") as fh:
-            return fh.read(_PEEK_BYTES)
-    except (OSError, EOFError, zlib.error) as exc:
+        return zlib.decompressobj(wbits=31).decompress(raw, _PEEK_BYTES)
+    except zlib.error as exc:
         raise FormatError(f"{path}: damaged gzip stream ({exc})") from None
 
 
@@ -53,6 +54,14 @@ def sqlite_tables(path: Path) -> set[str]:
         finally:
             con.close()
     except sqlite3.Error as exc:
+        from traceinsight.ingest import sqlite_salvage
+
+        try:
+            names = sqlite_salvage.table_names(path)
+        except (sqlite_salvage.NotSQLite, OSError):
+            names = set()
+        if names:  # truncated or damaged, yet its schema is readable: the reader salvages what precedes the cut
+            return names
         raise FormatError(f"{path}: damaged SQLite database ({exc})") from None
 
 

@@ -7,6 +7,10 @@ application's own output) before the header, and the row after the header holds 
 `read()` fills `ncu_kernels` (one row per kernel) and `ncu_metrics` (long form: one row per kernel and metric).
 `match()` links each ncu kernel to the trace kernel it measured (same kernel, grid, block, NVTX range, order).
 `sm_active()` reads `sm__cycles_active.{min,avg,max}`: the measured per-SM load imbalance of each kernel.
+
+A file cut short (a crashed or killed ncu, a full disk) keeps the kernels before the cut: ncu quotes every cell,
+so a cut inside the last row leaves an unterminated quote or too few cells there, and only that row is dropped,
+with a warning naming the line where the data ends.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from traceinsight.errors import FormatError
 from traceinsight.ingest.base import Ingest
+from traceinsight.ingest.limits import clip_name, max_name_chars
 from traceinsight.ingest.sidecar import key_matches_sql
 from traceinsight.ingest.store import TraceDB
 
@@ -54,6 +59,13 @@ _NVTX_TRAILING_FIELDS = 6  # PL_Type, PL_Value, CLR_Type, Color, Msg_Type, Msg
 
 SM_ACTIVE_METRICS = ("sm__cycles_active.min", "sm__cycles_active.avg", "sm__cycles_active.max")
 
+# Value ranges of the normalized columns (INTEGER is int32, BIGINT int64).
+_I32 = (-(2**31), 2**31 - 1)
+_I64 = (-(2**63), 2**63 - 1)
+# Characters one CSV cell may hold (Python's csv module stops at 131,072 by default; kernel names with long
+# template argument lists come close, and the name limit applies after reading).
+_FIELD_CHARS = 1 << 26
+
 
 # ---------------------------------------------------------------------------------------------- cell parsers
 def parse_number(text: str) -> float | None:
@@ -65,9 +77,12 @@ def parse_number(text: str) -> float | None:
 
 
 def parse_dim3(text: str) -> tuple[int, int, int] | None:
-    """ "(288, 4, 1)" -> (288, 4, 1); None for an empty or malformed cell."""
+    """ "(288, 4, 1)" -> (288, 4, 1); None for an empty or malformed cell, or a size beyond int32."""
     m = _DIM3.match(text.strip())
-    return (int(m[1]), int(m[2]), int(m[3])) if m else None
+    if not m:
+        return None
+    dims = (int(m[1]), int(m[2]), int(m[3]))
+    return dims if all(d <= _I32[1] for d in dims) else None
 
 
 def _entry_range_text(entry: str, start_stop: bool) -> str | None:
@@ -96,6 +111,35 @@ def innermost_nvtx(cell: str, start_stop: bool = False) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- reading
+class _Lines:
+    """The export's lines from the header on (see `_csv_lines`), able to say whether any line is left."""
+
+    def __init__(self, path: Path) -> None:
+        self._it = _csv_lines(path)
+        self._next: str | None = None
+        self.last = ""  # the last line handed out
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        if self._next is not None:
+            line, self._next = self._next, None
+        else:
+            line = next(self._it)
+        self.last = line
+        return line
+
+    def at_end(self) -> bool:
+        """Whether every line was handed out."""
+        if self._next is None:
+            try:
+                self._next = next(self._it)
+            except StopIteration:
+                return True
+        return False
+
+
 def _csv_lines(path: Path) -> Iterator[str]:
     """The lines of the export from the header on, without ncu's own `==PROF==`-style lines."""
     try:
@@ -138,9 +182,19 @@ def read(path: Path) -> Ingest:
         ],
     )
     metrics = ingest.columns("ncu_metrics", ["ncu_id", "metric", "unit", "value", "text"])
-    reader = csv.reader(_csv_lines(path), strict=True)
+    lines = _Lines(path)
+    reader = csv.reader(lines, strict=True)
+    names_limit = max_name_chars()
+    clipped = 0
+    cut: str | None = None  # where a truncated file's data ends
+    field_limit = csv.field_size_limit(max(csv.field_size_limit(), _FIELD_CHARS))
     try:
-        header = next(reader, None)
+        try:
+            header = next(reader, None)
+        except csv.Error:
+            if not lines.at_end():
+                raise
+            raise FormatError(f"{path}: Nsight Compute CSV cut short inside its header line") from None
         if header is None:
             raise FormatError(f"{path}: no Nsight Compute CSV header ({HEADER_PREFIX}...) found")
         if _DETAILS_COLUMNS <= set(header):
@@ -157,9 +211,21 @@ def read(path: Path) -> Ingest:
             if n not in IDENTITY_COLUMNS and i not in (push_pop, start_stop) and n.strip()
         ]
         units = [""] * len(header)
-        for row in reader:
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                if not lines.at_end():
+                    raise
+                cut = f"line {reader.line_num} ends inside a quoted cell ({exc})"
+                break
             line = reader.line_num
             if len(row) != len(header):
+                if len(row) < len(header) and lines.at_end() and not lines.last.endswith("\n"):
+                    cut = f"line {line} stops after {len(row)} of {len(header)} cells"
+                    break
                 raise FormatError(
                     f"{path}: line {line} has {len(row)} cells, the header {len(header)} (truncated or damaged CSV)"
                 )
@@ -170,15 +236,24 @@ def read(path: Path) -> Ingest:
                 ncu_id = int(row[col["ID"]])
             except ValueError:
                 raise FormatError(f"{path}: line {line}: ID {row[col['ID']]!r} is not an integer") from None
+            if not 0 <= ncu_id <= _I32[1]:
+                raise FormatError(f"{path}: line {line}: ID {ncu_id} is out of range (0 to {_I32[1]})")
+            name = row[col["Kernel Name"]]
+            if len(name) > names_limit:
+                name = clip_name(name, names_limit)
+                clipped += 1
             grid = parse_dim3(row[col["Grid Size"]]) if "Grid Size" in col else None
             block = parse_dim3(row[col["Block Size"]]) if "Block Size" in col else None
             nvtx = innermost_nvtx(row[push_pop]) if push_pop is not None else None
             if nvtx is None and start_stop is not None:
                 nvtx = innermost_nvtx(row[start_stop], start_stop=True)
+            if nvtx is not None and len(nvtx) > names_limit:
+                nvtx = clip_name(nvtx, names_limit)
+                clipped += 1
             kernels["ncu_id"].append(ncu_id)
-            kernels["name"].append(row[col["Kernel Name"]])
-            kernels["device_id"].append(_int_or_none(row, col.get("Device")))
-            kernels["stream_id"].append(_int_or_none(row, col.get("Stream")))
+            kernels["name"].append(name)
+            kernels["device_id"].append(_int_or_none(row, col.get("Device"), _I32))
+            kernels["stream_id"].append(_int_or_none(row, col.get("Stream"), _I64))
             for axis, dims in (("grid", grid), ("block", block)):
                 for k, v in zip("xyz", dims or (None, None, None), strict=True):
                     kernels[f"{axis}_{k}"].append(v)
@@ -194,16 +269,32 @@ def read(path: Path) -> Ingest:
                 metrics["text"].append(text)
     except csv.Error as exc:
         raise FormatError(f"{path}: damaged Nsight Compute CSV near line {reader.line_num} ({exc})") from None
+    finally:
+        csv.field_size_limit(field_limit)
     if not kernels["ncu_id"]:
+        if cut is not None:
+            raise FormatError(f"{path}: Nsight Compute CSV cut short before its first kernel row ({cut})")
         raise FormatError(f"{path}: Nsight Compute CSV without any profiled kernel")
+    if cut is not None:
+        ingest.warnings.append(
+            f"{path.name} is truncated: {cut}; read the {len(kernels['ncu_id'])} kernels before it "
+            f"(the last is ID {kernels['ncu_id'][-1]})"
+        )
+    if clipped:
+        ingest.warnings.append(
+            f"{clipped} kernel or NVTX names longer than the limit were cut (TRACEINSIGHT_MAX_NAME_CHARS)"
+        )
     return ingest
 
 
-def _int_or_none(row: list[str], index: int | None) -> int | None:
+def _int_or_none(row: list[str], index: int | None, bounds: tuple[int, int] = _I64) -> int | None:
+    """The integer in cell `index` when it is one within `bounds`, else None."""
     if index is None:
         return None
     value = parse_number(row[index])
-    return int(value) if value is not None and value.is_integer() else None
+    if value is None or not value.is_integer() or not bounds[0] <= value <= bounds[1]:
+        return None
+    return int(value)
 
 
 # ---------------------------------------------------------------------------------------------- matching

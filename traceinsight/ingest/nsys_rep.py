@@ -5,19 +5,29 @@ The export lands in a cache folder (`$TRACEINSIGHT_CACHE_DIR`, else `$XDG_CACHE_
 exported once and a changed report is exported again. nsys writes to a temporary name in that folder which is
 renamed into place only once the export succeeded: a failed, interrupted or timed-out export leaves nothing
 behind, and nothing beside the user's report is ever written.
+
+Interruption: Ctrl-C (SIGINT), SIGTERM and SIGHUP during an export kill nsys, remove its partial output, and
+then end traceinsight as the signal would have. A process killed outright (SIGKILL) cannot clean up; the next
+export removes temporary files whose owning process is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
+import threading
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 from traceinsight.errors import FormatError, InputError, ToolMissingError
 from traceinsight.ingest.nsys_sqlite import connect
@@ -37,6 +47,11 @@ INSTALL_GLOBS = (
     "/usr/local/cuda*/bin/nsys",
     "/opt/nvidia/nsight-compute/*/host/target-linux-*/nsys",
 )
+
+# Signals that end an export early: nsys is killed and its partial output removed before traceinsight ends.
+INTERRUPT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# Our temporary export names: `.{stem}.{pid}-{8 hex}.tmp.sqlite` (+ SQLite's -journal/-wal/-shm beside it).
+_TMP_NAME = re.compile(r"^\..*\.(\d+)-[0-9a-f]{8}\.tmp\.sqlite(?:-journal|-wal|-shm)?$")
 
 _NSYS_VERSION = re.compile(r"(20\d\d)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 _CUDA_VERSION = re.compile(r"cuda-(\d+)\.(\d+)")
@@ -135,6 +150,96 @@ def _last_line(text: bytes | str | None) -> str:
     return lines[-1] if lines else ""
 
 
+class _Interrupted(BaseException):
+    """A termination signal arrived during an export (a BaseException, so that no `except Exception` eats it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise _Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """While inside, INTERRUPT_SIGNALS raise _Interrupted (main thread only: signal handlers live there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in INTERRUPT_SIGNALS:
+        with contextlib.suppress(OSError, ValueError):
+            previous[sig] = signal.signal(sig, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: Path, max_age_s: float = 2 * EXPORT_TIMEOUT_S) -> int:
+    """Remove our temporary export files in `folder` left by a process that is gone (or older than `max_age_s`);
+    return how many were removed. Files not named as ours are never touched."""
+    removed = 0
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return 0
+    now = time.time()
+    for f in entries:
+        m = _TMP_NAME.match(f.name)
+        if not m or int(m[1]) == os.getpid():
+            continue
+        try:
+            old = now - f.lstat().st_mtime > max_age_s
+            if old or not _pid_alive(int(m[1])):
+                f.unlink()
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def _run_nsys(cmd: list[str], path: Path, timeout_s: float) -> subprocess.CompletedProcess[bytes]:
+    """Run nsys in its own process group; on timeout, interruption or any error kill the whole group."""
+    try:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
+    except OSError as exc:
+        raise ToolMissingError(f"{path}: cannot run {cmd[0]} ({exc.strerror or exc})") from None
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        raise FormatError(f"{path}: `nsys export` did not finish within {timeout_s:g} s") from None
+    except BaseException:
+        _kill(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.kill()
+    with contextlib.suppress(Exception):
+        proc.communicate(timeout=10)
+
+
 def export(path: Path, timeout_s: float = EXPORT_TIMEOUT_S) -> Path:
     """Return a SQLite export of the .nsys-rep `path`: the cached one when valid, else a fresh
     `nsys export --type sqlite`. Raises ToolMissingError without nsys, FormatError when nsys fails."""
@@ -158,30 +263,31 @@ def export(path: Path, timeout_s: float = EXPORT_TIMEOUT_S) -> Path:
             f"{path}: cannot create the export cache {target.parent} ({exc.strerror or exc}); "
             "set $TRACEINSIGHT_CACHE_DIR to a writable folder"
         ) from None
+    remove_stale_temporaries(target.parent)
     # Our own unique temporary name: nsys never overwrites a file we did not create, and only a complete
     # export is renamed onto the cache entry.
     tmp = target.with_name(f".{target.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp.sqlite")
+    cmd = [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(tmp), str(path)]
     try:
-        try:
-            proc = subprocess.run(
-                [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(tmp), str(path)],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise FormatError(f"{path}: `nsys export` did not finish within {timeout_s:g} s") from None
-        except OSError as exc:
-            raise ToolMissingError(f"{path}: cannot run {nsys} ({exc.strerror or exc})") from None
-        if proc.returncode != 0:
-            why = _last_line(proc.stderr) or _last_line(proc.stdout) or f"exit status {proc.returncode}"
-            raise FormatError(f"{path}: `nsys export` failed: {why}")
-        if not _is_nsys_sqlite(tmp):
-            why = _last_line(proc.stderr) or _last_line(proc.stdout) or "no SQLite file written"
-            raise FormatError(f"{path}: `nsys export` produced no usable SQLite export ({why})")
-        os.replace(tmp, target)
-        return target
-    finally:
-        for suffix in ("", "-journal", "-wal", "-shm"):
-            tmp.with_name(tmp.name + suffix).unlink(missing_ok=True)
+        with _signals_raise():
+            try:
+                proc = _run_nsys(cmd, path, timeout_s)
+                if proc.returncode != 0:
+                    why = _last_line(proc.stderr) or _last_line(proc.stdout) or _status(proc.returncode)
+                    raise FormatError(f"{path}: `nsys export` failed: {why}")
+                if not _is_nsys_sqlite(tmp):
+                    why = _last_line(proc.stderr) or _last_line(proc.stdout) or "no SQLite file written"
+                    raise FormatError(f"{path}: `nsys export` produced no usable SQLite export ({why})")
+                os.replace(tmp, target)
+                return target
+            finally:
+                for suffix in ("", "-journal", "-wal", "-shm"):
+                    tmp.with_name(tmp.name + suffix).unlink(missing_ok=True)
+    except _Interrupted as stop:
+        # Cleaned up above; now end as the signal would have (the handler in force before the export runs).
+        os.kill(os.getpid(), stop.signum)
+        raise SystemExit(128 + stop.signum) from None
+
+
+def _status(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exit status {code}"

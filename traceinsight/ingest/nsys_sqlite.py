@@ -7,12 +7,19 @@ a million launches of the same kernel share one name string. All times in an exp
 
 The file is opened read-only and immutable (`mode=ro&immutable=1`): nothing, not even a journal or an index,
 is ever written beside the user's export.
+
+Damaged input: SQLite stores any value in any column, so every value is checked in SQL (`_int_sql`,
+`_text_sql`): an integer out of its column's range, a REAL, TEXT or BLOB where an integer belongs becomes NULL,
+and rows whose start/end are not integers with end >= start are skipped and counted in a warning. A file SQLite
+refuses (truncated by a crashed job or a full disk, a damaged page) is salvaged page by page
+(`sqlite_salvage`) into a temporary database, and the warning says where the data ends.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,7 +28,9 @@ from urllib.parse import quote
 import orjson
 
 from traceinsight.errors import FormatError
+from traceinsight.ingest import sqlite_salvage
 from traceinsight.ingest.base import Columns, Ingest
+from traceinsight.ingest.limits import clip_names
 
 FORMAT = "nsys-sqlite"
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -83,18 +92,126 @@ _SQL_PARAMS = 900
 _PID_SQL = "(({col} >> 24) & 16777215)"
 _TID_SQL = "({col} & 16777215)"
 
+# Value ranges of the normalized columns (INTEGER is int32, BIGINT int64).
+I32 = (-(2**31), 2**31 - 1)
+I64 = (-(2**63), 2**63 - 1)
+
+# The tables a salvage copies out of a damaged export.
+SALVAGE_TABLES = (
+    "StringIds",
+    KERNEL_TABLE,
+    RUNTIME_TABLE,
+    MEMCPY_TABLE,
+    MEMSET_TABLE,
+    NVTX_TABLE,
+    GPU_TABLE,
+    CUDA_DEVICE_TABLE,
+    *META_TABLES,
+    "ENUM_NSYS_EVENT_TYPE",
+    "ENUM_NSYS_EVENT_CLASS",
+    "ENUM_CUDA_MEMCPY_OPER",
+)
+# Tables whose absence from a salvaged export the warning names (optional ones like MEMSET are left out).
+_REPORT_IF_MISSING = ("StringIds", RUNTIME_TABLE, NVTX_TABLE, GPU_TABLE)
+# SQLite result codes of a file that is not (or no longer) a whole database.
+_DAMAGE_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_IOERR")
+
+
+def _is_damage(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused because the file is damaged (salvageable), not because of a query."""
+    return str(getattr(exc, "sqlite_errorname", "")).startswith(_DAMAGE_CODES)
+
+
+def _q(name: str) -> str:
+    """A column name as a quoted SQL identifier (`end` is a keyword)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _int_sql(expr: str, bounds: tuple[int, int] = I64) -> str:
+    """`expr` when it is an integer within `bounds`, else NULL (SQLite keeps text, reals and blobs in INTEGER
+    columns as they were written)."""
+    if expr == "NULL":
+        return expr
+    lo, hi = bounds
+    if (lo, hi) == I64:  # every SQLite integer is an int64
+        return f"(CASE typeof({expr}) WHEN 'integer' THEN {expr} END)"
+    return f"(CASE WHEN typeof({expr}) = 'integer' AND ({expr}) BETWEEN {lo} AND {hi} THEN ({expr}) END)"
+
+
+def _text_sql(expr: str) -> str:
+    """`expr` as TEXT when it is text (or a blob, read as text), else NULL."""
+    if expr == "NULL":
+        return expr
+    return f"(CASE typeof({expr}) WHEN 'text' THEN {expr} WHEN 'blob' THEN CAST({expr} AS TEXT) END)"
+
+
+def _valid_span(start: str = '"start"', end: str = '"end"') -> str:
+    """Rows whose start and end are integers with end >= start and a duration that fits int64 (an overflowing
+    SQLite subtraction gives a REAL beyond the bound)."""
+    return (
+        f"typeof({start}) = 'integer' AND typeof({end}) = 'integer' AND {end} >= {start} "
+        f"AND ({end} - {start}) <= {I64[1]}"
+    )
+
 
 def read(path: Path) -> Ingest:
     """Read an Nsight Systems SQLite export into the normalized tables (kernels, launches, ranges, memops,
-    devices). Raises FormatError (one line, starting with the path) for damaged files and exports without
-    CUDA kernel activity."""
+    devices). A truncated or damaged file is salvaged: the rows still readable are used and the first warning
+    says where the data ends. Raises FormatError (one line, starting with the path) for files with nothing to
+    salvage and exports without CUDA kernel activity."""
     con = connect(path)
+    truncated = sqlite_salvage.is_truncated(path)
     try:
-        return _read(con, path)
+        if truncated:
+            # SQLite refuses any file shorter than its header says; with writable_schema it reads the pages that
+            # are there (and still reports a page it needs past the end as corrupt, sending us to the salvage).
+            con.execute("PRAGMA writable_schema = ON")
+        ingest = _read(con, path)
     except sqlite3.Error as exc:
-        raise FormatError(f"{path}: damaged SQLite database ({_first_line(exc)})") from None
+        if not _is_damage(exc):
+            raise FormatError(f"{path}: damaged SQLite database ({_first_line(exc)})") from None
+        damage = _first_line(exc)
+    else:
+        if truncated:
+            ingest.warnings.insert(
+                0, f"{path.name} is shorter than its SQLite header says, but every table read was complete"
+            )
+        return ingest
     finally:
         con.close()
+    return _read_salvaged(path, damage)
+
+
+def _read_salvaged(path: Path, damage: str) -> Ingest:
+    """Read what a damaged export still holds, through a rebuilt copy in a private temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="traceinsight-salvage-") as tmp:
+        rebuilt = Path(tmp) / "salvaged.sqlite"
+        try:
+            report = sqlite_salvage.rebuild(path, rebuilt, SALVAGE_TABLES)
+        except (sqlite_salvage.NotSQLite, OSError, sqlite3.Error) as exc:
+            raise FormatError(f"{path}: damaged SQLite database ({damage}; nothing salvageable: {exc})") from None
+        if KERNEL_TABLE not in report.rows:
+            raise FormatError(
+                f"{path}: damaged SQLite database ({damage}); {report.describe()}, and the kernel table "
+                f"({KERNEL_TABLE}) is not readable"
+            )
+        con = connect(rebuilt)
+        try:
+            ingest = _read(con, path)
+        except sqlite3.Error as exc:
+            raise FormatError(f"{path}: damaged SQLite database ({damage}; {_first_line(exc)})") from None
+        finally:
+            con.close()
+    kernels = ingest.tables.get("kernels", {})
+    ends = [e for e in kernels.get("end_ns", []) if e is not None]
+    where = f"the last kernel ends at {max(ends)} ns" if ends else "no kernel survived"
+    missing = [t for t in report.lost_tables if t in _REPORT_IF_MISSING]
+    lost = f"; not found (lost, or never captured): {', '.join(missing)}" if missing else ""
+    ingest.warnings.insert(
+        0,
+        f"{path.name} is {report.describe()}: read what precedes the damage, {len(ends)} kernels ({where}){lost}",
+    )
+    return ingest
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -115,7 +232,11 @@ def _decode_text(raw: bytes) -> str:
 
 
 def _read(con: sqlite3.Connection, path: Path) -> Ingest:
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    tables = {
+        r[0]
+        for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+        if isinstance(r[0], str)
+    }
     if KERNEL_TABLE not in tables:
         raise FormatError(
             f"{path}: Nsight Systems export without CUDA kernel activity ({KERNEL_TABLE}); "
@@ -129,6 +250,12 @@ def _read(con: sqlite3.Connection, path: Path) -> Ingest:
         tool_version=f"nsys {version}" if version else None,
     )
     reader = _Reader(con, tables, ingest)
+    missing = {"start", "end"} - reader.columns(KERNEL_TABLE)
+    if missing:
+        raise FormatError(
+            f"{path}: {KERNEL_TABLE} has no {' or '.join(sorted(missing))} column: not an Nsight Systems export "
+            "this reader knows"
+        )
     reader.kernels()
     reader.memops()
     reader.launches()
@@ -142,12 +269,16 @@ def _read(con: sqlite3.Connection, path: Path) -> Ingest:
 def _export_meta(con: sqlite3.Connection, tables: set[str]) -> dict[str, str]:
     for table in META_TABLES:
         if table in tables:
-            return {str(n): str(v) for n, v in con.execute(f"SELECT name, value FROM {table}") if v is not None}
+            cols = {r[1] for r in con.execute(f"PRAGMA table_info({_q(table)})")}
+            if not {"name", "value"} <= cols:
+                return {}
+            rows = con.execute(f"SELECT {_text_sql('name')}, {_text_sql('value')} FROM {table}")
+            return {n: v for n, v in rows if n is not None and v is not None}
     return {}
 
 
 def _id_list(ids: set[int]) -> str:
-    return ", ".join(str(i) for i in sorted(ids))
+    return ", ".join(str(int(i)) for i in sorted(ids)) or "NULL"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -168,95 +299,138 @@ class _Reader:
     # ------------------------------------------------------------------ helpers
     def columns(self, table: str) -> set[str]:
         if table not in self._cols:
-            self._cols[table] = {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
+            self._cols[table] = {r[1] for r in self.con.execute(f"PRAGMA table_info({_q(table)})")}
         return self._cols[table]
 
     def col(self, table: str, name: str) -> str:
-        """`name` when `table` has that column, else the SQL literal NULL."""
-        return name if name in self.columns(table) else "NULL"
+        """`name` (quoted) when `table` has that column, else the SQL literal NULL."""
+        return _q(name) if name in self.columns(table) else "NULL"
+
+    def int_col(self, table: str, name: str, bounds: tuple[int, int] = I64) -> str:
+        """The integer value of column `name` within `bounds`, else NULL (also when the column is absent)."""
+        return _int_sql(self.col(table, name), bounds)
+
+    def has_span(self, table: str) -> bool:
+        return {"start", "end"} <= self.columns(table)
+
+    def skipped_rows(self, table: str, where: str, label: str) -> None:
+        """Warn about the rows of `table` matching `where` whose start/end are unusable."""
+        n = self.con.execute(f"SELECT count(*) FROM {table} WHERE ({where}) AND NOT ({_valid_span()})").fetchone()[0]
+        if n:
+            self.ingest.warnings.append(f"{n} {label} skipped: start/end not integers, or end before start ({table})")
 
     def fetch(self, table: str, exprs: list[str], names: list[str], where: str = "") -> Columns:
-        """Evaluate `exprs` over the rows of `table` matching `where`; return one list per name.
+        """Evaluate `exprs` over the rows of `table` matching `where`, in rowid order; return one list per name.
 
-        Rows are read in rowid slices of FETCH_ROWS. Each slice comes back as one JSON array per column
-        (`json_group_array`, parsed with orjson), several times faster than Python's row-by-row cursor; where
-        SQLite lacks JSON support the slice is fetched as rows instead."""
+        Rows are read in slices of FETCH_ROWS (a rowid seek each, so sparse rowids cost nothing). Each slice
+        comes back as one JSON array per column (`json_group_array`, parsed with orjson), several times faster
+        than Python's row-by-row cursor; where SQLite lacks JSON support, or a slice's text is not valid UTF-8,
+        the slice is fetched as rows instead."""
         out: Columns = {n: [] for n in names}
-        lo, hi = self.con.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
-        if lo is None:
-            return out
-        for first in range(lo, hi + 1, FETCH_ROWS):
-            cond = f"rowid BETWEEN {first} AND {first + FETCH_ROWS - 1}" + (f" AND ({where})" if where else "")
+        aliases = [f"c{i}" for i in range(len(exprs))]
+        cond = f"({where})" if where else "1"
+        sub = (
+            f"SELECT rowid AS _rid, {', '.join(f'{e} AS {a}' for e, a in zip(exprs, aliases, strict=True))} "
+            f"FROM {table} WHERE {cond} AND rowid > ? ORDER BY rowid LIMIT {FETCH_ROWS}"
+        )
+        after = -(2**63)
+        while True:
             parts: list[Any] | None = None
+            count, last = 0, None
             if self.use_json:
                 try:
-                    aggregates = ", ".join(f"json_group_array({e})" for e in exprs)
-                    row = self.con.execute(f"SELECT {aggregates} FROM {table} WHERE {cond}").fetchone()
-                    parts = [orjson.loads(x) for x in row]
-                except sqlite3.OperationalError:  # no JSON1 in this SQLite, or a value JSON cannot hold
+                    aggregates = ", ".join(f"json_group_array({a})" for a in aliases)
+                    row = self.con.execute(f"SELECT count(*), max(_rid), {aggregates} FROM ({sub})", [after]).fetchone()
+                    count, last = row[0], row[1]
+                    parts = [orjson.loads(x) for x in row[2:]]
+                except sqlite3.OperationalError as exc:  # no JSON1 in this SQLite
+                    if _is_damage(exc):
+                        raise
                     self.use_json = False
+                except orjson.JSONDecodeError:  # text that is not UTF-8 in this slice
+                    parts = None
             if parts is None:
-                rows = self.con.execute(f"SELECT {', '.join(exprs)} FROM {table} WHERE {cond}").fetchall()
-                parts = list(zip(*rows, strict=True)) if rows else [() for _ in exprs]
+                rows = self.con.execute(sub, [after]).fetchall()
+                count, last = len(rows), (rows[-1][0] if rows else None)
+                parts = list(zip(*rows, strict=True))[1:] if rows else [() for _ in exprs]
             for name, values in zip(names, parts, strict=True):
                 out[name].extend(values)
-        return out
+            if count < FETCH_ROWS or last is None:
+                return out
+            after = last
 
     def strings(self, ids: Iterable[Any]) -> dict[int, str]:
-        """StringIds values of `ids` (None and unknown ids are left out)."""
+        """StringIds values of `ids` (None, unknown ids and values that are not text are left out)."""
         wanted = sorted({i for i in ids if isinstance(i, int)})
-        if not wanted or "StringIds" not in self.tables:
+        if not wanted or "StringIds" not in self.tables or not {"id", "value"} <= self.columns("StringIds"):
             return {}
         out: dict[int, str] = {}
+        value = _text_sql('"value"')
         for k in range(0, len(wanted), _SQL_PARAMS):
             chunk = wanted[k : k + _SQL_PARAMS]
             marks = ", ".join("?" * len(chunk))
-            out.update(self.con.execute(f"SELECT id, value FROM StringIds WHERE id IN ({marks})", chunk))
+            rows = self.con.execute(f'SELECT "id", {value} FROM StringIds WHERE "id" IN ({marks})', chunk)
+            out.update((i, v) for i, v in rows if isinstance(i, int) and v is not None)
         return out
 
     def enum_ids(self, table: str, known: dict[str, int]) -> set[int]:
         """Ids of the enum names in `known`, read from the export's enum table when it has one."""
-        if table in self.tables:
+        if table in self.tables and {"id", "name"} <= self.columns(table):
             names = list(known)
             marks = ", ".join("?" * len(names))
-            rows = self.con.execute(f"SELECT id FROM {table} WHERE name IN ({marks})", names).fetchall()
+            rows = self.con.execute(
+                f'SELECT "id" FROM {table} WHERE "name" IN ({marks}) AND typeof("id") = \'integer\'', names
+            ).fetchall()
             if rows:
                 return {int(r[0]) for r in rows}
         return set(known.values())
 
+    def clipped(self, names: list[Any], what: str) -> list[Any]:
+        """Names cut to the configured length (`limits.max_name_chars`), with a warning counting them."""
+        out, n = clip_names(names)
+        if n:
+            self.ingest.warnings.append(
+                f"{n} {what} names longer than the limit were cut (TRACEINSIGHT_MAX_NAME_CHARS)"
+            )
+        return out
+
     # ------------------------------------------------------------------ tables
     def kernels(self) -> None:
         t = KERNEL_TABLE
-        c = self.col
-        static, dynamic = c(t, "staticSharedMemory"), c(t, "dynamicSharedMemory")
+        i32, i64 = (lambda n: self.int_col(t, n, I32)), (lambda n: self.int_col(t, n))
+        static, dynamic = i32("staticSharedMemory"), i32("dynamicSharedMemory")
+        pid = i64("globalPid")
         fields = {
-            "start_ns": "start",
-            "end_ns": "end",
-            "device_id": c(t, "deviceId"),
-            "stream_id": c(t, "streamId"),
-            "grid_x": c(t, "gridX"),
-            "grid_y": c(t, "gridY"),
-            "grid_z": c(t, "gridZ"),
-            "block_x": c(t, "blockX"),
-            "block_y": c(t, "blockY"),
-            "block_z": c(t, "blockZ"),
-            "registers_per_thread": c(t, "registersPerThread"),
+            "start_ns": '"start"',
+            "end_ns": '"end"',
+            "device_id": i32("deviceId"),
+            "stream_id": i64("streamId"),
+            "grid_x": i32("gridX"),
+            "grid_y": i32("gridY"),
+            "grid_z": i32("gridZ"),
+            "block_x": i32("blockX"),
+            "block_y": i32("blockY"),
+            "block_z": i32("blockZ"),
+            "registers_per_thread": i32("registersPerThread"),
             "static_smem_bytes": static,
             "dynamic_smem_bytes": dynamic,
-            "smem_bytes": f"{static} + {dynamic}" if "NULL" not in (static, dynamic) else "NULL",
-            "correlation_id": c(t, "correlationId"),
-            "graph_node_id": c(t, "graphNodeId"),
-            "process_id": _PID_SQL.format(col=c(t, "globalPid")) if c(t, "globalPid") != "NULL" else "NULL",
-            "_demangled": c(t, "demangledName"),
-            "_short": c(t, "shortName"),
-            "_mangled": c(t, "mangledName"),
+            "smem_bytes": _int_sql(f"{static} + {dynamic}", I32) if "NULL" not in (static, dynamic) else "NULL",
+            "correlation_id": i64("correlationId"),
+            "graph_node_id": i64("graphNodeId"),
+            "process_id": _PID_SQL.format(col=pid) if pid != "NULL" else "NULL",
+            "_demangled": i64("demangledName"),
+            "_short": i64("shortName"),
+            "_mangled": i64("mangledName"),
         }
-        cols = self.fetch(t, list(fields.values()), list(fields))
+        self.skipped_rows(t, "1", "kernels")
+        cols = self.fetch(t, list(fields.values()), list(fields), _valid_span())
         demangled, short, mangled = cols.pop("_demangled"), cols.pop("_short"), cols.pop("_mangled")
         names = self.strings({*demangled, *short, *mangled})
         get = names.get
-        cols["name"] = [get(d) or get(s) or get(m) or "" for d, s, m in zip(demangled, short, mangled, strict=True)]
-        cols["mangled_name"] = [get(m) for m in mangled]
+        cols["name"] = self.clipped(
+            [get(d) or get(s) or get(m) or "" for d, s, m in zip(demangled, short, mangled, strict=True)], "kernel"
+        )
+        cols["mangled_name"] = self.clipped([get(m) for m in mangled], "mangled kernel")
         unnamed = cols["name"].count("")
         if unnamed:
             self.ingest.warnings.append(f"{unnamed} kernels without a name in StringIds")
@@ -266,22 +440,27 @@ class _Reader:
         names = ["device_id", "stream_id", "start_ns", "end_ns", "bytes", "correlation_id"]
         out: Columns = {n: [] for n in ["kind", "name", *names]}
         labels = dict(MEMCPY_KINDS)
-        if "ENUM_CUDA_MEMCPY_OPER" in self.tables and "label" in self.columns("ENUM_CUDA_MEMCPY_OPER"):
-            labels.update(self.con.execute("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER WHERE label IS NOT NULL"))
+        enum = "ENUM_CUDA_MEMCPY_OPER"
+        if enum in self.tables and {"id", "label"} <= self.columns(enum):
+            rows = self.con.execute(f"SELECT {_int_sql(_q('id'))}, {_text_sql(_q('label'))} FROM {enum}")
+            labels.update((i, lab) for i, lab in rows if i is not None and lab is not None)
         for table, kind in ((MEMCPY_TABLE, "memcpy"), (MEMSET_TABLE, "memset")):
             if table not in self.tables:
                 continue
-            c = self.col
+            if not self.has_span(table):
+                self.ingest.warnings.append(f"{table} has no start/end columns: {kind} operations not read")
+                continue
             exprs = [
-                c(table, "deviceId"),
-                c(table, "streamId"),
-                "start",
-                "end",
-                c(table, "bytes"),
-                c(table, "correlationId"),
-                c(table, "copyKind") if kind == "memcpy" else "NULL",
+                self.int_col(table, "deviceId", I32),
+                self.int_col(table, "streamId"),
+                '"start"',
+                '"end"',
+                self.int_col(table, "bytes"),
+                self.int_col(table, "correlationId"),
+                self.int_col(table, "copyKind") if kind == "memcpy" else "NULL",
             ]
-            cols = self.fetch(table, exprs, [*names, "_copy"])
+            self.skipped_rows(table, "1", f"{kind} operations")
+            cols = self.fetch(table, exprs, [*names, "_copy"], _valid_span())
             for n in names:
                 out[n].extend(cols[n])
             out["kind"].extend([kind] * len(cols["_copy"]))
@@ -299,6 +478,9 @@ class _Reader:
         if t not in self.tables or "correlationId" not in self.columns(t):
             self.ingest.warnings.append(f"no {t} table: kernels cannot be traced to the calls that launched them")
             return
+        if not self.has_span(t):
+            self.ingest.warnings.append(f"{t} has no start/end columns: launches not read")
+            return
         gpu_work = [
             x
             for x in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
@@ -312,19 +494,22 @@ class _Reader:
         self.con.execute("CREATE TEMP TABLE IF NOT EXISTS _launched (id INTEGER PRIMARY KEY)")
         self.con.execute(
             "INSERT OR IGNORE INTO _launched "
-            + " UNION ALL ".join(f"SELECT correlationId FROM {x} WHERE correlationId IS NOT NULL" for x in gpu_work)
+            + " UNION ALL ".join(
+                f"SELECT correlationId FROM {x} WHERE typeof(correlationId) = 'integer'" for x in gpu_work
+            )
         )
-        where = "correlationId IN _launched"
+        where = f"typeof(correlationId) = 'integer' AND correlationId IN _launched AND {_valid_span()}"
         if "eventClass" in self.columns(t):
             where += f" AND eventClass NOT IN ({_id_list(self.enum_ids('ENUM_NSYS_EVENT_CLASS', BACKTRACE_CLASSES))})"
-        tid = self.col(t, "globalTid")
+        tid = self.int_col(t, "globalTid")
+        self.skipped_rows(t, "typeof(correlationId) = 'integer' AND correlationId IN _launched", "launch calls")
         cols = self.fetch(
             t,
             [
                 "correlationId",
-                self.col(t, "nameId"),
-                "start",
-                "end",
+                self.int_col(t, "nameId"),
+                '"start"',
+                '"end"',
                 _PID_SQL.format(col=tid),
                 _TID_SQL.format(col=tid),
             ],
@@ -333,7 +518,7 @@ class _Reader:
         )
         name_ids = cols.pop("_name")
         names = {i: _API_VERSION_SUFFIX.sub("", s) for i, s in self.strings(name_ids).items()}
-        cols["name"] = [names.get(i, "") for i in name_ids]
+        cols["name"] = self.clipped([names.get(i, "") for i in name_ids], "API call")
         self.ingest.tables["launches"] = cols
 
     def ranges(self) -> None:
@@ -341,25 +526,30 @@ class _Reader:
         t = NVTX_TABLE
         if t not in self.tables:
             return
+        if not self.has_span(t) or "eventType" not in self.columns(t):
+            self.ingest.warnings.append(f"{t} has no start, end or eventType column: NVTX ranges not read")
+            return
         c = self.col
         range_types = _id_list(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_RANGE_TYPES))
         mark_types = _id_list(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_MARK_TYPES))
         domain_types = _id_list(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_DOMAIN_CREATE_TYPES))
-        text, text_id, domain_id, tid = c(t, "text"), c(t, "textId"), c(t, "domainId"), c(t, "globalTid")
+        text, text_id = _text_sql(c(t, "text")), self.int_col(t, "textId")
+        domain_id, tid = self.int_col(t, "domainId"), self.int_col(t, "globalTid")
         pid_sql, tid_sql = _PID_SQL.format(col=tid), _TID_SQL.format(col=tid)
         marks, open_ranges = self.con.execute(
             f"SELECT coalesce(sum(eventType IN ({mark_types})), 0), "
-            f"coalesce(sum(eventType IN ({range_types}) AND end IS NULL), 0) FROM {t}"
+            f'coalesce(sum(eventType IN ({range_types}) AND "end" IS NULL), 0) FROM {t}'
         ).fetchone()
         if marks:
             self.ingest.warnings.append(f"{marks} NVTX marks skipped (instants, not ranges)")
         if open_ranges:
             self.ingest.warnings.append(f"{open_ranges} NVTX ranges without an end skipped (open at capture stop)")
+        self.skipped_rows(t, f'eventType IN ({range_types}) AND "end" IS NOT NULL', "NVTX ranges")
         cols = self.fetch(
             t,
-            ["start", "end", text, text_id, pid_sql, tid_sql, domain_id],
+            ['"start"', '"end"', text, text_id, pid_sql, tid_sql, domain_id],
             ["start_ns", "end_ns", "_text", "_text_id", "process_id", "thread_id", "_domain"],
-            f"eventType IN ({range_types}) AND end IS NOT NULL",
+            f"eventType IN ({range_types}) AND {_valid_span()}",
         )
         texts, text_ids, dids = cols.pop("_text"), cols.pop("_text_id"), cols.pop("_domain")
         created = self.con.execute(
@@ -374,11 +564,16 @@ class _Reader:
             if name is not None:
                 domains[(pid, did)] = name
                 domains.setdefault((None, did), name)
-        cols["name"] = [x if x is not None else strings.get(i, "") for x, i in zip(texts, text_ids, strict=True)]
-        cols["domain"] = [
-            None if not d else domains.get((p, d)) or domains.get((None, d)) or f"domain {d}"
-            for p, d in zip(cols["process_id"], dids, strict=True)
-        ]
+        cols["name"] = self.clipped(
+            [x if x is not None else strings.get(i, "") for x, i in zip(texts, text_ids, strict=True)], "NVTX range"
+        )
+        cols["domain"] = self.clipped(
+            [
+                None if not d else domains.get((p, d)) or domains.get((None, d)) or f"domain {d}"
+                for p, d in zip(cols["process_id"], dids, strict=True)
+            ],
+            "NVTX domain",
+        )
         n = len(cols["name"])
         cols["kind"] = ["nvtx"] * n
         cols["side"] = ["cpu"] * n
@@ -392,26 +587,28 @@ class _Reader:
             self.ingest.warnings.append(f"no {GPU_TABLE} table: GPU properties unknown")
             return
         t = GPU_TABLE
-        c = self.col
+        # Capacities must be positive: a zero or negative SM count or warp size is damage, read as unknown.
+        i32, i64 = (lambda n: self.int_col(t, n, I32)), (lambda n: self.int_col(t, n))
+        pos32, pos64 = (lambda n: self.int_col(t, n, (1, I32[1]))), (lambda n: self.int_col(t, n, (1, I64[1])))
         fields = {
-            "_gpu_id": c(t, "id"),
-            "_cu_device": c(t, "cuDevice"),
-            "name": c(t, "name"),
-            "num_sms": c(t, "smCount"),
-            "compute_major": c(t, "computeMajor"),
-            "compute_minor": c(t, "computeMinor"),
-            "regs_per_sm": c(t, "maxRegistersPerSm"),
-            "regs_per_block": c(t, "maxRegistersPerBlock"),
-            "smem_per_sm_bytes": c(t, "maxShmemPerSm"),
-            "smem_per_block_optin_bytes": c(t, "maxShmemPerBlockOptin"),
-            "max_threads_per_block": c(t, "maxThreadsPerBlock"),
-            "max_blocks_per_sm": c(t, "maxBlocksPerSm"),
-            "max_warps_per_sm": c(t, "maxWarpsPerSm"),
-            "warp_size": c(t, "threadsPerWarp"),
-            "total_mem_bytes": c(t, "totalMemory"),
-            "mem_bandwidth_bytes_per_s": c(t, "memoryBandwidth"),
-            "clock_hz": c(t, "clockRate"),
-            "l2_bytes": c(t, "l2CacheSize"),
+            "_gpu_id": i64("id"),
+            "_cu_device": i32("cuDevice"),
+            "name": _text_sql(self.col(t, "name")),
+            "num_sms": pos32("smCount"),
+            "compute_major": self.int_col(t, "computeMajor", (0, I32[1])),
+            "compute_minor": self.int_col(t, "computeMinor", (0, I32[1])),
+            "regs_per_sm": pos32("maxRegistersPerSm"),
+            "regs_per_block": pos32("maxRegistersPerBlock"),
+            "smem_per_sm_bytes": pos64("maxShmemPerSm"),
+            "smem_per_block_optin_bytes": pos64("maxShmemPerBlockOptin"),
+            "max_threads_per_block": pos32("maxThreadsPerBlock"),
+            "max_blocks_per_sm": pos32("maxBlocksPerSm"),
+            "max_warps_per_sm": pos32("maxWarpsPerSm"),
+            "warp_size": pos32("threadsPerWarp"),
+            "total_mem_bytes": pos64("totalMemory"),
+            "mem_bandwidth_bytes_per_s": pos64("memoryBandwidth"),
+            "clock_hz": pos64("clockRate"),
+            "l2_bytes": pos64("l2CacheSize"),
         }
         rows = self.con.execute(f"SELECT {', '.join(fields.values())} FROM {t} ORDER BY {fields['_gpu_id']}")
         gpus = [dict(zip(fields, r, strict=True)) for r in rows]
@@ -419,11 +616,12 @@ class _Reader:
         # where it maps any GPU, GPUs it leaves out were not used. Older exports lack it: then cuDevice, else id.
         ordinals: dict[int, list[int]] = {}
         if CUDA_DEVICE_TABLE in self.tables and {"gpuId", "cudaId"} <= self.columns(CUDA_DEVICE_TABLE):
-            for gpu_id, cuda_id in self.con.execute(
-                f"SELECT DISTINCT gpuId, cudaId FROM {CUDA_DEVICE_TABLE} "
-                "WHERE gpuId IS NOT NULL AND cudaId IS NOT NULL ORDER BY 1, 2"
+            gpu_id, cuda_id = _int_sql('"gpuId"'), _int_sql('"cudaId"', I32)
+            for g, cuda in self.con.execute(
+                f"SELECT DISTINCT {gpu_id}, {cuda_id} FROM {CUDA_DEVICE_TABLE} "
+                f"WHERE {gpu_id} IS NOT NULL AND {cuda_id} IS NOT NULL ORDER BY 1, 2"
             ):
-                ordinals.setdefault(gpu_id, []).append(cuda_id)
+                ordinals.setdefault(g, []).append(cuda)
         names = ["device_id", *[f for f in fields if not f.startswith("_")], "max_threads_per_sm"]
         cols: Columns = {n: [] for n in names}
         seen: dict[int, str] = {}
@@ -431,7 +629,8 @@ class _Reader:
             if ordinals:
                 ids = ordinals.get(gpu["_gpu_id"], [])
             else:
-                ids = [gpu["_cu_device"] if gpu["_cu_device"] is not None else gpu["_gpu_id"]]
+                own = gpu["_cu_device"] if gpu["_cu_device"] is not None else gpu["_gpu_id"]
+                ids = [own if own is not None and I32[0] <= own <= I32[1] else None]
             for device_id in ids:
                 if device_id is None:
                     continue
@@ -444,10 +643,11 @@ class _Reader:
                     continue
                 seen[device_id] = gpu["name"]
                 warps, warp = gpu["max_warps_per_sm"], gpu["warp_size"]
+                threads = warps * warp if warps is not None and warp is not None else None
                 row = {
                     **gpu,
                     "device_id": device_id,
-                    "max_threads_per_sm": warps * warp if warps is not None and warp is not None else None,
+                    "max_threads_per_sm": threads if threads is not None and I32[0] <= threads <= I32[1] else None,
                 }
                 for n in names:
                     cols[n].append(row[n])

@@ -56,6 +56,10 @@ PATH_BY_TC = {0: "cuda-core", 1: "tensor-core"}
 MODEL_INT_FIELDS = ("qo_heads", "kv_heads", "head_dim", "page_size")
 MODEL_STR_FIELDS = ("kv_dtype", "q_dtype")
 
+# Largest values the `batches` columns hold: INTEGER fields are int32, list elements (kv_lens, plan_info) int64.
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
 
 # ---------------------------------------------------------------------------------------------- key matching
 def key_tokens(text: str) -> list[str]:
@@ -109,7 +113,14 @@ def _is_int(v: Any) -> bool:
 
 
 def _int(
-    obj: dict[str, Any], key: str, where: str, *, minimum: int, required: bool = False, nullable: bool = False
+    obj: dict[str, Any],
+    key: str,
+    where: str,
+    *,
+    minimum: int,
+    maximum: int = INT32_MAX,
+    required: bool = False,
+    nullable: bool = False,
 ) -> None:
     if key not in obj:
         if required:
@@ -122,6 +133,8 @@ def _int(
         raise _Problem(f"{where}.{key}", f"expected an integer, got {_json_type(v)}")
     if v < minimum:
         raise _Problem(f"{where}.{key}", f"expected an integer >= {minimum}, got {v}")
+    if v > maximum:
+        raise _Problem(f"{where}.{key}", f"expected an integer <= {maximum}, got {v}")
 
 
 def _str(obj: dict[str, Any], key: str, where: str, *, required: bool = False) -> None:
@@ -146,13 +159,17 @@ def _obj(v: Any, where: str) -> dict[str, Any]:
 
 
 def _int_list(v: Any, where: str, *, minimum: int | None) -> list[int]:
+    """A list of int64 integers, each >= `minimum` when given."""
     if not isinstance(v, list):
         raise _Problem(where, f"expected a list of integers, got {_json_type(v)}")
+    low = INT64_MIN if minimum is None else minimum
     for i, x in enumerate(v):
         if not _is_int(x):
             raise _Problem(f"{where}[{i}]", f"expected an integer, got {_json_type(x)}")
-        if minimum is not None and x < minimum:
-            raise _Problem(f"{where}[{i}]", f"expected an integer >= {minimum}, got {x}")
+        if x < low:
+            raise _Problem(f"{where}[{i}]", f"expected an integer >= {low}, got {x}")
+        if x > INT64_MAX:
+            raise _Problem(f"{where}[{i}]", f"expected an integer <= {INT64_MAX}, got {x}")
     return v
 
 
