@@ -45,10 +45,12 @@ def occupancy_limits(gpu: GPU, regs_per_thread: int, threads_per_block: int, sme
 
     regs_per_thread: registers per thread as the kernel was compiled (0 if unknown: no register limit);
     threads_per_block: block size in threads; smem_bytes: static + dynamic shared memory per block (bytes).
+    A GPU with a non-positive warp size or allocation unit gives 0 ('launch'), never a division by zero.
     """
     big = 1 << 30
     if (
         threads_per_block <= 0
+        or min(gpu.warp_size, gpu.reg_alloc_unit, gpu.reg_subpartitions, gpu.smem_alloc_unit) <= 0  # divisors
         or threads_per_block > gpu.max_threads_per_block
         or regs_per_thread > gpu.max_regs_per_thread
         or smem_bytes > gpu.smem_per_block_optin_bytes

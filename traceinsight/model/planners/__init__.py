@@ -14,7 +14,7 @@ from traceinsight.model.planners.fa3 import FA3Options, num_splits_heuristic, pl
 from traceinsight.model.planners.flashinfer_cuda_core import plan_cuda_core
 from traceinsight.model.planners.flashinfer_fa2 import plan_fa2
 from traceinsight.model.planners.flashinfer_sm90 import plan_sm90
-from traceinsight.model.planners.types import Batch, Plan, WorkItem
+from traceinsight.model.planners.types import Batch, Plan, WorkItem, gc_paused
 
 PLANNERS: dict[str, Callable[..., Plan]] = {
     CUDA_CORE: plan_cuda_core,
@@ -36,10 +36,13 @@ def plan(backend: str, batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = Fals
     except KeyError:
         raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})") from None
     if backend == FA3:
-        return plan_fa3(batch, gpu, occ, cuda_graph, FA3Options(**options) if options else None)
+        fa3_options = FA3Options(**options) if options else None
+        with gc_paused():
+            return plan_fa3(batch, gpu, occ, cuda_graph, fa3_options)
     if options:
         raise ValueError(f"backend {backend!r} takes no options (got {', '.join(options)})")
-    return planner(batch, gpu, occ, cuda_graph)
+    with gc_paused():
+        return planner(batch, gpu, occ, cuda_graph)
 
 
 __all__ = [

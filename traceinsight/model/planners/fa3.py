@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import FA3, FA3_MAX_DYNAMIC_SPLIT_BATCH
-from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div
+from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, new_work_item
 
 L2_ASSUMED_BYTES = 50 * 1024 * 1024  # FA3's assumed L2 size in the split heuristic
 
@@ -123,7 +123,7 @@ def plan_fa3(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False, options
                 for s in range(splits[req]):
                     start = min(s * per_split, kv_len)
                     tokens = max(min(per_split, kv_len - start), 0)
-                    items.append(WorkItem(req, head, s, start, tokens, qo_tile=q_tile, cta=len(items)))
+                    items.append(new_work_item(req, head, s, start, tokens, None, q_tile, len(items)))
     return Plan(
         backend=FA3,
         batch=batch,

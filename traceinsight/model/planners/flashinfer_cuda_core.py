@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import CUDA_CORE
-from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, chunk_items
+from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, chunk_items, new_work_item
 
 
 def binary_search_chunk_pages(max_grid: int, gdy: int, pages: tuple[int, ...], min_pages: int) -> tuple[int, int]:
@@ -22,7 +22,7 @@ def binary_search_chunk_pages(max_grid: int, gdy: int, pages: tuple[int, ...], m
     low, high = min_pages, max(pages)
     while low < high:
         mid = (low + high) // 2
-        if sum(ceil_div(p, mid) for p in pages) * gdy > max_grid:
+        if sum([-(-p // mid) for p in pages]) * gdy > max_grid:  # ceil_div, inlined
             low = mid + 1
         else:
             high = mid
@@ -55,12 +55,15 @@ def plan_cuda_core(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False) -
     items: list[WorkItem] = []
     splits: list[int] = []
     for head in range(gdy):
+        base = padded * head
+        if not split_kv:  # one item per request: CTA x = request
+            make = new_work_item
+            items.extend([make(req, head, 0, 0, n, None, 0, req + base) for req, n in enumerate(batch.kv_lens)])
+            splits = [1] * b
+            continue
         x = 0
         for req, kv_len in enumerate(batch.kv_lens):
-            if split_kv:
-                req_items = chunk_items(kv_len, chunk_tokens, req, head, first_cta=x + padded * head)
-            else:
-                req_items = [WorkItem(req, head, 0, 0, kv_len, cta=x + padded * head)]
+            req_items = chunk_items(kv_len, chunk_tokens, req, head, first_cta=x + base)
             items.extend(req_items)
             x += len(req_items)
             if head == 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import FA2, FA2_CTAS_PER_SM
-from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div
+from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, new_work_item
 
 
 def fa2_cta_tile_q(avg_packed_qo_len: int, head_dim: int, sm_major: int) -> int:
@@ -83,7 +83,7 @@ def plan_fa2(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False) -> Plan
         x = 0
         for req, entries in enumerate(per_request):
             for q_tile, c, start, tokens in entries:
-                items.append(WorkItem(req, head, c, start, tokens, qo_tile=q_tile, cta=x + padded * head))
+                items.append(new_work_item(req, head, c, start, tokens, None, q_tile, x + padded * head))
                 x += 1
     return Plan(
         backend=FA2,
