@@ -48,6 +48,8 @@ READ_AHEAD = 2
 # What the lenient parser repaired, by kind, in the order messages are listed.
 REPAIR_MESSAGES = {
     "gzip_trailing": "{n} bytes after the end of the gzip stream ignored",
+    "gzip_cut": "the gzip stream ends before its end-of-stream marker (file cut short?): read the data before the cut",
+    "bigint": "{n} integers of more than 4300 digits read as null",
     "nonfinite": "{n} bare non-finite or N/A numbers (inf, nan, ...) read as null",
     "surrogate": "{n} escaped lone UTF-16 surrogates read as U+FFFD",
     "backslash": "{n} backslashes that start no JSON escape read literally",
@@ -68,16 +70,18 @@ class Repairs(Counter[str]):
 
 
 # ================================================================== bytes of the file
-def byte_chunks(path: Path, repairs: Repairs) -> Iterator[bytes]:
+def byte_chunks(path: Path, repairs: Repairs, cut_ok: bool = False) -> Iterator[bytes]:
     """The decompressed bytes of `path` (gzip detected by its magic bytes, every member read) in chunks of at
-    most CHUNK_BYTES, the UTF-8 byte-order mark removed. Damaged gzip raises a one-line FormatError."""
+    most CHUNK_BYTES, the UTF-8 byte-order mark removed. Damaged gzip raises a one-line FormatError; a gzip
+    stream cut short too, unless `cut_ok` (then the data before the cut is given and `repairs["gzip_cut"]` set)."""
     try:
         fh = path.open("rb")
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     with fh:
         first = _read(path, fh, READ_BYTES)
-        raw = _gunzip(path, fh, first, repairs) if first.startswith(GZIP_MAGIC) else _plain(path, fh, first)
+        gz = first.startswith(GZIP_MAGIC)
+        raw = _gunzip(path, fh, first, repairs, cut_ok) if gz else _plain(path, fh, first)
         started = False
         pending = b""
         for chunk in raw:
@@ -107,10 +111,11 @@ def _plain(path: Path, fh: BinaryIO, first: bytes) -> Iterator[bytes]:
         yield chunk
 
 
-def _gunzip(path: Path, fh: BinaryIO, first: bytes, repairs: Repairs) -> Iterator[bytes]:
+def _gunzip(path: Path, fh: BinaryIO, first: bytes, repairs: Repairs, cut_ok: bool = False) -> Iterator[bytes]:
     """Decompress every gzip member under the decompression limits (`limits.DecompressionBudget`: absolute size
     and ratio, so a gzip bomb stops with a one-line LimitError); zero padding after the last member is ignored,
-    other trailing bytes are ignored and counted in `repairs`."""
+    other trailing bytes are ignored and counted in `repairs`. A stream cut short raises a FormatError, or with
+    `cut_ok` ends after the data before the cut (noted in `repairs`)."""
     from traceinsight.ingest.limits import DecompressionBudget
 
     budget = DecompressionBudget(path)
@@ -121,6 +126,9 @@ def _gunzip(path: Path, fh: BinaryIO, first: bytes, repairs: Repairs) -> Iterato
         if not pending:
             pending = _read(path, fh, READ_BYTES)
             if not pending:
+                if cut_ok:
+                    repairs["gzip_cut"] = 1
+                    return
                 raise FormatError(f"{path}: damaged gzip stream (truncated: it ends before the end-of-stream marker)")
         before = len(pending)
         try:
@@ -261,6 +269,32 @@ def _elements_end(data: bytes) -> tuple[int, int | None]:
     return last, None
 
 
+def _complete_end(data: bytes) -> int:
+    """End of the last complete element in `data` (which starts inside the array, between elements and holds
+    no `]` closing it): after its closing brace or bracket, or before the comma that follows a scalar; 0 if
+    none. A Python loop over tokens: used only for data cut short."""
+    depth = 0
+    last = 0
+    for m in _TOKEN.finditer(data):
+        tok = m.group()
+        c = tok[0]
+        if c == 0x22:
+            if len(tok) == 1:
+                break
+        elif c == 0x2C:  # ','
+            if depth == 0:  # after a scalar element (after an object, `last` is already past it)
+                last += len(data[last : m.start()].rstrip(_WS))
+        elif c in (0x7B, 0x5B):
+            depth += 1
+        else:
+            depth -= 1
+            if depth < 0:
+                break
+            if depth == 0:
+                last = m.end()
+    return last
+
+
 class ArrayStream:
     """Iterate over the elements of the array under top-level `key` of the JSON object in `chunks`, as Batches;
     afterwards `rest` holds the document with that array emptied (`{..., "key": [], ...}` as bytes) and
@@ -273,11 +307,31 @@ class ArrayStream:
         self.rest = b""
         self.array_end: int | None = None  # document offset of the closing bracket
         self.prefix_len = 0
+        self.cut_at: int | None = None  # document offset where the data ends, when it ends inside the array
+        self.batches_yielded = 0
 
     def _more(self) -> bytes | None:
         return next(self.chunks, None)
 
     def batches(self) -> Iterator[Batch]:
+        for batch in self._batches():
+            self.batches_yielded += 1
+            yield batch
+
+    def _salvage(self, prefix: bytes, buf: bytes, offset: int) -> Iterator[Batch]:
+        """The data ends inside the array (`buf`, at document `offset`, holds what follows the last batch): yield
+        the complete elements in `buf`, set `cut_at`, and leave as `rest` the keys before the array with the
+        array and object closed. Nothing complete before the cut raises the one-line FormatError."""
+        last = _complete_end(buf)
+        if last == 0 and self.batches_yielded == 0:
+            self._fail(buf, offset, "the data ends early: truncated file?")
+        self.cut_at = offset + len(buf)
+        if buf[:last].strip(_WS):
+            yield Batch(buf[:last], offset, None)
+        self.prefix_len = len(prefix)
+        self.rest = prefix + b"]}"
+
+    def _batches(self) -> Iterator[Batch]:
         buf = b""
         while True:
             found = _scan_header(buf, self.key)
@@ -337,7 +391,8 @@ class ArrayStream:
                     continue
             end = self._array_end(buf)
             if end is None:
-                self._fail(buf, offset, "the data ends early: truncated file?")
+                yield from self._salvage(prefix, buf, offset)
+                return
             break
         # The array ends at buf[end]: the elements before it, then the rest of the document.
         if buf[:end].strip(_WS):
@@ -380,7 +435,7 @@ class ArrayStream:
 
         text = "[" + buf.decode("utf-8", "replace")
         try:
-            json.JSONDecoder(strict=False).raw_decode(text)
+            json.JSONDecoder(strict=False, parse_int=str).raw_decode(text)  # str: only where it fails matters
             msg, at = "the array is not closed", offset + len(buf)
         except json.JSONDecodeError as exc:
             msg = exc.msg

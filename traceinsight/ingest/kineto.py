@@ -86,6 +86,9 @@ DEVICE_PROPERTIES: dict[str, str] = {
     "warp_size": "warpSize",
     "total_mem_bytes": "totalGlobalMem",
 }
+# devices columns that may be 0 (every other property is a count or size: 0 or less is read as unknown; a
+# negative value of these too).
+NON_POSITIVE_OK = frozenset({"compute_minor"})
 # Header keys that name the profiler's version, most specific first: (key, label in traces.tool_version).
 TOOL_VERSION_KEYS = (("cupti_version", "cupti"), ("cuda_runtime_version", "cuda runtime"))
 
@@ -177,7 +180,8 @@ def _parse_leniently(data: bytes, repairs: Repairs) -> tuple[Any, int]:
             return orjson.loads(text), 0  # the common case: only bare inf/nan were wrong
         except orjson.JSONDecodeError:
             pass
-    decoder = json.JSONDecoder(strict=False)  # strict=False: raw control characters inside strings
+    # strict=False: raw control characters inside strings; parse_int: integers too long for int() become null
+    decoder = json.JSONDecoder(strict=False, parse_int=functools.partial(_lenient_int, repairs))
     start = len(text) - len(text.lstrip())
     try:
         try:
@@ -198,6 +202,15 @@ def _parse_leniently(data: bytes, repairs: Repairs) -> tuple[Any, int]:
     return doc, len(trailing) if trailing.strip("\x00") else 0
 
 
+def _lenient_int(repairs: Repairs, digits: str) -> int | None:
+    """An integer of the JSON text; None (counted in `repairs`) past Python's limit on digits converted."""
+    try:
+        return int(digits)
+    except ValueError:
+        repairs["bigint"] += 1
+        return None
+
+
 # ================================================================== streaming
 def read(path: Path, workers: int | None = None) -> Ingest | None:
     """Stream a Kineto trace (plain or gzipped JSON object with a `traceEvents` array) into the normalized
@@ -215,17 +228,20 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
     a script calling this with workers needs the `if __name__ == "__main__":` guard. On the 2-core machines
     measured (benchmarks/ingest_scale.py) they did not pay: off by default."""
     repairs = Repairs()
-    chunks = read_ahead(byte_chunks(path, repairs))
+    chunks = read_ahead(byte_chunks(path, repairs, cut_ok=True))
     stream = ArrayStream(path, chunks, b"traceEvents")
     t = _Tables()
     n = _worker_count(path, workers)
     try:
         with _gc_paused():
             if n > 1:
-                _read_parallel(stream.batches(), path, n, t, repairs)
+                n_events = _read_parallel(stream.batches(), path, n, t, repairs)
             else:
+                n_events = 0
                 for batch in stream.batches():
-                    _read_events(_batch_events(batch, path, repairs), t)
+                    events = _batch_events(batch, path, repairs)
+                    n_events += _element_count(batch, events)
+                    _read_events(events, t)
     except NotAnArray:
         return None
     finally:
@@ -240,7 +256,19 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
             at = None if bad.at is None else stream.rest_offset(bad.at)
             raise FormatError(_BadJSON(at, bad.what, bad.hint).message(path, 0)) from None
         repairs["trailing"] += trailing
-    return _to_ingest(doc, t, path, repairs.messages())
+    ingest = _to_ingest(doc, t, path, repairs.messages())
+    if stream.cut_at is not None:
+        ingest.warnings.insert(
+            0,
+            f"{path}: the data ends at byte {stream.cut_at} inside traceEvents (file cut short?): kept the "
+            f"{n_events} events before the cut",
+        )
+    return ingest
+
+
+def _element_count(batch: Batch, events: list[Any]) -> int:
+    """Elements of the array in `batch` (`events` holds only those parsed when the batch has a separator)."""
+    return batch.data.count(batch.sep) + 1 if batch.sep is not None else len(events)
 
 
 # Inputs at least this large (uncompressed bytes, estimated) are parsed by worker processes when read() is not
@@ -269,28 +297,30 @@ def _worker_count(path: Path, workers: int | None) -> int:
     return cpus if size >= PARALLEL_MIN_BYTES and cpus > 1 else 0
 
 
-def _read_parallel(batches: Iterator[Batch], path: Path, n: int, t: _Tables, repairs: Repairs) -> None:
+def _read_parallel(batches: Iterator[Batch], path: Path, n: int, t: _Tables, repairs: Repairs) -> int:
     """Parse `batches` in `n` worker processes (spawned: this process may hold DuckDB's threads), merging
-    their rows into `t` in batch order."""
+    their rows into `t` in batch order; return the number of array elements read."""
     import multiprocessing
     from collections import deque
     from concurrent.futures import Future, ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
     pending: deque[Future[_Part]] = deque()
+    count = 0
     try:
         for batch in batches:
             pending.append(pool.submit(_parse_batch, str(path), batch))
             while len(pending) >= AHEAD_PER_WORKER * n:
-                _merge(t, repairs, pending.popleft().result())
+                count += _merge(t, repairs, pending.popleft().result())
         while pending:
-            _merge(t, repairs, pending.popleft().result())
+            count += _merge(t, repairs, pending.popleft().result())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    return count
 
 
-# What a worker returns for one batch: its tables' columns, skip counts and repairs.
-_Part = tuple[dict[str, Columns], Counter[tuple[str, str]], Repairs]
+# What a worker returns for one batch: its tables' columns, skip counts, repairs and number of elements.
+_Part = tuple[dict[str, Columns], Counter[tuple[str, str]], Repairs, int]
 _TABLES = ("kernels", "memops", "launches", "ranges")
 
 
@@ -299,12 +329,14 @@ def _parse_batch(path: str, batch: Batch) -> _Part:
     repairs = Repairs()
     t = _Tables()
     with _gc_paused():
-        _read_events(_batch_events(batch, Path(path), repairs), t)
-    return {name: getattr(t, name) for name in _TABLES}, t.skipped, repairs
+        events = _batch_events(batch, Path(path), repairs)
+        _read_events(events, t)
+    return {name: getattr(t, name) for name in _TABLES}, t.skipped, repairs, _element_count(batch, events)
 
 
-def _merge(t: _Tables, repairs: Repairs, part: _Part) -> None:
-    cols, skipped, fixed = part
+def _merge(t: _Tables, repairs: Repairs, part: _Part) -> int:
+    """Append a worker's rows to `t`; return its number of elements."""
+    cols, skipped, fixed, count = part
     intern = t.names.setdefault
     for name in _TABLES:
         into = getattr(t, name)
@@ -314,6 +346,7 @@ def _merge(t: _Tables, repairs: Repairs, part: _Part) -> None:
             into[col].extend(values)
     t.skipped.update(skipped)
     repairs.update(fixed)
+    return count
 
 
 def _batch_events(batch: Batch, path: Path, repairs: Repairs) -> list[Any]:
@@ -639,6 +672,7 @@ def _devices(props: Any, warnings: list[str]) -> Columns | None:
     cols: Columns = {"device_id": [], **{c: [] for c in DEVICE_PROPERTIES}}
     seen: set[int] = set()
     bad = 0
+    non_positive = 0
     for p in props:
         dev = _i32(p.get("id")) if type(p) is dict else None
         if dev is None or dev in seen:
@@ -650,12 +684,16 @@ def _devices(props: Any, warnings: list[str]) -> Columns | None:
             v = p.get(key)
             if col == "name":
                 cols[col].append(v if type(v) is str else None)
-            elif col.endswith("_bytes"):
-                cols[col].append(_i64(v))
             else:
-                cols[col].append(_i32(v))
+                n = _i64(v) if col.endswith("_bytes") else _i32(v)
+                if n is not None and n < (0 if col in NON_POSITIVE_OK else 1):
+                    non_positive += 1
+                    n = None
+                cols[col].append(n)
     if bad:
         warnings.append(f"{bad} deviceProperties entries skipped: not an object with a new integer id")
+    if non_positive:
+        warnings.append(f"{non_positive} deviceProperties values not positive (numSms, warpSize, ...) read as unknown")
     return cols
 
 
