@@ -93,13 +93,20 @@ def assert_clean_exit(proc: subprocess.CompletedProcess) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- limits
+def _gunzip(path: Path):
+    """The readers' decompressor (json_stream.byte_chunks, which enforces limits.DecompressionBudget)."""
+    from traceinsight.ingest.json_stream import Repairs, byte_chunks
+
+    return byte_chunks(path, Repairs())
+
+
 def test_gzip_bomb_stops_at_the_ratio_limit(tmp_path: Path) -> None:
     """512 MiB from 500 KB (1000x): stopped once 256 MiB are out, by the ratio (200x), in about a second."""
     path = tmp_path / "bomb.json.gz"
     bomb(path)
     started = time.monotonic()
     with pytest.raises(LimitError) as info:
-        for _ in limits.gunzip_bounded(path):
+        for _ in _gunzip(path):
             pass
     assert time.monotonic() - started < 10
     msg = str(info.value)
@@ -109,29 +116,29 @@ def test_gzip_bomb_stops_at_the_ratio_limit(tmp_path: Path) -> None:
 def test_gzip_limit_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "big.json.gz"
     path.write_bytes(gzip.compress(b"[" + b"0," * 100_000 + b"0]", mtime=0))  # 200,003 bytes of JSON
-    assert sum(len(c) for c in limits.gunzip_bounded(path)) == 200_003
+    assert sum(len(c) for c in _gunzip(path)) == 200_003
     monkeypatch.setenv(limits.ENV_MAX_DECOMPRESSED_BYTES, "100000")
     with pytest.raises(LimitError, match=r"expands past 97\.7 KiB .*TRACEINSIGHT_MAX_DECOMPRESSED_BYTES=<bytes>"):
-        list(limits.gunzip_bounded(path))
+        list(_gunzip(path))
     monkeypatch.setenv(limits.ENV_MAX_DECOMPRESSED_BYTES, "lots")
     with pytest.raises(LimitError) as info:
         limits.max_decompressed_bytes()
     assert str(info.value) == "$TRACEINSIGHT_MAX_DECOMPRESSED_BYTES='lots' is not a number"
 
 
-def test_gzip_helper_reads_members_and_reports_damage(tmp_path: Path) -> None:
+def test_gzip_reader_reads_members_and_reports_damage(tmp_path: Path) -> None:
     path = tmp_path / "two.json.gz"
     path.write_bytes(gzip.compress(b'{"a": ', mtime=0) + gzip.compress(b"1}", mtime=0) + b"\x00" * 64)
-    assert b"".join(limits.gunzip_bounded(path)) == b'{"a": 1}'
+    assert b"".join(_gunzip(path)) == b'{"a": 1}'
     # members longer than one output chunk (16 MiB): the bytes after a member are read once (CPython leaves them
     # in both unused_data and unconsumed_tail at a member's end)
     big = zlib.compressobj(1, zlib.DEFLATED, 31)
     member = big.compress(b" " * (20 << 20)) + big.flush()
     path.write_bytes(member * 3)
-    assert sum(len(c) for c in limits.gunzip_bounded(path)) == 3 * (20 << 20)
+    assert sum(len(c) for c in _gunzip(path)) == 3 * (20 << 20)
     path.write_bytes(gzip.compress(b'{"a": 1}' * 1000, mtime=0)[:-30])
     with pytest.raises(FormatError, match="truncated: it ends before the end-of-stream marker"):
-        list(limits.gunzip_bounded(path))
+        list(_gunzip(path))
 
 
 def test_names_are_clipped_to_the_limit() -> None:

@@ -18,8 +18,6 @@ stops one after 256 MiB instead of after the absolute limit.
 from __future__ import annotations
 
 import os
-import zlib
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from traceinsight.errors import LimitError
@@ -35,10 +33,6 @@ RATIO_CHECK_AFTER_BYTES = 256 << 20
 DEFAULT_MAX_NAME_CHARS = 1 << 16
 # orjson's fixed limit; Python's json module stops near its recursion limit (1000) as well.
 MAX_JSON_DEPTH = 1024
-
-# Compressed bytes read per step by `gunzip_bounded`, and the most one decompression step produces.
-_READ_BYTES = 1 << 20
-_OUT_BYTES = 16 << 20
 
 
 def _env_number(name: str, default: float, minimum: float) -> float:
@@ -97,61 +91,6 @@ class DecompressionBudget:
                 f"{_size(self.total)}): a decompression bomb, not a trace (if it is one, raise "
                 f"{ENV_MAX_COMPRESSION_RATIO})"
             )
-
-
-def limit_decompressed(
-    path: Path, chunks: Iterable[bytes], budget: DecompressionBudget | None = None
-) -> Iterator[bytes]:
-    """Pass decompressed `chunks` through, raising LimitError once they exceed the absolute limit (no ratio check:
-    the compressed position is unknown here; call `DecompressionBudget.add` with `consumed` for that)."""
-    budget = budget or DecompressionBudget(path)
-    for chunk in chunks:
-        budget.add(len(chunk))
-        yield chunk
-
-
-def gunzip_bounded(path: Path, data: bytes | None = None) -> Iterator[bytes]:
-    """Decompress the gzip file `path` (or the bytes `data` read from it), every member, in chunks of at most
-    16 MiB, under a DecompressionBudget. Damage raises a one-line FormatError; zero padding after the last member
-    is ignored and other trailing bytes end the stream."""
-    from traceinsight.errors import FormatError
-
-    budget = DecompressionBudget(path)
-    fh = None if data is not None else path.open("rb")
-    try:
-        pending = data if data is not None else b""
-        consumed = 0
-        d = zlib.decompressobj(wbits=31)
-        while True:
-            if not pending and fh is not None:
-                pending = fh.read(_READ_BYTES)
-            if not pending:
-                if d.eof:
-                    return
-                raise FormatError(f"{path}: damaged gzip stream (truncated: it ends before the end-of-stream marker)")
-            before = len(pending)
-            try:
-                out = d.decompress(pending, _OUT_BYTES)
-            except zlib.error as exc:
-                raise FormatError(f"{path}: damaged gzip stream ({exc})") from None
-            # At the end of a member the bytes after it are in unused_data; CPython may leave the same bytes in
-            # unconsumed_tail too, so that one is used only while the member goes on.
-            pending = d.unused_data if d.eof else d.unconsumed_tail
-            consumed += before - len(pending)
-            if out:
-                budget.add(len(out), consumed)
-                yield out
-            if d.eof:
-                rest = pending
-                if fh is not None and len(rest) < 2:
-                    rest += fh.read(_READ_BYTES)
-                if not rest.startswith(b"\x1f\x8b"):
-                    return
-                d = zlib.decompressobj(wbits=31)
-                pending = rest
-    finally:
-        if fh is not None:
-            fh.close()
 
 
 def clip_name(name: str, limit: int | None = None) -> str:
