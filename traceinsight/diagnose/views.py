@@ -184,6 +184,20 @@ def slowdown(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView]) -
     return Slowdown(v, ref, how, typical_reference_ns(ctx, v, same_kernel)[0])
 
 
+def slow_launches(
+    ctx: TraceAnalysis, backends: tuple[str, ...], split_kv: bool, ratio_min: float, excess_min_ns: float
+) -> list[list[Slowdown]]:
+    """Per attention kernel of `backends`, its launches whose split-KV state is `split_kv` and that are slow
+    against their balanced reference (`Slowdown.slow`); kernels without such a launch are left out."""
+    groups = []
+    for same in by_kernel(v for v in launch_views(ctx) if v.backend in backends).values():
+        hits = [h for v in same if v.launch.split_kv is split_kv
+                and (h := slowdown(ctx, v, same)).slow(ratio_min, excess_min_ns)]
+        if hits:
+            groups.append(hits)
+    return groups
+
+
 def worst(hits: list[Slowdown]) -> Slowdown:
     """The hit with the largest excess time."""
     return max(hits, key=lambda h: h.excess_ns)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
-from traceinsight.diagnose.views import by_kernel, fmt_ms, launch_views, slowdown, step_ranges, steps_of, worst
+from traceinsight.diagnose.views import fmt_ms, slow_launches, step_ranges, steps_of, worst
 from traceinsight.model.occupancy import CUDA_CORE, FA2
 
 ID = "split-kv-starved"
@@ -33,11 +33,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     ratio_min = limit(ctx, ID, "SLOWDOWN_MIN_RATIO", SLOWDOWN_MIN_RATIO)
     excess_min = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
     out = []
-    for same in by_kernel(v for v in launch_views(ctx) if v.backend in BACKENDS).values():
-        hits = [h for v in same if v.launch.split_kv is True
-                and (h := slowdown(ctx, v, same)).slow(ratio_min, excess_min)]
-        if not hits:
-            continue
+    for hits in slow_launches(ctx, BACKENDS, True, ratio_min, excess_min):
         w = worst(hits)
         wv = w.view
         thr = wv.threshold
