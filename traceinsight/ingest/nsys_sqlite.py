@@ -8,19 +8,25 @@ a million launches of the same kernel share one name string. All times in an exp
 The file is opened read-only and immutable (`mode=ro&immutable=1`): nothing, not even a journal or an index,
 is ever written beside the user's export.
 
-Damaged input: SQLite stores any value in any column, so every value is checked in SQL (`_int_sql`,
-`_text_sql`): an integer out of its column's range, a REAL, TEXT or BLOB where an integer belongs becomes NULL,
-and rows whose start/end are not integers with end >= start are skipped and counted in a warning. A file SQLite
+Damaged input: SQLite stores any value in any column, so every value is checked: an integer out of its column's
+range, a REAL, TEXT or BLOB where an integer belongs becomes None, and rows whose start/end are not integers with
+end >= start are skipped and counted in a warning. The large activity tables (kernels, memory operations,
+launches) are fetched as stored and checked in Python (`_checked_ints`, `_span_ok`), with a C-speed fast path
+for columns of in-range integers (a `sum` for the types, min/max over the distinct values, no per-row Python);
+the small tables are checked in SQL (`_int_sql`, `_text_sql`). A file SQLite
 refuses (truncated by a crashed job or a full disk, a damaged page) is salvaged page by page
 (`sqlite_salvage`) into a temporary database, and the warning says where the data ends.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 import sqlite3
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from itertools import compress
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -154,19 +160,78 @@ def _valid_span(start: str = '"start"', end: str = '"end"') -> str:
     )
 
 
+_NONE = type(None)
+
+
+def _all_ints(values: list[Any]) -> bool:
+    """Whether every value is an int, in one C-speed pass: `sum` raises on None, text or blobs and turns
+    float as soon as one float takes part."""
+    try:
+        return type(sum(values)) is int
+    except TypeError:
+        return False
+
+
+def _checked_ints(values: list[Any], bounds: tuple[int, int] = I64) -> list[Any]:
+    """`values` with every value that is not an int within `bounds` replaced by None (the Python twin of
+    `_int_sql`). A column of in-range integers (and None) is returned as is, checked at C speed: its types in
+    one pass, its range on its distinct values."""
+    lo, hi = bounds
+    if _all_ints(values):  # the usual case: a NOT NULL column
+        if bounds == I64 or not values:
+            return values
+        distinct = set(values)
+    elif set(map(type, values)) <= {int, _NONE}:
+        distinct = set(values)
+        distinct.discard(None)
+    else:
+        distinct = None
+    if distinct is not None and (not distinct or (lo <= min(distinct) and max(distinct) <= hi)):
+        return values
+    return [x if type(x) is int and lo <= x <= hi else None for x in values]
+
+
+def _span_ok(start: list[Any], end: list[Any]) -> list[bool] | None:
+    """Which rows have integer start and end with end >= start and a duration that fits int64 (the Python twin
+    of `_valid_span`); None when every row does."""
+    if _all_ints(start) and _all_ints(end):
+        if all(map(operator.ge, end, start)) and (not start or min(start) >= 0):
+            return None  # end >= start >= 0 and end <= int64 max: the duration fits
+    hi = I64[1]
+    return [type(s) is int and type(e) is int and e >= s and e - s <= hi for s, e in zip(start, end, strict=True)]
+
+
+def _global_pid(ids: list[Any]) -> list[Any]:
+    """Process ids of serialized GlobalIds (None stays None), computed once per distinct id."""
+    return _global_ids(ids)["process_id"]
+
+
+def _global_ids(ids: list[Any]) -> dict[str, list[Any]]:
+    """process_id and thread_id of serialized GlobalIds (None stays None), computed once per distinct id."""
+    distinct = set(ids)
+    pids = {g: None if g is None else (g >> 24) & 16777215 for g in distinct}
+    tids = {g: None if g is None else g & 16777215 for g in distinct}
+    return {"process_id": list(map(pids.__getitem__, ids)), "thread_id": list(map(tids.__getitem__, ids))}
+
+
 def read(path: Path) -> Ingest:
     """Read an Nsight Systems SQLite export into the normalized tables (kernels, launches, ranges, memops,
     devices). A truncated or damaged file is salvaged: the rows still readable are used and the first warning
     says where the data ends. Raises FormatError (one line, starting with the path) for files with nothing to
     salvage and exports without CUDA kernel activity."""
-    con = connect(path)
     truncated = sqlite_salvage.is_truncated(path)
-    try:
+
+    def opened() -> sqlite3.Connection:
+        con = connect(path)
         if truncated:
             # SQLite refuses any file shorter than its header says; with writable_schema it reads the pages that
             # are there (and still reports a page it needs past the end as corrupt, sending us to the salvage).
             con.execute("PRAGMA writable_schema = ON")
-        ingest = _read(con, path)
+        return con
+
+    con = opened()
+    try:
+        ingest = _read(con, path, opened)
     except sqlite3.Error as exc:
         if not _is_damage(exc):
             raise FormatError(f"{path}: damaged SQLite database ({_first_line(exc)})") from None
@@ -197,7 +262,7 @@ def _read_salvaged(path: Path, damage: str) -> Ingest:
             )
         con = connect(rebuilt)
         try:
-            ingest = _read(con, path)
+            ingest = _read(con, path, lambda: connect(rebuilt))
         except sqlite3.Error as exc:
             raise FormatError(f"{path}: damaged SQLite database ({damage}; {_first_line(exc)})") from None
         finally:
@@ -231,7 +296,10 @@ def _decode_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def _read(con: sqlite3.Connection, path: Path) -> Ingest:
+def _read(con: sqlite3.Connection, path: Path, opener: Callable[[], sqlite3.Connection]) -> Ingest:
+    """Fill an Ingest from the open export `con`. The launches (the largest query: the runtime table, probed
+    for launched correlation ids) are read on a second connection from `opener`, in a worker thread: SQLite
+    runs without the GIL, so that query overlaps the kernel and memory-operation reads on a second core."""
     tables = {
         r[0]
         for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
@@ -256,14 +324,33 @@ def _read(con: sqlite3.Connection, path: Path) -> Ingest:
             f"{path}: {KERNEL_TABLE} has no {' or '.join(sorted(missing))} column: not an Nsight Systems export "
             "this reader knows"
         )
-    reader.kernels()
-    reader.memops()
-    reader.launches()
-    reader.ranges()
-    reader.devices()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-launches") as pool:
+        side = pool.submit(_launches_apart, opener, tables)
+        reader.kernels()
+        reader.memops()
+        at = len(ingest.warnings)
+        reader.ranges()
+        reader.devices()
+        launched = side.result()  # re-raises the worker's error (a damaged page sends us to the salvage)
+    # Warnings and tables in reading order: kernels, memops, launches, ranges, devices.
+    ingest.warnings[at:at] = launched.warnings
+    later = {n: ingest.tables.pop(n) for n in ("ranges", "devices") if n in ingest.tables}
+    ingest.tables.update(launched.tables)
+    ingest.tables.update(later)
     if not ingest.tables.get("kernels", {}).get("name"):
         ingest.warnings.append(f"{KERNEL_TABLE} holds no kernels")
     return ingest
+
+
+def _launches_apart(opener: Callable[[], sqlite3.Connection], tables: set[str]) -> Ingest:
+    """The launches table and its warnings, read on a connection of its own (for a worker thread)."""
+    con = opener()
+    try:
+        part = Ingest(format=FORMAT)
+        _Reader(con, tables, part).launches()
+        return part
+    finally:
+        con.close()
 
 
 def _export_meta(con: sqlite3.Connection, tables: set[str]) -> dict[str, str]:
@@ -354,14 +441,41 @@ class _Reader:
                 count, last = len(rows), (rows[-1][0] if rows else None)
                 parts = list(zip(*rows, strict=True))[1:] if rows else [() for _ in exprs]
             for name, values in zip(names, parts, strict=True):
-                out[name].extend(values)
+                if out[name] or not isinstance(values, list):
+                    out[name].extend(values)
+                else:  # the first slice's list is kept, not copied
+                    out[name] = values
             if count < FETCH_ROWS or last is None:
                 return out
             after = last
 
+    def fetch_checked(
+        self, table: str, spec: dict[str, tuple[str, tuple[int, int] | None]], label: str, where: str = ""
+    ) -> Columns:
+        """start_ns, end_ns and one list per `spec` entry (name -> (column, bounds)) over the rows of `table`
+        matching `where` whose start/end are usable, in rowid order; the others are counted in a warning.
+
+        Columns are fetched as stored (no per-value SQL) and checked here: values that are not integers within
+        `bounds` become None (bounds None: the value as stored); an absent column reads as all None."""
+        names = ["start_ns", "end_ns", *spec]
+        exprs = ['"start"', '"end"', *(self.col(table, column) for column, _ in spec.values())]
+        cols = self.fetch(table, exprs, names, where)
+        keep = _span_ok(cols["start_ns"], cols["end_ns"])
+        if keep is not None:
+            skipped = len(keep) - sum(keep)
+            if skipped:
+                self.ingest.warnings.append(
+                    f"{skipped} {label} skipped: start/end not integers, or end before start ({table})"
+                )
+            cols = {n: list(compress(v, keep)) for n, v in cols.items()}
+        for name, (_, bounds) in spec.items():
+            if bounds is not None:
+                cols[name] = _checked_ints(cols[name], bounds)
+        return cols
+
     def strings(self, ids: Iterable[Any]) -> dict[int, str]:
         """StringIds values of `ids` (None, unknown ids and values that are not text are left out)."""
-        wanted = sorted({i for i in ids if isinstance(i, int)})
+        wanted = sorted(i for i in set(ids) if isinstance(i, int))
         if not wanted or "StringIds" not in self.tables or not {"id", "value"} <= self.columns("StringIds"):
             return {}
         out: dict[int, str] = {}
@@ -385,8 +499,11 @@ class _Reader:
                 return {int(r[0]) for r in rows}
         return set(known.values())
 
-    def clipped(self, names: list[Any], what: str) -> list[Any]:
-        """Names cut to the configured length (`limits.max_name_chars`), with a warning counting them."""
+    def clipped(self, names: list[Any], what: str, distinct: Iterable[Any] | None = None) -> list[Any]:
+        """Names cut to the configured length (`limits.max_name_chars`), with a warning counting them.
+        `distinct`, when given, holds every value of `names`: if none of those is too long, `names` is not read."""
+        if distinct is not None and not clip_names(list(distinct))[1]:
+            return names
         out, n = clip_names(names)
         if n:
             self.ingest.warnings.append(
@@ -397,40 +514,55 @@ class _Reader:
     # ------------------------------------------------------------------ tables
     def kernels(self) -> None:
         t = KERNEL_TABLE
-        i32, i64 = (lambda n: self.int_col(t, n, I32)), (lambda n: self.int_col(t, n))
-        static, dynamic = i32("staticSharedMemory"), i32("dynamicSharedMemory")
-        pid = i64("globalPid")
-        fields = {
-            "start_ns": '"start"',
-            "end_ns": '"end"',
-            "device_id": i32("deviceId"),
-            "stream_id": i64("streamId"),
-            "grid_x": i32("gridX"),
-            "grid_y": i32("gridY"),
-            "grid_z": i32("gridZ"),
-            "block_x": i32("blockX"),
-            "block_y": i32("blockY"),
-            "block_z": i32("blockZ"),
-            "registers_per_thread": i32("registersPerThread"),
-            "static_smem_bytes": static,
-            "dynamic_smem_bytes": dynamic,
-            "smem_bytes": _int_sql(f"{static} + {dynamic}", I32) if "NULL" not in (static, dynamic) else "NULL",
-            "correlation_id": i64("correlationId"),
-            "graph_node_id": i64("graphNodeId"),
-            "process_id": _PID_SQL.format(col=pid) if pid != "NULL" else "NULL",
-            "_demangled": i64("demangledName"),
-            "_short": i64("shortName"),
-            "_mangled": i64("mangledName"),
+        spec: dict[str, tuple[str, tuple[int, int] | None]] = {
+            "device_id": ("deviceId", I32),
+            "stream_id": ("streamId", I64),
+            "grid_x": ("gridX", I32),
+            "grid_y": ("gridY", I32),
+            "grid_z": ("gridZ", I32),
+            "block_x": ("blockX", I32),
+            "block_y": ("blockY", I32),
+            "block_z": ("blockZ", I32),
+            "registers_per_thread": ("registersPerThread", I32),
+            "static_smem_bytes": ("staticSharedMemory", I32),
+            "dynamic_smem_bytes": ("dynamicSharedMemory", I32),
+            "correlation_id": ("correlationId", I64),
+            "graph_node_id": ("graphNodeId", I64),
+            "_pid": ("globalPid", I64),
+            "_demangled": ("demangledName", I64),
+            "_short": ("shortName", I64),
+            "_mangled": ("mangledName", I64),
         }
-        self.skipped_rows(t, "1", "kernels")
-        cols = self.fetch(t, list(fields.values()), list(fields), _valid_span())
-        demangled, short, mangled = cols.pop("_demangled"), cols.pop("_short"), cols.pop("_mangled")
-        names = self.strings({*demangled, *short, *mangled})
+        got = self.fetch_checked(t, spec, "kernels")
+        static, dynamic = got["static_smem_bytes"], got["dynamic_smem_bytes"]
+        if {"staticSharedMemory", "dynamicSharedMemory"} <= self.columns(t):
+            if None in static or None in dynamic:
+                pairs = zip(static, dynamic, strict=True)
+                total = [a + b if a is not None and b is not None else None for a, b in pairs]
+            else:
+                total = list(map(operator.add, static, dynamic))
+            smem = _checked_ints(total, I32)
+        else:
+            smem = [None] * len(static)
+        cols: Columns = {n: got[n] for n in ["start_ns", "end_ns", *list(spec)[:11]]}
+        cols["smem_bytes"] = smem
+        cols["correlation_id"] = got["correlation_id"]
+        cols["graph_node_id"] = got["graph_node_id"]
+        cols["process_id"] = _global_pid(got["_pid"])
+        demangled, short, mangled = got["_demangled"], got["_short"], got["_mangled"]
+        names = self.strings(set(demangled) | set(short) | set(mangled))
         get = names.get
-        cols["name"] = self.clipped(
-            [get(d) or get(s) or get(m) or "" for d, s, m in zip(demangled, short, mangled, strict=True)], "kernel"
-        )
-        cols["mangled_name"] = self.clipped([get(m) for m in mangled], "mangled kernel")
+        # One lookup per distinct id, not per row: the demangled name where every one is known (the usual
+        # case), else per distinct (demangled, short, mangled) id triple.
+        by_demangled = {d: get(d) for d in set(demangled)}
+        if all(by_demangled.values()):
+            cols["name"] = self.clipped(list(map(by_demangled.__getitem__, demangled)), "kernel", by_demangled.values())
+        else:
+            triples = list(zip(demangled, short, mangled, strict=True))
+            chosen = {k: get(k[0]) or get(k[1]) or get(k[2]) or "" for k in set(triples)}
+            cols["name"] = self.clipped(list(map(chosen.__getitem__, triples)), "kernel", chosen.values())
+        raw = {m: get(m) for m in set(mangled)}
+        cols["mangled_name"] = self.clipped(list(map(raw.__getitem__, mangled)), "mangled kernel", raw.values())
         unnamed = cols["name"].count("")
         if unnamed:
             self.ingest.warnings.append(f"{unnamed} kernels without a name in StringIds")
@@ -450,25 +582,25 @@ class _Reader:
             if not self.has_span(table):
                 self.ingest.warnings.append(f"{table} has no start/end columns: {kind} operations not read")
                 continue
-            exprs = [
-                self.int_col(table, "deviceId", I32),
-                self.int_col(table, "streamId"),
-                '"start"',
-                '"end"',
-                self.int_col(table, "bytes"),
-                self.int_col(table, "correlationId"),
-                self.int_col(table, "copyKind") if kind == "memcpy" else "NULL",
-            ]
-            self.skipped_rows(table, "1", f"{kind} operations")
-            cols = self.fetch(table, exprs, [*names, "_copy"], _valid_span())
+            spec: dict[str, tuple[str, tuple[int, int] | None]] = {
+                "device_id": ("deviceId", I32),
+                "stream_id": ("streamId", I64),
+                "bytes": ("bytes", I64),
+                "correlation_id": ("correlationId", I64),
+                "_copy": ("copyKind" if kind == "memcpy" else "", I64),  # "": no such column, all None
+            }
+            cols = self.fetch_checked(table, spec, f"{kind} operations")
             for n in names:
-                out[n].extend(cols[n])
+                if out[n]:
+                    out[n].extend(cols[n])
+                else:  # the first table's list is kept, not copied
+                    out[n] = cols[n]
             out["kind"].extend([kind] * len(cols["_copy"]))
             if kind == "memset":
                 out["name"].extend(["[CUDA memset]"] * len(cols["_copy"]))
             else:
                 text = {k: f"[CUDA memcpy {labels.get(k, f'kind {k}')}]" for k in set(cols["_copy"])}
-                out["name"].extend([text[k] for k in cols["_copy"]])
+                out["name"].extend(map(text.__getitem__, cols["_copy"]))
         if out["kind"]:
             self.ingest.tables["memops"] = out
 
@@ -498,27 +630,30 @@ class _Reader:
                 f"SELECT correlationId FROM {x} WHERE typeof(correlationId) = 'integer'" for x in gpu_work
             )
         )
-        where = f"typeof(correlationId) = 'integer' AND correlationId IN _launched AND {_valid_span()}"
+        spec: dict[str, tuple[str, tuple[int, int] | None]] = {
+            "correlation_id": ("correlationId", None),  # an integer: the query keeps no other
+            "_name": ("nameId", I64),
+            "_tid": ("globalTid", I64),
+        }
+        where = "typeof(correlationId) = 'integer' AND correlationId IN _launched"
         if "eventClass" in self.columns(t):
-            where += f" AND eventClass NOT IN ({_id_list(self.enum_ids('ENUM_NSYS_EVENT_CLASS', BACKTRACE_CLASSES))})"
-        tid = self.int_col(t, "globalTid")
-        self.skipped_rows(t, "typeof(correlationId) = 'integer' AND correlationId IN _launched", "launch calls")
-        cols = self.fetch(
-            t,
-            [
-                "correlationId",
-                self.int_col(t, "nameId"),
-                '"start"',
-                '"end"',
-                _PID_SQL.format(col=tid),
-                _TID_SQL.format(col=tid),
-            ],
-            ["correlation_id", "_name", "start_ns", "end_ns", "process_id", "thread_id"],
-            where,
-        )
+            # Backtrace rows are left out, but those with unusable start/end still come back, to be counted in
+            # the skipped-rows warning (fetch_checked drops every such row).
+            classes = _id_list(self.enum_ids("ENUM_NSYS_EVENT_CLASS", BACKTRACE_CLASSES))
+            where += f" AND (eventClass NOT IN ({classes}) OR NOT ({_valid_span()}))"
+        got = self.fetch_checked(t, spec, "launch calls", where)
+        tid = got["_tid"]
+        cols: Columns = {
+            "correlation_id": got["correlation_id"],
+            "_name": got["_name"],
+            "start_ns": got["start_ns"],
+            "end_ns": got["end_ns"],
+            **_global_ids(tid),
+        }
         name_ids = cols.pop("_name")
         names = {i: _API_VERSION_SUFFIX.sub("", s) for i, s in self.strings(name_ids).items()}
-        cols["name"] = self.clipped([names.get(i, "") for i in name_ids], "API call")
+        lookup = {i: names.get(i, "") for i in set(name_ids)}
+        cols["name"] = self.clipped(list(map(lookup.__getitem__, name_ids)), "API call", lookup.values())
         self.ingest.tables["launches"] = cols
 
     def ranges(self) -> None:
