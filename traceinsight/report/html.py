@@ -267,11 +267,7 @@ def thresholds_html(doc: dict[str, Any]) -> str:
     why = sections.missing(doc, "thresholds")
     if why:
         return _na(why)
-    observed = {}
-    for p in sections.sweep(doc):
-        last_on, first_off = sections.observed_switch(p)
-        if first_off:
-            observed[(p.kernel, p.backend)] = f"on ≤ {last_on}, off ≥ {first_off}" if last_on else f"off ≥ {first_off}"
+    observed = sections.observed_switches(doc)
     headers = [("kernel", ""), ("backend", ""), ("KV heads", "num"), ("CTAs / SM", "num"), ("max grid", "num"),
                ("B_th", "num"), ("observed in this trace", "")]
     body = [[esc(t.get("kernel")), esc(t.get("backend") or "–"), esc(t.get("kv_heads")), esc(t.get("occupancy")),

@@ -161,11 +161,7 @@ def thresholds_md(doc: dict[str, Any]) -> str:
     why = sections.missing(doc, "thresholds")
     if why:
         return _na(why)
-    observed = {}
-    for p in sections.sweep(doc):
-        last_on, first_off = sections.observed_switch(p)
-        if first_off:
-            observed[(p.kernel, p.backend)] = f"on ≤ {last_on}, off ≥ {first_off}" if last_on else f"off ≥ {first_off}"
+    observed = sections.observed_switches(doc)
     rows = [[t.get("kernel"), t.get("backend") or "–", t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
              f"**{t['b_threshold']}**" if t.get("b_threshold") else "–",
              observed.get((t.get("kernel"), t.get("backend")), "–")] for t in sections.threshold_rows(doc)]

@@ -447,6 +447,17 @@ def observed_switch(panel: SweepPanel) -> tuple[int | None, int | None]:
     return (last_on, min(after)) if after else (None, None)
 
 
+
+def observed_switches(doc: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """Per (kernel, backend) of a sweep, where split-KV was seen to switch off, in words for the thresholds
+    table ("on ≤ 256, off ≥ 297")."""
+    observed = {}
+    for p in sweep(doc):
+        last_on, first_off = observed_switch(p)
+        if first_off:
+            observed[(p.kernel, p.backend)] = f"on ≤ {last_on}, off ≥ {first_off}" if last_on else f"off ≥ {first_off}"
+    return observed
+
 def _batch_sources(doc: dict[str, Any]) -> str:
     counts: dict[str, int] = defaultdict(int)
     for st in doc.get("steps") or []:
