@@ -13,7 +13,6 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceinsight.errors import QueryError
 from traceinsight.ingest.base import Ingest
 
 # Tables whose rows get a per-trace id in start order, and the name of that id column.
@@ -178,16 +177,6 @@ class TraceDB:
         cur = self.con.execute(query, params) if params is not None else self.con.execute(query)
         names = [d[0] for d in cur.description or []]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-    def user_query(self, query: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run a user's ad-hoc SQL; errors become one-line QueryErrors."""
-        try:
-            cur = self.con.execute(query)
-            names = [d[0] for d in cur.description or []]
-            return names, cur.fetchall()
-        except duckdb.Error as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise QueryError(f"SQL error: {first}") from None
 
 
 def _quote(path: Path) -> str:

@@ -271,11 +271,6 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     return steps, unassigned
 
 
-def build_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> list[Step]:
-    """The steps of `group_steps`, without the unassigned launches."""
-    return group_steps(db, trace_id, step_pattern)[0]
-
-
 def _make_step(name: str | None, source: str, range_id: int | None, ks: list[Kernel]) -> Step:
     return Step(
         index=-1,
