@@ -63,6 +63,8 @@ def kv_lens(dist: str, batch_size: int, total_tokens: int = DEFAULT_TOTAL_TOKENS
     if total_tokens < batch_size:
         raise ValueError(f"{total_tokens} tokens cannot give each of {batch_size} requests one token")
     longs = [int(share * total_tokens) for share in d.long_shares]
+    if longs and min(longs) < 1:
+        raise ValueError(f"{dist} with {total_tokens} tokens leaves a long request empty at batch {batch_size}")
     rest = total_tokens - sum(longs)
     shorts = _even_split(rest, batch_size - len(longs))
     if shorts[-1] < 1:

@@ -90,7 +90,7 @@ def test_truncated_export_keeps_the_rows_before_the_cut(tmp_path: Path) -> None:
         sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True).execute("SELECT * FROM sqlite_master").fetchall()
     ingest = nsys_sqlite.read(path)
     full = nsys_sqlite.read(NSYS_REAL)
-    assert ingest.tables["kernels"] == full.tables["kernels"]  # the same 70 kernels, column by column
+    assert ingest.lists("kernels") == full.lists("kernels")  # the same 70 kernels, column by column
     assert len(ingest.tables["ranges"]["name"]) == 16
     assert ingest.warnings[0].startswith(
         "cut.sqlite is truncated at byte 163840 of 368640 (page 40 of 90): read what precedes the damage, 70 kernels"
@@ -102,7 +102,7 @@ def test_truncated_export_with_the_kernel_pages_gone(tmp_path: Path) -> None:
     """Cut after page 28: the kernel table's root (26) survives but its leaves (39, 40) do not: no kernels, said
     so in the warning; before page 26 the kernel table itself is lost: a one-line FormatError."""
     ingest = nsys_sqlite.read(_cut(tmp_path, 28))
-    assert ingest.tables["kernels"]["name"] == [] and "0 kernels (no kernel survived)" in ingest.warnings[0]
+    assert ingest.lists("kernels")["name"] == [] and "0 kernels (no kernel survived)" in ingest.warnings[0]
     with pytest.raises(nsys_sqlite.FormatError) as info:
         nsys_sqlite.read(_cut(tmp_path, 25))
     assert "kernel table (CUPTI_ACTIVITY_KIND_KERNEL) is not readable" in str(info.value)
@@ -139,7 +139,7 @@ def test_sparse_rowids_and_bad_values_read_quickly(tmp_path: Path, monkeypatch: 
         started = time.monotonic()
         ingest = nsys_sqlite.read(path)
         assert time.monotonic() - started < 5
-    kernels = ingest.tables["kernels"]
+    kernels = ingest.lists("kernels")
     assert kernels["start_ns"] == [1000, 2000]
     assert kernels["grid_x"] == [132, None] and kernels["block_y"] == [8, None]
     assert "2 kernels skipped: start/end not integers, or end before start (CUPTI_ACTIVITY_KIND_KERNEL)" in (

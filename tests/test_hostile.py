@@ -173,7 +173,7 @@ def test_megabyte_kernel_name_in_nsys_is_clipped(tmp_path: Path) -> None:
     out = check_input(path)
     assert out.kind == "ok" and time.monotonic() - started < 20
     ingest = nsys_sqlite.read(path)
-    name = ingest.tables["kernels"]["name"][0]
+    name = ingest.lists("kernels")["name"][0]
     assert len(name) == limits.DEFAULT_MAX_NAME_CHARS + len("...[934530 more characters]")
     assert "1 kernel names longer than the limit were cut (TRACEINSIGHT_MAX_NAME_CHARS)" in ingest.warnings
 

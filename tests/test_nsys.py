@@ -316,22 +316,24 @@ def test_pipit_2022_export(foreign: Path) -> None:
     )
 
 
-def test_json_and_row_fetch_agree() -> None:
-    # The JSON-aggregate fetch (fast path) and the row-by-row fallback for SQLite builds without JSON1.
+def test_arrow_json_and_row_fetch_agree() -> None:
+    # The three routes of the large tables: the Arrow driver (the usual one), and through sqlite3 the
+    # JSON-aggregate fetch and the row-by-row fetch (SQLite builds without JSON1).
     for path in (FLASHINFER, FUSER, PIPIT):
         results = []
-        for use_json in (True, False):
+        for arrow_path, use_json in ((path, True), (None, True), (None, False)):
             con = nsys_sqlite.connect(path)
             try:
                 tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 ingest = Ingest(format="nsys-sqlite")
-                reader = nsys_sqlite._Reader(con, tables, ingest, use_json=use_json)
+                reader = nsys_sqlite._Reader(con, tables, ingest, arrow_path, use_json=use_json)
                 for step in (reader.kernels, reader.memops, reader.launches, reader.ranges, reader.devices):
                     step()
             finally:
                 con.close()
-            results.append(ingest.tables)
-        assert results[0] == results[1]
+            assert reader.arrow_path == arrow_path  # the Arrow route was taken where offered
+            results.append(({t: ingest.lists(t) for t in ingest.tables}, ingest.warnings))
+        assert results[0] == results[1] == results[2]
 
 
 # ------------------------------------------------------------------------------------------ inputs left untouched
@@ -483,5 +485,5 @@ def test_rep_real_export_matches_shipped_sqlite(
         ("ranges", ["name", "start_ns", "end_ns", "thread_id"]),
         ("launches", ["correlation_id", "name", "start_ns"]),
     ):
-        a, b = fresh.tables[table], ref.tables[table]
+        a, b = fresh.lists(table), ref.lists(table)
         assert sorted(zip(*(a[c] for c in cols), strict=True)) == sorted(zip(*(b[c] for c in cols), strict=True))

@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-Columns = dict[str, list[Any]]
+import pyarrow as pa
+
+# Column name -> values: a list, or an Arrow array (what the nsys reader hands over: no Python object per value).
+Columns = dict[str, list[Any] | pa.Array]
 
 
 @dataclass
 class Ingest:
     """The output of one reader on one file.
 
-    `tables` maps a table of `schema.sql` to its columns (name -> list, all of equal length). Readers omit
-    `trace_id`, `kernel_id`, `range_id` and `dur_ns`: the store assigns ids in start order and derives durations.
+    `tables` maps a table of `schema.sql` to its columns (name -> list or Arrow array, all of equal length).
+    Readers omit `trace_id`, `kernel_id`, `range_id` and `dur_ns`: the store assigns ids in start order and derives
+    durations.
     """
 
     format: str
@@ -29,3 +33,7 @@ class Ingest:
             cols = {n: [] for n in names}
             self.tables[table] = cols
         return cols
+
+    def lists(self, table: str) -> dict[str, list[Any]]:
+        """The columns of `table` as Python lists (Arrow arrays converted; an absent table: no columns)."""
+        return {n: v if isinstance(v, list) else v.to_pylist() for n, v in self.tables.get(table, {}).items()}

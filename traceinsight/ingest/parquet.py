@@ -35,8 +35,17 @@ SCHEMA = "traceinsight.parquet/1"
 PART = "part-0.parquet"
 LABELS_TABLE = "kernel_labels"
 # File-name endings dropped from an input's name to form its trace key (longest first).
-TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
-                  ".nsys-rep", ".sqlite", ".csv")
+TRACE_SUFFIXES = (
+    ".pt.trace.json.gz",
+    ".pt.trace.json",
+    ".trace.json.gz",
+    ".trace.json",
+    ".json.gz",
+    ".json",
+    ".nsys-rep",
+    ".sqlite",
+    ".csv",
+)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -72,8 +81,11 @@ def export_parquet(db: TraceDB, trace_ids: list[int], out_dir: Path, options: di
     old = _read_manifest(manifest_path)
     taken = {t["trace"]: t["path"] for t in old.get("traces", [])}
     tables = list(table_names())
-    has_labels = bool(db.con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = $t", {"t": LABELS_TABLE}).fetchone()[0])
+    has_labels = bool(
+        db.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = $t", {"t": LABELS_TABLE}
+        ).fetchone()[0]
+    )
     if has_labels:
         tables.append(LABELS_TABLE)
     written: list[dict[str, Any]] = []
@@ -84,25 +96,29 @@ def export_parquet(db: TraceDB, trace_ids: list[int], out_dir: Path, options: di
         rows: dict[str, int] = {}
         for table in tables:
             if table == LABELS_TABLE:
-                query = (f"SELECT * FROM {LABELS_TABLE} WHERE name IN "
-                         f"(SELECT DISTINCT name FROM kernels WHERE trace_id = {trace_id}) ORDER BY name")
+                query = (
+                    f"SELECT * FROM {LABELS_TABLE} WHERE name IN "
+                    f"(SELECT DISTINCT name FROM kernels WHERE trace_id = {trace_id}) ORDER BY name"
+                )
             else:
                 order = _order(db, table)
                 query = f"SELECT * EXCLUDE (trace_id) FROM {table} WHERE trace_id = {trace_id}{order}"
             rows[table] = _copy(db, query, out_dir / table / f"trace={key}" / PART)
-        written.append({
-            "trace": key,
-            "path": meta["path"],
-            "source_path": meta["source_path"],
-            "format": meta["format"],
-            "format_version": meta["format_version"],
-            "tool_version": meta["tool_version"],
-            "size_bytes": meta["size_bytes"],
-            "mtime_ns": _mtime_ns(meta["path"]),
-            "warnings": list(meta["warnings"] or []),
-            "rows": rows,
-            "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        })
+        written.append(
+            {
+                "trace": key,
+                "path": meta["path"],
+                "source_path": meta["source_path"],
+                "format": meta["format"],
+                "format_version": meta["format_version"],
+                "tool_version": meta["tool_version"],
+                "size_bytes": meta["size_bytes"],
+                "mtime_ns": _mtime_ns(meta["path"]),
+                "warnings": list(meta["warnings"] or []),
+                "rows": rows,
+                "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
+        )
     keys = {t["trace"] for t in written}
     traces = [t for t in old.get("traces", []) if t["trace"] not in keys] + written
     import duckdb
@@ -129,8 +145,12 @@ def export_parquet(db: TraceDB, trace_ids: list[int], out_dir: Path, options: di
 
 
 def _order(db: TraceDB, table: str) -> str:
-    cols = {r[0] for r in db.con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = $t", {"t": table}).fetchall()}
+    cols = {
+        r[0]
+        for r in db.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = $t", {"t": table}
+        ).fetchall()
+    }
     for first in ("kernel_id", "range_id", "start_ns", "ncu_id", "device_id"):
         if first in cols:
             return f" ORDER BY {first}"

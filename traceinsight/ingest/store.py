@@ -13,7 +13,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceinsight.ingest.base import Ingest
+from traceinsight.ingest.base import Columns, Ingest
 
 # Tables whose rows get a per-trace id in start order, and the name of that id column.
 _ID_COLUMNS = {"kernels": "kernel_id", "ranges": "range_id"}
@@ -92,7 +92,7 @@ class TraceDB:
         )
         return trace_id
 
-    def _insert(self, trace_id: int, table: str, cols: dict[str, list[Any]], consume: bool = False) -> None:
+    def _insert(self, trace_id: int, table: str, cols: Columns, consume: bool = False) -> None:
         """Insert columns as rows of `table` for `trace_id`; rows of the id tables are ordered by (start_ns,
         end_ns DESC) and numbered in that order (a stable sort: ties keep the reader's order). The sort is done
         on the Arrow table, so DuckDB never sorts wide rows (kernel names are long); DuckDB keeps the insertion
@@ -102,8 +102,7 @@ class TraceDB:
             return
         arrow = pa.table(cols)
         if consume:
-            for values in cols.values():
-                values.clear()
+            cols.clear()
         extra = [f"{trace_id} AS trace_id"]
         if table in _DURATION_TABLES:
             extra.append("end_ns - start_ns AS dur_ns")
@@ -154,12 +153,16 @@ class TraceDB:
                     replace = f"{trace_id} AS trace_id"
                     if table == "traces":
                         replace += ", $path AS path, coalesce($src, source_path) AS source_path, $size AS size_bytes"
-                        params = {"path": str(path), "src": str(source_path) if source_path else None,
-                                  "size": path.stat().st_size if path.exists() else None}
+                        params = {
+                            "path": str(path),
+                            "src": str(source_path) if source_path else None,
+                            "size": path.stat().st_size if path.exists() else None,
+                        }
                     else:
                         params = {}
-                    self.con.execute(f"INSERT INTO {table} SELECT * REPLACE ({replace}) FROM {alias}.{table}",
-                                     params or None)
+                    self.con.execute(
+                        f"INSERT INTO {table} SELECT * REPLACE ({replace}) FROM {alias}.{table}", params or None
+                    )
                 self.con.execute("COMMIT")
             except BaseException:
                 self.con.execute("ROLLBACK")

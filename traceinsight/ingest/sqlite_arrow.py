@@ -1,0 +1,123 @@
+"""SQLite query results as Arrow columns, and the value checks of a damaged export done on Arrow arrays.
+
+`int_columns` runs one query through the ADBC SQLite driver (Apache Arrow's C driver: rows go from SQLite's
+pages into Arrow buffers with no Python object per value, several times faster than `sqlite3`'s cursor). The
+driver types each column from its first rows and stops at a later value of another type (SQLite keeps text, reals
+and blobs in INTEGER columns as written), so a query that meets one is run again with every expression wrapped to
+"this value when it is an integer, else NULL". Where the driver cannot read the file at all (a truncated or
+damaged export), `Unreadable` sends the caller to its `sqlite3` route, which reports damage as SQLite does.
+
+The checks mirror the SQL ones of `nsys_sqlite` (`_int_sql`, `_valid_span`) at Arrow speed: `within` nulls
+integers outside a column's range, `span_ok` says which rows have a usable start/end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+I64_MAX = 2**63 - 1
+
+
+class Unreadable(Exception):
+    """The ADBC driver could not run the query on this file; read it through `sqlite3` instead."""
+
+
+def uri(path: Path) -> str:
+    """A read-only, immutable `file:` URI for `path` (no journal, WAL or lock file is ever written beside it);
+    percent-quoted so that '#', '?' or '%' in the path cannot end or alter the URI."""
+    return f"file:{quote(str(Path(path).absolute()))}?mode=ro&immutable=1"
+
+
+def _as_int(expr: str) -> str:
+    """`expr` when it is an integer, else NULL."""
+    if expr == "NULL":
+        return expr
+    return f"(CASE typeof({expr}) WHEN 'integer' THEN {expr} END)"
+
+
+def int_columns(path: Path, exprs: list[str], names: list[str], source: str) -> dict[str, pa.Array]:
+    """`SELECT exprs source` (source: "FROM ... WHERE ... ORDER BY ...") as one int64 array per name; values
+    that are not integers read as null. Raises Unreadable where the driver cannot run it."""
+    try:
+        table = _query(path, f"SELECT {', '.join(exprs)} {source}")
+        if not all(_integral(t) for t in table.schema.types):  # a column typed REAL or TEXT from its first rows
+            raise Unreadable("not integers")
+    except Unreadable:
+        table = _query(path, f"SELECT {', '.join(map(_as_int, exprs))} {source}")
+    out: dict[str, pa.Array] = {}
+    for name, column in zip(names, table.columns, strict=True):
+        values = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        out[name] = values if values.type == pa.int64() else values.cast(pa.int64())
+    return out
+
+
+def _integral(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_null(kind)
+
+
+def _query(path: Path, sql: str) -> pa.Table:
+    try:
+        import adbc_driver_manager
+        import adbc_driver_sqlite.dbapi as dbapi
+    except ImportError as exc:  # pragma: no cover - a pinned dependency; kept for partial installs
+        raise Unreadable(str(exc)) from None
+    try:
+        with dbapi.connect(uri(path), autocommit=True) as con, con.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetch_arrow_table()
+    except (adbc_driver_manager.Error, OSError, pa.ArrowException) as exc:
+        raise Unreadable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
+
+
+def within(values: pa.Array, bounds: tuple[int, int]) -> pa.Array:
+    """`values` with every integer outside `bounds` (inclusive) replaced by null; checked on the column's
+    min/max first, so a column within range is returned as is."""
+    lo, hi = bounds
+    if lo <= -(2**63) and hi >= I64_MAX or len(values) == 0:
+        return values
+    span = pc.min_max(values)
+    low, high = span["min"].as_py(), span["max"].as_py()
+    if low is None or (lo <= low and high <= hi):
+        return values
+    ok = pc.and_(pc.greater_equal(values, lo), pc.less_equal(values, hi))
+    return pc.if_else(ok, values, pa.scalar(None, pa.int64()))
+
+
+def span_ok(start: pa.Array, end: pa.Array) -> pa.Array | None:
+    """Which rows have a start and an end with end >= start and a duration that fits int64; None when all do."""
+    if len(start) == 0:
+        return None
+    ordered = pc.greater_equal(end, start)  # null where either is null
+    # end - start <= I64_MAX; only a negative start can break it, then end <= I64_MAX + start does not overflow.
+    fits = pc.or_(pc.greater_equal(start, 0), pc.less_equal(end, pc.add(start, I64_MAX)))
+    ok = pc.fill_null(pc.and_(ordered, fits), False)
+    if pc.all(ok).as_py():
+        return None
+    return ok
+
+
+def dictionary(codes: pa.Array, labels: list[Any]) -> pa.DictionaryArray:
+    """A dictionary-encoded string column: row i is labels[codes[i]] (a null code: a null row)."""
+    return pa.DictionaryArray.from_arrays(codes.cast(pa.int32()), pa.array(labels, pa.string()))
+
+
+def lookup(ids: pa.Array, values: dict[int, Any], missing: Any = None) -> tuple[pa.DictionaryArray, list[Any]]:
+    """Each id of `ids` replaced by `values[id]` (`missing` for ids without one, and for null ids), as a
+    dictionary array, with that array's dictionary as a list (one entry per distinct id)."""
+    distinct = pc.unique(ids)
+    labels = [missing if i is None else values.get(i, missing) for i in distinct.to_pylist()]
+    return dictionary(pc.index_in(ids, value_set=distinct), labels), labels
+
+
+def count_codes(codes: pa.Array, wanted: Iterable[int]) -> int:
+    """How many entries of `codes` are one of `wanted`."""
+    chosen = pa.array(sorted(set(wanted)), codes.type)
+    if len(chosen) == 0:
+        return 0
+    return int(pc.sum(pc.is_in(codes, value_set=chosen)).as_py() or 0)
