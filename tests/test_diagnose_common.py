@@ -69,3 +69,15 @@ def test_cases_parse_from_range_names() -> None:
     assert case_of("decode tc=0 dist=skew40 bs=296 step=1") == (0, "skew40", 296)
     assert case_of("decode tc=1 backend=fa2 dist=two40 bs=64 step=0") == (1, "two40", 64)
     assert case_of("BatchDecodeWithPagedKVCacheKernel launch 4") is None
+
+
+def test_step_ranges_names_runs_and_counts_the_rest() -> None:
+    from traceinsight.diagnose.views import step_ranges
+
+    assert step_ranges([]) == "-"
+    assert step_ranges([1, 2, 3, 5, 9, 10]) == "1-3, 5, 9-10"
+    evens = list(range(0, 20, 2))  # exactly 10 runs: all named
+    assert step_ranges(evens) == ", ".join(map(str, evens))
+    assert step_ranges([*evens, 20]) == ", ".join(map(str, evens)) + ", ... and 1 more step"
+    assert step_ranges([*evens, 20, 21, 22, 30]) == ", ".join(map(str, evens)) + ", ... and 4 more steps"
+    assert step_ranges(list(range(1_000_000)), max_runs=1) == "0-999999"

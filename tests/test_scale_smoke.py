@@ -121,3 +121,31 @@ def test_nsys_copies(bench: ModuleType, h200: Path, tmp_path: Path) -> None:
     assert (got["d"], got["s"]) == (COPIES * base["d"], base["s"])
     last = single.rows("SELECT max(start_ns) AS e FROM kernels")[0]["e"]
     assert got["e"] == last + (COPIES - 1) * shape.period_ns
+
+
+def test_many_recurring_spikes_fold_into_bounded_findings(bench: ModuleType, h200: Path, tmp_path: Path) -> None:
+    """40 copies of the real export: the split-KV-off step of each copy recurs as a latency spike, dozens of
+    incidents. At most MAX_INCIDENTS stay findings of their own, the rest fold per cause, and nothing is lost:
+    the incidents, their steps, their excess time and the worst severity add up to the unfolded findings'."""
+    from traceinsight.diagnose.finding import Severity
+    from traceinsight.diagnose.rules import latency_spike
+    from traceinsight.pipeline import analyze
+
+    out = bench.build_nsys(tmp_path / "x.sqlite", 40, h200 / NSYS)
+    _, (every,) = analyze([out], cache=False, limits={"latency-spike.MAX_INCIDENTS": 10**6})
+    _, (folded,) = analyze([out], cache=False)
+    spikes = [f for f in every.findings if f.id == latency_spike.ID]
+    kept = [f for f in folded.findings if f.id == latency_spike.ID and not f.evidence.get("folded")]
+    rolled = [f for f in folded.findings if f.id == latency_spike.ID and f.evidence.get("folded")]
+    assert len(spikes) > latency_spike.MAX_INCIDENTS
+    assert len(kept) == latency_spike.MAX_INCIDENTS and 1 <= len(rolled) <= len(latency_spike.CAUSE_PRIORITY) + 1
+    assert len(kept) + sum(f.evidence["incidents"] for f in rolled) == len(spikes)
+    assert sorted(s for f in kept + rolled for s in f.steps) == sorted(s for f in spikes for s in f.steps)
+    assert sum(f.saving_ns for f in kept + rolled) == sum(f.saving_ns for f in spikes)
+    worst = min((f.severity for f in spikes), key=lambda s: s.rank)
+    assert min((f.severity for f in kept + rolled), key=lambda s: s.rank) == worst == Severity.CRITICAL
+    # The kept ones are the incidents with the most excess time.
+    cut = sorted((f.saving_ns for f in spikes), reverse=True)[latency_spike.MAX_INCIDENTS - 1]
+    assert all(f.saving_ns >= cut for f in kept)
+    # Summaries stay one readable line, however many steps they cover.
+    assert all(len(f.summary) < 400 for f in folded.findings)

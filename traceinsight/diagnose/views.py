@@ -105,17 +105,27 @@ def fmt_ms(ns: float | None) -> str:
     return f"{ns:.0f} ns"
 
 
-def step_ranges(steps: list[int]) -> str:
-    """'3-5, 9, 12-14' for a sorted list of step indexes."""
+# Runs of consecutive steps a summary names before it counts the rest (the finding's `steps` has them all).
+MAX_STEP_RUNS = 10
+
+
+def step_ranges(steps: list[int], max_runs: int = MAX_STEP_RUNS) -> str:
+    """'3-5, 9, 12-14' for a sorted list of step indexes; past `max_runs` runs, '3-5, 9, ... and 40 more steps'
+    (a summary stays one readable line however many steps a trace has)."""
     if not steps:
         return "-"
-    parts = []
+    parts: list[str] = []
+    shown = 0
     start = prev = steps[0]
     for s in steps[1:] + [None]:  # type: ignore[list-item]
         if s is not None and s == prev + 1:
             prev = s
             continue
+        if len(parts) == max_runs:
+            rest = len(steps) - shown
+            return ", ".join(parts) + f", ... and {rest} more step{'s' if rest > 1 else ''}"
         parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        shown += prev - start + 1
         if s is not None:
             start = prev = s
     return ", ".join(parts)

@@ -228,7 +228,8 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     if chosen:
         range_ids = sorted(set(chosen.values()))
         members: dict[int, list[int]] = defaultdict(list)
-        for r in db.rows(sql("range_members"), {"range_ids": range_ids}):
+        db.sql(sql("step_chosen_ranges"), {"range_ids": range_ids})
+        for r in db.rows(sql("range_members")):
             members[r["range_id"]].append(r["kernel_id"])
         by_id = {k.kernel_id: k for k in kernels}
         for rid in range_ids:

@@ -7,7 +7,9 @@ them (a decode step should cost a + b x tokens), else a rolling lower quartile o
 rule already found slow (KNOWN_SLOW). A spike is a step at least SPIKE_RATIO times its baseline and
 EXCESS_MIN_NS above it. Consecutive spikes with the same cause form one
 incident (one finding); the cause is the most specific finding of the other rules that names the step
-(CAUSE_PRIORITY), or none.
+(CAUSE_PRIORITY), or none. A long trace can hold thousands of incidents (one cause recurring every few steps):
+the MAX_INCIDENTS with the most excess time are findings of their own, the others are folded into one finding
+per cause that counts them.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ KNOWN_SLOW = ("split-kv-off", "split-kv-starved")
 # The baseline is fitted on all steps when fewer than this many remain after leaving the known-slow ones out.
 MIN_FIT_STEPS = 5
 # Which finding explains a spike, most specific first.
+# Incidents reported one by one (those with the most excess time); the rest are folded per cause.
+MAX_INCIDENTS = 20
 CAUSE_PRIORITY = ("split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "wave-quantization", "slow-path",
                   "decode-on-prefill-kernel", "kv-bandwidth")
 
@@ -122,6 +126,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         incidents.append((cause, current))
 
     crit = limit(ctx, ID, "CRITICAL_RATIO", CRITICAL_RATIO)
+    names = {st.index: st.name for st in ctx.steps}
     out = []
     for cause, steps in incidents:
         w = max(steps, key=lambda i: table[i]["dur_ns"] - table[i]["baseline_ns"])
@@ -141,7 +146,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             "excess_ns": round(excess),
             "baseline": "+".join(methods),
         }
-        name = next((st.name for st in ctx.steps if st.index == w), str(w))
+        name = names.get(w, str(w))
         because = (f"cause: {cid} — {cause.summary}" if cause else
                    "no other rule explains it (look at the host side, other streams, or clock changes)")
         out.append(Finding(
@@ -162,5 +167,50 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 + because + "."),
             remedy=cause.remedy if cause else "Correlate the spike with host activity and other GPU work.",
             saving_ns=round(excess),
+        ))
+    return _fold(out, [c for c, _ in incidents], int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)))
+
+
+def _fold(found: list[Finding], causes: list[Finding | None], keep: int) -> list[Finding]:
+    """The `keep` incidents with the most excess time as they are (in step order), and the others as one
+    finding per cause that counts them (its steps: all of theirs; its severity: the worst of theirs)."""
+    if len(found) <= keep:
+        return found
+    ranked = sorted(range(len(found)), key=lambda i: -(found[i].saving_ns or 0))
+    kept = sorted(ranked[:keep])
+    folded: dict[str | None, list[int]] = defaultdict(list)
+    for i in sorted(ranked[keep:]):
+        folded[found[i].evidence["cause"]].append(i)
+    out = [found[i] for i in kept]
+    for cid, members in folded.items():
+        steps = sorted(s for i in members for s in found[i].steps)
+        excess = sum(found[i].saving_ns or 0 for i in members)
+        worst = max(members, key=lambda i: found[i].evidence["worst_ratio"])
+        cause = causes[members[0]]
+        severity = min((found[i].severity for i in members), key=lambda x: x.rank)
+        out.append(Finding(
+            id=ID,
+            severity=severity,
+            steps=tuple(steps),
+            summary=(f"{len(members)} more latency-spike incidents in {len(steps)} steps ({step_ranges(steps)}): "
+                     f"{fmt_ms(excess)} of excess time in all; cause: {cid or 'unexplained'}"),
+            evidence={
+                "cause": cid,
+                "incidents": len(members),
+                "spike_steps": len(steps),
+                "first_step": steps[0],
+                "last_step": steps[-1],
+                "worst_step": found[worst].evidence["worst_step"],
+                "worst_ratio": found[worst].evidence["worst_ratio"],
+                "excess_ns": excess,
+                "folded": True,
+            },
+            explanation=(
+                f"Besides the {keep} incidents with the most excess time, reported one by one, {len(members)} "
+                f"more incidents broke from the trend of their series the same way (worst: step "
+                f"{found[worst].evidence['worst_step']}, {found[worst].evidence['worst_ratio']:.0f}x its baseline). "
+                + (f"cause: {cid} — {cause.summary}." if cause else "No other rule explains them.")),
+            remedy=found[members[0]].remedy,
+            saving_ns=excess,
         ))
     return out
