@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceinsight.diagnose import savings
@@ -95,3 +95,30 @@ def test_fit_spikes_never_flags_below_ratio(y: list[float]) -> None:
     for yi, base, flag in zip(y, fit.baseline_ns, fit.spikes, strict=True):
         assert not flag or yi >= 2.0 * base
         assert math.isfinite(base)
+
+
+def _rolling_by_definition(values, half_window, use, q):  # type: ignore[no-untyped-def]
+    """The rolling quantile as its docstring defines it, one window at a time."""
+    n = len(values)
+    kept = [v for v, u in zip(values, use, strict=True) if u] or list(values)
+    fallback = quantile(kept, q) if kept else 0.0
+    out = []
+    for i in range(n):
+        window = [values[j] for j in range(max(0, i - half_window), min(n, i + half_window + 1)) if use[j]]
+        out.append(quantile(window, q) if window else fallback)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.lists(
+        st.tuples(st.one_of(st.floats(0, 1e8), st.sampled_from([0.0, 345_000.0])), st.booleans()), max_size=80
+    ),
+    half_window=st.integers(0, 12),
+    q=st.sampled_from([0.0, 0.1, 0.25, 0.5, 1.0]),
+)
+def test_rolling_quantile_is_the_windowed_quantile(data, half_window, q) -> None:  # type: ignore[no-untyped-def]
+    values, use = [v for v, _ in data], [u for _, u in data]
+    got = rolling_quantile(values, half_window, use, q)
+    want = _rolling_by_definition(values, half_window, use, q)
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-9)

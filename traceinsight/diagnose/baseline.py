@@ -17,6 +17,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 # Pairs used by Theil-Sen at most (a deterministic subsample above this keeps the fit O(n) in practice).
 THEIL_SEN_MAX_PAIRS = 200_000
 # Tokens vary by less than this ratio (max / min) across the points: fit a constant instead of a line.
@@ -88,12 +90,19 @@ def rolling_quantile(values: Sequence[float], half_window: int, use: Sequence[bo
     use = list(use) if use is not None else [True] * n
     kept = [v for v, u in zip(values, use, strict=True) if u] or list(values)
     fallback = quantile(kept, q) if kept else 0.0
-    out = []
-    for i in range(n):
-        lo, hi = max(0, i - half_window), min(n, i + half_window + 1)
-        window = [values[j] for j in range(lo, hi) if use[j]]
-        out.append(quantile(window, q) if window else fallback)
-    return out
+    if n == 0:
+        return []
+    # Vectorised (a long trace has 10^5 steps): unused points and the cut ends are NaN in a padded copy, each
+    # row of a sliding view is one window, and nanquantile interpolates as `quantile` does ("linear").
+    h = max(int(half_window), 0)
+    padded = np.full(n + 2 * h, np.nan)
+    padded[h : h + n] = np.where(np.asarray(use, bool), np.asarray(values, float), np.nan)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * h + 1)
+    empty = np.isnan(windows).all(axis=1)
+    out = np.full(n, fallback, float)
+    if not empty.all():
+        out[~empty] = np.nanquantile(windows[~empty], min(max(q, 0.0), 1.0), axis=1)
+    return out.tolist()
 
 
 def _flags(y: Sequence[float], base: Sequence[float], ratio: float, min_excess_ns: float) -> list[bool]:

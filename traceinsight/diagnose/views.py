@@ -49,8 +49,11 @@ class LaunchView:
 
 
 def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
-    """Every attention launch of every step, in step order."""
+    """Every attention launch of every step, in step order (built once per analysis; every rule asks)."""
     s = ctx.schedule
+    key = ("launch_views", id(ctx.steps), len(ctx.steps))
+    if s is not None and key in s.cache:
+        return list(s.cache[key])  # type: ignore[call-overload]
     out = []
     for step in ctx.steps:
         for launch in step.launches:
@@ -64,6 +67,8 @@ def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
                 measured=s.measured.get(k.kernel_id) if s else None,
                 cuda_graph=(k.kernel_id in s.cuda_graph_kernels) if s else False,
             ))
+    if s is not None:
+        s.cache[key] = tuple(out)
     return out
 
 

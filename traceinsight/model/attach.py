@@ -9,13 +9,14 @@ saying why, never a guess presented as a fact.
 
 from __future__ import annotations
 
-import bisect
 import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from traceinsight.ingest.sidecar import key_matches
 from traceinsight.ingest.store import TraceDB
@@ -26,6 +27,7 @@ from traceinsight.model.occupancy import threshold as backend_threshold
 from traceinsight.model.planners import Batch, Plan, plan
 from traceinsight.model.simulate import CostModel, SimResult, simulate
 from traceinsight.model.steps import Kernel, Launch, Step
+from traceinsight.queries import sql
 
 # Where each backend's grid holds the KV heads (KERNELS.md §1, §2): axis index into (x, y, z).
 KV_HEADS_GRID_AXIS: dict[str, int] = {CUDA_CORE: 1, FA2: 2}
@@ -575,44 +577,25 @@ def model_from_trace(launch: Launch, thr: KernelThreshold | None) -> LaunchModel
 
 
 # ---------------------------------------------------------------------------------------------- idle gaps
-_GAPS_SQL = """
-WITH iv AS (
-    SELECT start_ns, end_ns FROM kernels WHERE trace_id = $t AND (device_id = $d OR device_id IS NULL OR $d IS NULL)
-    UNION ALL
-    SELECT start_ns, end_ns FROM memops WHERE trace_id = $t AND (device_id = $d OR device_id IS NULL OR $d IS NULL)
-), o AS (
-    SELECT start_ns, max(end_ns) OVER (ORDER BY start_ns, end_ns
-                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM iv
-)
-SELECT prev_end AS gap_start, start_ns AS gap_end FROM o
-WHERE prev_end IS NOT NULL AND start_ns - prev_end >= $min AND start_ns > $lo AND prev_end < $hi
-ORDER BY gap_start
-"""
-
-
 def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | None) -> list[IdleGap]:
     """Stretches with nothing on the GPU that lie between steps (inside no step's span), from the first step to
-    the last; each is given to the step that follows it."""
+    the last; each is given to the step that follows it. Vectorised: a long trace has a gap between most of its
+    kernels, and only those between steps are kept."""
     if len(steps) < 2:
         return []
     ordered = sorted(steps, key=lambda s: (s.start_ns, s.end_ns))
-    rows = db.rows(_GAPS_SQL, {"t": trace_id, "d": device_id, "min": IDLE_GAP_RECORD_NS,
-                               "lo": ordered[0].start_ns, "hi": ordered[-1].end_ns})
-    starts = [s.start_ns for s in ordered]
-    reach = []  # reach[i]: the latest end of steps 0..i
-    last = ordered[0].end_ns
-    for s in ordered:
-        last = max(last, s.end_ns)
-        reach.append(last)
-    out = []
-    for r in rows:
-        g0, g1 = int(r["gap_start"]), int(r["gap_end"])
-        i = bisect.bisect_left(starts, g1)  # first step starting at or after the gap's end
-        if i == 0 or i >= len(ordered) or reach[i - 1] > g0:
-            continue  # before the first step, after the last one, or inside a step
-        out.append(IdleGap(g0, g1, ordered[i].index))
-    return out
+    params = {"t": trace_id, "d": device_id, "min": IDLE_GAP_RECORD_NS, "lo": ordered[0].start_ns,
+              "hi": ordered[-1].end_ns}
+    gaps = db.con.sql(sql("gpu_gaps"), params=params).to_arrow_table()
+    g0 = gaps.column("gap_start").to_numpy().astype(np.int64)
+    g1 = gaps.column("gap_end").to_numpy().astype(np.int64)
+    starts = np.array([s.start_ns for s in ordered], np.int64)
+    reach = np.maximum.accumulate(np.array([s.end_ns for s in ordered], np.int64))  # latest end of steps 0..i
+    after = np.searchsorted(starts, g1, side="left")  # first step starting at or after the gap's end
+    # Not before the first step, not after the last one, and not inside a step.
+    keep = (after > 0) & (after < len(ordered))
+    keep[keep] = reach[after[keep] - 1] <= g0[keep]
+    return [IdleGap(int(g0[j]), int(g1[j]), ordered[after[j]].index) for j in np.flatnonzero(keep)]
 
 
 # ---------------------------------------------------------------------------------------------- main

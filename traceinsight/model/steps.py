@@ -23,6 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from traceinsight import labels
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.kernel_table import ensure_labels
@@ -47,7 +49,7 @@ SPLIT_SIGNAL: dict[str, str] = {
 WRAPPER_SHARE = 0.5
 
 
-@dataclass
+@dataclass(slots=True)
 class Kernel:
     """One kernel execution with its label (times in ns)."""
 
@@ -116,34 +118,42 @@ class Step:
 
 
 def _kernels(db: TraceDB, trace_id: int) -> list[Kernel]:
-    out = []
-    params: dict[str, dict[str, Any]] = {}  # parsed once per distinct kernel name, shared (read-only)
-    for r in db.rows(sql("step_kernel_rows"), {"trace": trace_id}):
-        raw = r["params_json"] or ""
-        if raw not in params:
-            params[raw] = json.loads(raw) if raw else {}
-        out.append(
-            Kernel(
-                kernel_id=r["kernel_id"],
-                name=r["name"],
-                kernel=r["kernel"],
-                family=r["family"],
-                backend=r["backend"],
-                phase=r["phase"],
-                phase_evidence=r["phase_evidence"] or "",
-                params=params[raw],
-                stream_id=r["stream_id"],
-                device_id=r["device_id"],
-                start_ns=r["start_ns"],
-                end_ns=r["end_ns"],
-                dur_ns=r["dur_ns"],
-                grid=(r["grid_x"] or 0, r["grid_y"] or 0, r["grid_z"] or 0),
-                block=(r["block_x"] or 0, r["block_y"] or 0, r["block_z"] or 0),
-                registers_per_thread=r["registers_per_thread"],
-                smem_bytes=r["smem_bytes"],
-            )
-        )
-    return out
+    """Every kernel of the trace with its label, in start order. Fetched as Arrow columns; each text column is
+    dictionary-encoded first, so a million launches of one kernel share one name string (and one parsed
+    params dict) instead of holding a million copies."""
+    table = db.con.sql(sql("step_kernel_rows"), params={"trace": trace_id}).to_arrow_table()
+    col = {name: _pylist(table.column(name)) for name in table.column_names}
+    parsed = {raw: json.loads(raw) if raw else {} for raw in set(col["params_json"])}
+    grid = zip(*(_or_zero(col[f"grid_{a}"]) for a in "xyz"), strict=True)
+    block = zip(*(_or_zero(col[f"block_{a}"]) for a in "xyz"), strict=True)
+    head = ("kernel_id", "name", "kernel", "family", "backend", "phase")
+    tail = ("stream_id", "device_id", "start_ns", "end_ns", "dur_ns")
+    rows = zip(
+        *(col[n] for n in head),
+        col["phase_evidence"],
+        col["params_json"],
+        *(col[n] for n in tail),
+        grid,
+        block,
+        col["registers_per_thread"],
+        col["smem_bytes"],
+        strict=True,
+    )
+    return [Kernel(*r[:6], r[6] or "", parsed[r[7]], *r[8:]) for r in rows]
+
+
+def _pylist(column: pa.ChunkedArray) -> list[Any]:
+    """A column as a list; text through its dictionary, so equal strings are one object."""
+    values = column.combine_chunks()
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        encoded = values.dictionary_encode()
+        words = encoded.dictionary.to_pylist()
+        return [None if i is None else words[i] for i in encoded.indices.to_pylist()]
+    return values.to_pylist()
+
+
+def _or_zero(values: list[Any]) -> list[int]:
+    return [0 if v is None else v for v in values]
 
 
 def _step_ranges(
