@@ -81,6 +81,10 @@ def quantile(values: Sequence[float], q: float) -> float:
     return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
 
 
+# Windows sorted at once by rolling_quantile (bounds its transient memory: rows x window x 8 bytes).
+_ROWS_PER_BLOCK = 16_384
+
+
 def rolling_quantile(values: Sequence[float], half_window: int, use: Sequence[bool] | None = None,
                      q: float = 0.5) -> list[float]:
     """The q-quantile of the used values within [i - half_window, i + half_window] for every i (the window is
@@ -92,16 +96,26 @@ def rolling_quantile(values: Sequence[float], half_window: int, use: Sequence[bo
     fallback = quantile(kept, q) if kept else 0.0
     if n == 0:
         return []
-    # Vectorised (a long trace has 10^5 steps): unused points and the cut ends are NaN in a padded copy, each
-    # row of a sliding view is one window, and nanquantile interpolates as `quantile` does ("linear").
+    # Vectorised (a long trace has 10^5 steps): unused points and the cut ends are +inf in a padded copy, each
+    # row of a sliding view is one window, sorted in C a block of rows at a time; the used values of a row are
+    # its first k, interpolated exactly as `quantile` does.
     h = max(int(half_window), 0)
-    padded = np.full(n + 2 * h, np.nan)
-    padded[h : h + n] = np.where(np.asarray(use, bool), np.asarray(values, float), np.nan)
+    padded = np.full(n + 2 * h, np.inf)
+    padded[h : h + n] = np.where(np.asarray(use, bool), np.asarray(values, float), np.inf)
     windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * h + 1)
-    empty = np.isnan(windows).all(axis=1)
+    q = min(max(q, 0.0), 1.0)
     out = np.full(n, fallback, float)
-    if not empty.all():
-        out[~empty] = np.nanquantile(windows[~empty], min(max(q, 0.0), 1.0), axis=1)
+    for first in range(0, n, _ROWS_PER_BLOCK):
+        block = np.sort(windows[first : first + _ROWS_PER_BLOCK], axis=1)
+        k = np.isfinite(block).sum(axis=1)
+        some = k > 0
+        pos = (k[some] - 1) * q
+        lo = pos.astype(np.int64)
+        hi = np.minimum(lo + 1, k[some] - 1)
+        rows = block[some]
+        xlo = np.take_along_axis(rows, lo[:, None], axis=1)[:, 0]
+        xhi = np.take_along_axis(rows, hi[:, None], axis=1)[:, 0]
+        out[first : first + len(block)][some] = xlo + (xhi - xlo) * (pos - lo)
     return out.tolist()
 
 
