@@ -326,8 +326,10 @@ def main() -> None:
     ap.add_argument("--baseline-max", default="1G", help="largest Kineto size json.load is run on (~8x the size)")
     ap.add_argument("--no-hta", action="store_true")
     ap.add_argument("--timeout", type=float, default=3600)
-    ap.add_argument("--analyze-max-kernels", default="400K",
-                    help="skip `analyze` on inputs with more kernels (the steps stage does not scale yet)")
+    ap.add_argument("--analyze-max-kernels", default="2M",
+                    help="skip `analyze` on inputs with more kernels (its Python objects per kernel: ~5 GB at 1M)")
+    ap.add_argument("--ti-mem-limit", default="20G",
+                    help="address-space limit for traceinsight processes (a run past it fails, not the machine)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--build-only", action="store_true", help="build the inputs, measure nothing")
     args = ap.parse_args()
@@ -386,7 +388,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="ti-cache-") as cache:
                 env = {**os.environ, "TRACEINSIGHT_CACHE_DIR": cache}
                 for name, cmd in cmds.items():  # in order: the cold analyze fills the cache the next one reads
-                    limit = parse_size(args.hta_mem_limit) if name.startswith(("HTA", "json")) else None
+                    limit = parse_size(args.hta_mem_limit if name.startswith(("HTA", "json")) else args.ti_mem_limit)
                     run = measure(cmd, env=env, timeout_s=args.timeout, mem_limit_bytes=limit)
                     own[name].runs.append(run)
                     status = "" if run.ok else f"  FAILED: {run.note}"
