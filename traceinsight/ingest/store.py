@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -19,6 +20,14 @@ from traceinsight.ingest.base import Columns, Ingest
 _ID_COLUMNS = {"kernels": "kernel_id", "ranges": "range_id"}
 # Tables whose rows get dur_ns = end_ns - start_ns on insert.
 _DURATION_TABLES = {"kernels", "ranges", "memops"}
+# In memory, tables are kept as inserted — a kernel's name once per row, 920 bytes of FlashInfer's templated
+# names (demangled + mangled) per kernel — until a checkpoint compresses them (dictionary/FSST: 1.4 GB -> 80 MB
+# for a million kernels). A checkpoint costs ~0.8 s per million kernels, so only an insert carrying more text
+# than this is done in slices of about this much, each compressed before the next: a 10M-kernel trace then
+# needs the memory of one slice, not 9 GB of names.
+CHECKPOINT_TEXT_BYTES = 2_000_000_000
+# The in-memory database's name (attached with compression; see CHECKPOINT_ROWS).
+MEMORY_DB = "traceinsight"
 
 
 def schema_sql() -> str:
@@ -37,6 +46,10 @@ class TraceDB:
     def __init__(self, path: str | os.PathLike[str] | None = None, read_only: bool = False) -> None:
         self.path = str(path) if path is not None else ":memory:"
         self.con = duckdb.connect(self.path, read_only=read_only)
+        self.in_memory = path is None
+        if self.in_memory:
+            self.con.execute(f"ATTACH ':memory:' AS {MEMORY_DB} (COMPRESS)")
+            self.con.execute(f"USE {MEMORY_DB}")
         if not read_only:
             self.con.execute(schema_sql())
 
@@ -113,9 +126,18 @@ class TraceDB:
             ).fetchone()
             offset = int(base[0]) if base else 0
             order = pc.sort_indices(arrow, sort_keys=[("start_ns", "ascending"), ("end_ns", "descending")])
-            arrow = arrow.take(order).append_column(column, pa.array(range(offset, offset + n), pa.int64()))
-        rows = arrow  # noqa: F841  (scanned by name below)
-        self.con.execute(f"INSERT INTO {table} BY NAME SELECT *, {', '.join(extra)} FROM rows")
+            arrow = arrow.take(order).append_column(column, pa.array(np.arange(offset, offset + n, dtype=np.int64)))
+        insert = f"INSERT INTO {table} BY NAME SELECT *, {', '.join(extra)} FROM rows"
+        text = _text_bytes(arrow) if self.in_memory else 0
+        if text <= CHECKPOINT_TEXT_BYTES:
+            rows = arrow  # noqa: F841  (scanned by name)
+            self.con.execute(insert)
+            return
+        per_slice = max(1, n * CHECKPOINT_TEXT_BYTES // text)
+        for first in range(0, n, per_slice):
+            rows = arrow.slice(first, per_slice)  # noqa: F841
+            self.con.execute(insert)
+            self.con.execute("CHECKPOINT")
 
     # ------------------------------------------------------------------ one trace to and from its own file
     def save_trace(self, trace_id: int, dest: Path) -> None:
@@ -180,6 +202,20 @@ class TraceDB:
         cur = self.con.execute(query, params) if params is not None else self.con.execute(query)
         names = [d[0] for d in cur.description or []]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _text_bytes(table: pa.Table) -> int:
+    """Bytes of text the rows of `table` hold once expanded (a dictionary column: each row's entry)."""
+    total = 0
+    for column in table.columns:
+        kind = column.type
+        if pa.types.is_dictionary(kind) and pa.types.is_string(kind.value_type):
+            for chunk in column.chunks:
+                lengths = pc.binary_length(chunk.dictionary)
+                total += pc.sum(pc.take(lengths, chunk.indices)).as_py() or 0
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            total += pc.sum(pc.binary_length(column)).as_py() or 0
+    return int(total)
 
 
 def _quote(path: Path) -> str:
