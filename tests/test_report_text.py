@@ -87,3 +87,28 @@ def test_progress_is_silent_off_a_terminal(h200: Path, capsys) -> None:  # type:
         pass
     captured = capsys.readouterr()
     assert captured.err == "" and captured.out == ""
+
+
+def test_savings_are_shares_of_the_time_they_lie_in(h200: Path) -> None:
+    """On the real export the GPU idles 61% of the time between the first and last step: that saving lies between
+    steps, so it is a share of that span (the rule's own figure), not of the steps' time (it would read 167%);
+    the other savings stay shares of step time. The same line in text, Markdown and HTML."""
+    from traceinsight.report.sections import saving_share, steps_span_ns, total_step_ns
+
+    _, (a,) = analyze([h200 / "flashinfer_decode.sqlite"], cache=False)
+    doc = to_json(a)
+    idle = next(f for f in doc["findings"] if f["id"] == "gpu-idle-gaps")
+    assert saving_share(doc, "gpu-idle-gaps", idle["saving_ns"]) == (
+        f"{idle['evidence']['idle_fraction']:.0%} of the time from first to last step"
+    )
+    assert idle["saving_ns"] / steps_span_ns(doc) <= 1 < idle["saving_ns"] / total_step_ns(doc)
+    split = next(f for f in doc["findings"] if f["id"] == "split-kv-off")
+    assert saving_share(doc, "split-kv-off", split["saving_ns"]).endswith("% of step time")
+    buf = io.StringIO()
+    render_doc(doc, make_console(file=buf))
+    assert "61% of the time from first to last step" in re.sub(r"\s+", " ", buf.getvalue())  # wrapped at 200
+    from traceinsight.report.html import verdict_html
+    from traceinsight.report.markdown import verdict_md
+
+    assert "61% of the time from first to last step" in verdict_md(doc)
+    assert "61% of the time from first to last step" in verdict_html(doc)

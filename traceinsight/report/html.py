@@ -160,13 +160,13 @@ def verdict_html(doc: dict[str, Any]) -> str:
     why = sections.missing(doc, "findings")
     if why:
         return _na(why) + checks_html(doc)
-    total = sections.total_step_ns(doc)
     items = []
     for g in sections.finding_groups(doc):
         first = g.findings[0]
         save = ""
         if g.saving_ns:
-            share = f" <small>({g.saving_ns / total:.0%} of step time)</small>" if total else ""
+            share = sections.saving_share(doc, g.id, g.saving_ns)
+            share = f" <small>({esc(share)})</small>" if share else ""
             save = f'<span class="saving">saves ≈ {esc(fmt_ns(g.saving_ns))}{share}</span>'
         more = f' <small class="more">(+{len(g.findings) - 1} more)</small>' if len(g.findings) > 1 else ""
         detail = []

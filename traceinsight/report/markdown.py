@@ -63,15 +63,14 @@ def verdict_md(doc: dict[str, Any]) -> str:
     why = sections.missing(doc, "findings")
     if why:
         return _na(why) + checks_md(doc)
-    total = sections.total_step_ns(doc)
     names = {s["index"]: s["name"] for s in doc.get("steps") or []}
     lines = []
     for g in sections.finding_groups(doc):
         first = g.findings[0]
         save = ""
         if g.saving_ns:
-            save = f" — **saves ≈ {fmt_ns(g.saving_ns)}**" + (f" ({g.saving_ns / total:.0%} of step time)" if total
-                                                              else "")
+            share = sections.saving_share(doc, g.id, g.saving_ns)
+            save = f" — **saves ≈ {fmt_ns(g.saving_ns)}**" + (f" ({share})" if share else "")
         more = f" (+{len(g.findings) - 1} more)" if len(g.findings) > 1 else ""
         mark = SEVERITY_MARK.get(g.severity, g.severity.upper())
         lines.append(f"- **{mark}** `{g.id}`: {g.summary}{more}{save}")

@@ -43,6 +43,32 @@ def total_step_ns(doc: dict[str, Any]) -> int:
     return sum(s["dur_ns"] for s in doc.get("steps") or [])
 
 
+def steps_span_ns(doc: dict[str, Any]) -> int:
+    """Time from the first step's start to the last step's end (ns; 0 without steps)."""
+    steps = doc.get("steps") or []
+    if not steps:
+        return 0
+    return max(s["start_ns"] + s["dur_ns"] for s in steps) - min(s["start_ns"] for s in steps)
+
+
+# The time a rule's saving is a share of (`SAVING_BASIS` of its module; "steps" when it declares none).
+_SAVING_BASES = {
+    "steps": (total_step_ns, "of step time"),
+    "span": (steps_span_ns, "of the time from first to last step"),
+}
+
+
+def saving_share(doc: dict[str, Any], rule_id: str, saving_ns: float) -> str:
+    """'40% of step time' — or, for a rule whose saving lies between the steps (gpu-idle-gaps), a share of the
+    time from the first step to the last; '' when that time is unknown."""
+    from traceinsight.diagnose.registry import RULE_IDS, rule
+
+    basis = getattr(rule(rule_id), "SAVING_BASIS", "steps") if rule_id in RULE_IDS else "steps"
+    total_of, label = _SAVING_BASES[basis]
+    total = total_of(doc)
+    return f"{saving_ns / total:.0%} {label}" if total else ""
+
+
 @dataclass(frozen=True)
 class VerdictLine:
     """One finding summarised in a line."""

@@ -76,13 +76,12 @@ def findings_block(doc: dict[str, Any]) -> Table | Text:
     """Findings, worst first, one row per rule: severity, id, summary of its worst finding (+ how many more)
     and the saving; under a critical rule's summary its remedy. A grid, so long lines wrap inside their column.
     The last line says how many rules were checked. Empty Text when the diagnostics reported nothing."""
-    from traceinsight.report.sections import checks_line, finding_groups
+    from traceinsight.report.sections import checks_line, finding_groups, saving_share
 
     groups = finding_groups(doc)
     checked = checks_line(doc)
     if not groups:
         return Text(f"Findings: none ({checked})", style="bold green") if checked else Text()
-    steps_ns = sum(s.get("dur_ns") or 0 for s in doc.get("steps") or [])
     count = sum(len(g.findings) for g in groups)
     table = Table.grid(padding=(0, 1), pad_edge=True)
     table.title = f"Findings ({count})"
@@ -96,7 +95,8 @@ def findings_block(doc: dict[str, Any]) -> Table | Text:
         if len(g.findings) > 1:
             cell.append(f" (+{len(g.findings) - 1} more)", style="dim")
         if g.saving_ns:
-            share = f", {g.saving_ns / steps_ns:.0%} of step time" if steps_ns else ""
+            share = saving_share(doc, g.id, g.saving_ns)
+            share = f", {share}" if share else ""
             cell.append(f"  (saves ≈ {fmt_ns(g.saving_ns)}{share})", style="bold")
         if g.steps and len(g.findings) == 1:
             cell.append(f"  [{len(g.steps)} step{'s' if len(g.steps) > 1 else ''}]", style="dim")

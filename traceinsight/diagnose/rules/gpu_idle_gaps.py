@@ -32,6 +32,8 @@ PAUSE_MIN_NS = 1_000_000_000
 IDLE_MIN_FRACTION = 0.1
 # Warning (else info) from this share.
 WARNING_FRACTION = 0.3
+# What the saving is a share of in reports: idle time lies between steps, not in them (see rule.SAVING_BASIS).
+SAVING_BASIS = "span"
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:

@@ -192,8 +192,9 @@ def _fold(found: list[Finding], causes: list[Finding | None], keep: int) -> list
             id=ID,
             severity=severity,
             steps=tuple(steps),
-            summary=(f"{len(members)} more latency-spike incidents in {len(steps)} steps ({step_ranges(steps)}): "
-                     f"{fmt_ms(excess)} of excess time in all; cause: {cid or 'unexplained'}"),
+            summary=(f"recurring latency spikes: {len(members)} incidents besides the {keep} worst listed apart, "
+                     f"in {len(steps)} steps ({step_ranges(steps)}): {fmt_ms(excess)} of excess time in all; "
+                     f"cause: {cid or 'unexplained'}"),
             evidence={
                 "cause": cid,
                 "incidents": len(members),
