@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 import pyarrow as pa
@@ -239,11 +238,10 @@ def _read_salvaged(path: Path, damage: str) -> Ingest:
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    """Open `path` read-only and immutable (sqlite writes no journal, WAL or index beside it); the path is
-    percent-quoted so that '#', '?' or '%' in it cannot end or alter the URI."""
-    uri = f"file:{quote(str(Path(path).absolute()))}?mode=ro&immutable=1"
+    """Open `path` read-only and immutable (sqlite writes no journal, WAL or index beside it), through the same
+    quoted URI as the Arrow driver (`sqlite_arrow.uri`)."""
     try:
-        con = sqlite3.connect(uri, uri=True)
+        con = sqlite3.connect(sqlite_arrow.uri(path), uri=True)
     except sqlite3.Error as exc:
         raise FormatError(f"{path}: cannot open as SQLite ({_first_line(exc)})") from None
     con.text_factory = _decode_text
