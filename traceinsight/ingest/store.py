@@ -26,7 +26,7 @@ _DURATION_TABLES = {"kernels", "ranges", "memops"}
 # than this is done in slices of about this much, each compressed before the next: a 10M-kernel trace then
 # needs the memory of one slice, not 9 GB of names.
 CHECKPOINT_TEXT_BYTES = 2_000_000_000
-# The in-memory database's name (attached with compression; see CHECKPOINT_ROWS).
+# The in-memory database's name (attached with compression; see CHECKPOINT_TEXT_BYTES).
 MEMORY_DB = "traceinsight"
 
 
