@@ -67,6 +67,11 @@ def test_export_two_traces(h200: Path, tmp_path: Path) -> None:
     ids = con.execute(f"SELECT trace, min(kernel_id), max(kernel_id) FROM {dataset(out, 'kernels')} GROUP BY ALL "
                       "ORDER BY 1").fetchall()
     assert ids == [("flashinfer_decode", 0, 69), ("flashinfer_decode_sweep", 0, 1073)]
+    # each file lies in id order (kernels and ranges are written as the store keeps them, unsorted)
+    for table, column in (("kernels", "kernel_id"), ("ranges", "range_id"), ("launches", "start_ns")):
+        for part in (out / table).iterdir():
+            values = [r[0] for r in con.execute(f"SELECT {column} FROM '{part}/part-0.parquet'").fetchall()]
+            assert values == sorted(values) and len(values) > 0, (table, part.name)
     # labels join within a trace: the decode kernels of both traces
     decode = con.execute(
         f"SELECT k.trace, count(*) FROM {dataset(out, 'kernels')} k JOIN {dataset(out, 'kernel_labels')} l "
