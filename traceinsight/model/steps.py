@@ -243,7 +243,8 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
             members[r["range_id"]].append(r["kernel_id"])
         by_id = {k.kernel_id: k for k in kernels}
         for rid in range_ids:
-            ks = sorted((by_id[i] for i in set(members[rid])), key=lambda k: (k.start_ns, k.kernel_id))
+            # Kernel ids are numbered in start order (TraceDB._insert): id order is (start_ns, kernel_id) order.
+            ks = [by_id[i] for i in sorted(set(members[rid]))]
             r = info[rid]
             steps.append(_make_step(r["name"], f"range:{r['kind']}", rid, ks))
     # Attention kernels outside every chosen range: one launch with its merge/prepare kernels each.
