@@ -95,7 +95,8 @@ def test_what_the_driver_cannot_read_is_unreadable(tmp_path: Path) -> None:
 
 def test_dictionary_helpers() -> None:
     ids = pa.array([5, 7, None, 5, 9], pa.int64())
-    names, labels = sqlite_arrow.lookup(ids, {5: "a", 7: "b"}, missing="")
+    names = sqlite_arrow.lookup(ids, {5: "a", 7: "b"}, missing="")
+    labels = names.dictionary.to_pylist()
     assert names.to_pylist() == ["a", "b", "", "a", ""] and sorted(labels) == ["", "", "a", "b"]
     assert sqlite_arrow.count_codes(pa.array([0, 1, 1, 2], pa.int32()), [1, 2]) == 3
     assert sqlite_arrow.count_codes(pa.array([0, 1], pa.int32()), []) == 0

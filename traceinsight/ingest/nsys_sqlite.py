@@ -143,7 +143,7 @@ def _int_sql(expr: str, bounds: tuple[int, int] = I64) -> str:
         return expr
     lo, hi = bounds
     if (lo, hi) == I64:  # every SQLite integer is an int64
-        return f"(CASE typeof({expr}) WHEN 'integer' THEN {expr} END)"
+        return sqlite_arrow.as_int_sql(expr)
     return f"(CASE WHEN typeof({expr}) = 'integer' AND ({expr}) BETWEEN {lo} AND {hi} THEN ({expr}) END)"
 
 
@@ -485,16 +485,10 @@ class _Reader:
                 return {int(r[0]) for r in rows}
         return set(known.values())
 
-    def clipped(self, names: list[Any], what: str, distinct: Iterable[Any] | None = None) -> list[Any]:
-        """Names cut to the configured length (`limits.max_name_chars`), with a warning counting them.
-        `distinct`, when given, holds every value of `names`: if none of those is too long, `names` is not read."""
-        if distinct is not None and not clip_names(list(distinct))[1]:
-            return names
+    def clipped(self, names: list[Any], what: str) -> list[Any]:
+        """Names cut to the configured length (`limits.max_name_chars`), with a warning counting them."""
         out, n = clip_names(names)
-        if n:
-            self.ingest.warnings.append(
-                f"{n} {what} names longer than the limit were cut (TRACEINSIGHT_MAX_NAME_CHARS)"
-            )
+        self._warn_clipped(n, what)
         return out
 
     def clipped_codes(self, names: pa.DictionaryArray, what: str) -> pa.DictionaryArray:
@@ -504,9 +498,14 @@ class _Reader:
         if not n:
             return names
         cut = [i for i, (a, b) in enumerate(zip(labels, out, strict=True)) if a != b]
-        rows = sqlite_arrow.count_codes(names.indices, cut)
-        self.ingest.warnings.append(f"{rows} {what} names longer than the limit were cut (TRACEINSIGHT_MAX_NAME_CHARS)")
+        self._warn_clipped(sqlite_arrow.count_codes(names.indices, cut), what)
         return sqlite_arrow.dictionary(names.indices, out)
+
+    def _warn_clipped(self, n: int, what: str) -> None:
+        if n:
+            self.ingest.warnings.append(
+                f"{n} {what} names longer than the limit were cut (TRACEINSIGHT_MAX_NAME_CHARS)"
+            )
 
     # ------------------------------------------------------------------ tables
     def kernels(self) -> None:
@@ -555,7 +554,7 @@ class _Reader:
 
         chosen = pc.coalesce(codes(demangled), codes(short), codes(mangled), pa.scalar(0, pa.int32()))
         cols["name"] = self.clipped_codes(sqlite_arrow.dictionary(chosen, labels), "kernel")
-        cols["mangled_name"] = self.clipped_codes(sqlite_arrow.lookup(mangled, names)[0], "mangled kernel")
+        cols["mangled_name"] = self.clipped_codes(sqlite_arrow.lookup(mangled, names), "mangled kernel")
         unnamed = sqlite_arrow.count_codes(chosen, [0])
         if unnamed:
             self.ingest.warnings.append(f"{unnamed} kernels without a name in StringIds")
@@ -647,7 +646,7 @@ class _Reader:
         name_ids = got["_name"]
         distinct = pc.unique(name_ids).to_pylist()
         names = {i: _API_VERSION_SUFFIX.sub("", s) for i, s in self.strings(distinct).items()}
-        cols["name"] = self.clipped_codes(sqlite_arrow.lookup(name_ids, names, missing="")[0], "API call")
+        cols["name"] = self.clipped_codes(sqlite_arrow.lookup(name_ids, names, missing=""), "API call")
         self.ingest.tables["launches"] = cols
 
     def ranges(self) -> None:

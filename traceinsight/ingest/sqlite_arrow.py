@@ -34,8 +34,8 @@ def uri(path: Path) -> str:
     return f"file:{quote(str(Path(path).absolute()))}?mode=ro&immutable=1"
 
 
-def _as_int(expr: str) -> str:
-    """`expr` when it is an integer, else NULL."""
+def as_int_sql(expr: str) -> str:
+    """`expr` when it is an integer, else NULL (SQL; the literal NULL stays as it is)."""
     if expr == "NULL":
         return expr
     return f"(CASE typeof({expr}) WHEN 'integer' THEN {expr} END)"
@@ -49,7 +49,7 @@ def int_columns(path: Path, exprs: list[str], names: list[str], source: str) -> 
         if not all(_integral(t) for t in table.schema.types):  # a column typed REAL or TEXT from its first rows
             raise Unreadable("not integers")
     except Unreadable:
-        table = _query(path, f"SELECT {', '.join(map(_as_int, exprs))} {source}")
+        table = _query(path, f"SELECT {', '.join(map(as_int_sql, exprs))} {source}")
     out: dict[str, pa.Array] = {}
     for name, column in zip(names, table.columns, strict=True):
         values = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
@@ -116,12 +116,12 @@ def dictionary(codes: pa.Array, labels: list[Any]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(codes.cast(pa.int32()), pa.array(labels, pa.string()))
 
 
-def lookup(ids: pa.Array, values: dict[int, Any], missing: Any = None) -> tuple[pa.DictionaryArray, list[Any]]:
+def lookup(ids: pa.Array, values: dict[int, Any], missing: Any = None) -> pa.DictionaryArray:
     """Each id of `ids` replaced by `values[id]` (`missing` for ids without one, and for null ids), as a
-    dictionary array, with that array's dictionary as a list (one entry per distinct id)."""
+    dictionary array (one dictionary entry per distinct id)."""
     distinct = pc.unique(ids)
     labels = [missing if i is None else values.get(i, missing) for i in distinct.to_pylist()]
-    return dictionary(pc.index_in(ids, value_set=distinct), labels), labels
+    return dictionary(pc.index_in(ids, value_set=distinct), labels)
 
 
 def count_codes(codes: pa.Array, wanted: Iterable[int]) -> int:

@@ -44,9 +44,9 @@ CRITICAL_RATIO = 5.0
 KNOWN_SLOW = ("split-kv-off", "split-kv-starved")
 # The baseline is fitted on all steps when fewer than this many remain after leaving the known-slow ones out.
 MIN_FIT_STEPS = 5
-# Which finding explains a spike, most specific first.
 # Incidents reported one by one (those with the most excess time); the rest are folded per cause.
 MAX_INCIDENTS = 20
+# Which finding explains a spike, most specific first.
 CAUSE_PRIORITY = ("split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "wave-quantization", "slow-path",
                   "decode-on-prefill-kernel", "kv-bandwidth")
 
