@@ -197,10 +197,12 @@ def timeline(doc: dict[str, Any]) -> int | None:
         st.session_state["step_select"] = _default_step(doc)
     by_index = {s["index"]: s for s in doc["steps"]}
     step = st.selectbox("Step", index, key="step_select",
-                        format_func=lambda i: f"{i} · {by_index[i]['name']} · {fmt_ns(by_index[i]['dur_ns'])}")
+                        format_func=lambda i: f"{i} · {by_index[i]['name']} · "
+                                              f"{fmt_ns(by_index[i].get('wall_ns', by_index[i]['dur_ns']))}")
     s = by_index[step]
     flagged = [f["id"] for f in doc.get("findings") or [] if step in (f.get("steps") or [])]
-    st.markdown(f"**Step {step}** `{s['name']}`: {fmt_ns(s['dur_ns'])} ({fmt_ns(s['attention_ns'])} attention), "
+    st.markdown(f"**Step {step}** `{s['name']}`: {fmt_ns(s.get('wall_ns', s['dur_ns']))} "
+                f"({fmt_ns(s['attention_ns'])} attention), "
                 f"{s['kernel_count']} kernels, split-KV {_split(s.get('split_kv'))}"
                 + (f"; findings: {', '.join(flagged)}" if flagged else ""))
     rows = []
@@ -214,6 +216,35 @@ def timeline(doc: dict[str, Any]) -> int | None:
                      "tail": fmt_ns(m.get("tail_ns")), "split evidence": x.get("split_evidence")})
     st.dataframe(rows, hide_index=True, width="stretch")
     return step
+
+
+def why(loaded: Loaded, step: int | None) -> None:
+    """Why the selected step took what it took (`traceinsight explain`): its breakdown against the steps around
+    it, what grew, the cause and the remedy."""
+    if step is None or loaded.analysis is None or not loaded.analysis.findings and not loaded.analysis.checks:
+        return
+    from traceinsight.diagnose.explain import explain_step
+
+    try:
+        ex = explain_step(loaded.analysis, step).to_json()
+    except KeyError:
+        return
+    verdict = "a latency spike" if ex["spike"] else "within its trend"
+    st.subheader(f"Why step {step} took {fmt_ns(ex['wall_ns'])}")
+    st.markdown(f"{fmt_ns(ex['wall_ns'])} against a {fmt_ns(ex['baseline_ns'])} baseline ({ex['ratio']:.2f}x): "
+                f"{verdict}" + (f"; cause **{ex['cause']}**" if ex.get("cause") else ""))
+    st.altair_chart(charts.breakdown_chart(ex), key="breakdown_chart", width="stretch")
+    st.dataframe([{"component": p["component"], "this step": fmt_ns(p["step_ns"]),
+                   "baseline": fmt_ns(p["baseline_ns"]), "change": fmt_ns(p["delta_ns"]),
+                   "share of excess": f"{100 * p['share']:.0f}%" if p["attributed_ns"] > 0 else ""}
+                  for p in ex["attribution"] if p["step_ns"] or p["baseline_ns"]], hide_index=True, width="stretch")
+    host = ex.get("host")
+    if host and host.get("ops"):
+        st.dataframe([{"host op": r["name"], "calls": r["calls"], "in the wait": fmt_ns(r["in_stall_ns"]),
+                       "usually": fmt_ns(r["usual_ns"]) if r["usual_ns"] else "not seen"} for r in host["ops"]],
+                     hide_index=True, width="stretch")
+    if ex.get("remedy"):
+        st.caption(f"Remedy: {ex['remedy']}")
 
 
 def _split(state: bool | None) -> str:
@@ -312,6 +343,7 @@ def main() -> None:
     header(doc)
     findings(doc)
     step = timeline(doc)
+    why(loaded, step)
     kernel_table(doc)
     thresholds(doc)
     schedule(loaded, step)

@@ -7,7 +7,17 @@ from typing import Any
 
 import altair as alt
 
-from traceinsight.report.figures import BASE, BUSY, CAUSE_COLOURS, CAUSE_OTHER, DIST_COLOURS, TAIL, Gantt
+from traceinsight.report.figures import (
+    BASE,
+    BUSY,
+    CAUSE_COLOURS,
+    CAUSE_OTHER,
+    COMPONENT_COLOURS,
+    COMPONENT_OTHER,
+    DIST_COLOURS,
+    TAIL,
+    Gantt,
+)
 from traceinsight.report.sections import SweepPanel, TimelinePoint
 
 # Name of the click selection on the timeline; the app reads the clicked step index from it.
@@ -42,6 +52,26 @@ def timeline_chart(points: list[TimelinePoint]) -> alt.LayerChart:
                  alt.Tooltip("attention_ms:Q", format=".3f", title="attention ms"), "split_kv:N", "cause:N"],
     ).add_params(pick)
     return (line + dots).properties(height=300)
+
+
+def breakdown_chart(explanation: dict[str, Any]) -> alt.Chart:
+    """One step against its baseline: two horizontal bars stacked by component (ms)."""
+    rows = []
+    for p in explanation["attribution"]:
+        for which, key in (("baseline", "baseline_ns"), (f"step {explanation['step']}", "step_ns")):
+            if p[key] > 0:
+                rows.append({"bar": which, "component": p["component"], "ms": p[key] / 1e6,
+                             "delta_ms": p["delta_ns"] / 1e6})
+    names = [p["component"] for p in explanation["attribution"] if p["step_ns"] > 0 or p["baseline_ns"] > 0]
+    return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
+        y=alt.Y("bar:N", title=None, sort=["baseline"]),
+        x=alt.X("ms:Q", title="time (ms)", stack="zero"),
+        color=alt.Color("component:N", scale=alt.Scale(domain=names, range=[COMPONENT_COLOURS.get(n, COMPONENT_OTHER)
+                                                                            for n in names])),
+        order=alt.Order("component:N"),
+        tooltip=["component:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("delta_ms:Q", format="+.3f",
+                                                                               title="change ms")],
+    ).properties(height=110)
 
 
 def sweep_chart(panels: list[SweepPanel]) -> alt.HConcatChart:

@@ -55,7 +55,9 @@ def test_bundled_sweep_is_the_default_and_findings_come_first(app: AppTest) -> N
 
 def test_charts_timeline_sweep_and_schedule(app: AppTest) -> None:
     charts = app.get("vega_lite_chart")
-    assert len(charts) == 3  # step timeline, latency vs batch size with B_th, per-SM schedule
+    # step timeline, the selected step's breakdown against its baseline, latency vs batch size with B_th,
+    # per-SM schedule
+    assert len(charts) == 4
     text = _texts(app)
     assert "Tail:" in text and "SMs are idle" in text  # the Gantt's notes
 
@@ -115,3 +117,14 @@ def test_upload_size_limit_and_private_copies() -> None:
         assert [p.name for p in paths] == ["0-evil_name.json.gz", "1-meta.json"]
         assert paths[0].read_bytes() == b"\x1f\x8b"
     assert not folder.exists()
+
+
+def test_the_selected_step_is_explained_against_its_baseline(app: AppTest) -> None:
+    """The default step is the worst launch (skew80 past B_th): the page says why it took what it took, and the
+    attribution table gives nearly all of its excess to attention."""
+    (sub,) = [h.value for h in app.subheader if h.value.startswith("Why step")]
+    assert "ms" in sub
+    assert "cause **split-kv-off**" in _texts(app)
+    df = _table(app, "share of excess")
+    top = df.iloc[0]
+    assert top["component"] == "attention" and int(top["share of excess"].rstrip("%")) >= 90

@@ -104,6 +104,17 @@ def test_html_plots_are_inline_svg(html_page: tuple[str, Page]) -> None:
     assert page.svgs.get("timeline") == 1
     assert page.svgs.get("sweep") == 1
     assert page.svgs.get("schedule") == 1  # the sidecar gives the batch compositions the simulator needs
+    assert page.svgs.get("breakdown") == 1
+
+
+def test_html_breakdown_attributes_the_cliff_to_attention(html_page: tuple[str, Page]) -> None:
+    """The worst incident of the sweep (skew80 past B_th) is split-KV off, and nearly all its excess went to
+    attention: the section's table says both."""
+    _, page = html_page
+    text = page.section_text("breakdown")
+    first = re.search(r"steps (\d+)-(\d+) split-kv-off .*? attention \+[\d.]+ ms \((\d+)%\)", text)
+    assert first is not None, text[:600]
+    assert int(first.group(3)) >= 90
 
 
 def test_html_verdict_names_the_cliff(html_page: tuple[str, Page]) -> None:
@@ -142,7 +153,8 @@ def test_markdown_sections_and_figures(analyses, tmp_path: Path) -> None:  # typ
     headings = re.findall(r"^## (.+)$", text, re.M)
     assert headings == [h for _, h in SECTIONS]
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert links == ["postmortem_figs/timeline.png", "postmortem_figs/sweep.png", "postmortem_figs/schedule.png"]
+    assert links == ["postmortem_figs/timeline.png", "postmortem_figs/breakdown.png", "postmortem_figs/sweep.png",
+                     "postmortem_figs/schedule.png"]
     for link in links:
         data = (tmp_path / link).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
@@ -157,6 +169,6 @@ def test_report_of_a_trace_without_attention_says_what_is_missing(foreign: Path,
     page = Page()
     page.feed(out.read_text(encoding="utf-8"))
     assert page.sections == [sid for sid, _ in SECTIONS]
-    for sid in ("timeline", "sweep", "schedule", "thresholds"):
+    for sid in ("timeline", "breakdown", "sweep", "schedule", "thresholds"):
         assert "not available" in page.section_text(sid), sid
     assert page.section_text("kernels")  # its kernels are still listed

@@ -4,13 +4,18 @@ the dashboard both call `analyze` and only render what it returns."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from traceinsight.diagnose import diagnose
 from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.errors import TraceInsightError
 from traceinsight.ingest import load
+from traceinsight.ingest.host_ops import HostOp, read_kineto_ops
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.attach import attach
+from traceinsight.model.breakdown import breakdowns
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.model.steps import group_steps
 from traceinsight.queries import sql
@@ -53,6 +58,7 @@ def analyze_trace(
         steps=steps,
         limits=dict(limits or {}),
     )
+    analysis.host_ops = _host_ops_reader(db, trace_id, meta)
     if unassigned:
         # Attention launches outside every annotated step (warm-ups, planning runs): counted, not steps.
         analysis.extra["unassigned_launches"] = {
@@ -61,9 +67,35 @@ def analyze_trace(
         }
     if model:
         analysis.schedule = attach(db, trace_id, steps, gpu)
+    # After the model: a sidecar's query lengths may have changed launch phases (prefill work is its own part).
+    breakdowns(db, trace_id, steps)
+    if model:
         if diagnostics:
             analysis.findings = diagnose(analysis)
     return analysis
+
+
+def _host_ops_reader(db: TraceDB, trace_id: int, meta: dict[str, Any]) -> Callable[[list[tuple[int, int]]],
+                                                                               list[HostOp]]:
+    """What the host did within time windows: the trace's CPU ranges (from the database) and, for a Kineto
+    trace whose file is still there, its CPU ops (read from the file on demand: the tables do not keep them)."""
+
+    def read(windows: list[tuple[int, int]]) -> list[HostOp]:
+        if not windows:
+            return []
+        rows = db.rows(sql("host_ranges"), {"trace": trace_id, "lo": [w[0] for w in windows],
+                                            "hi": [w[1] for w in windows]})
+        ops = [HostOp(r["name"], r["kind"], r["start_ns"], r["end_ns"], r["process_id"], r["thread_id"])
+               for r in rows]
+        source = Path(meta.get("source_path") or meta["path"])
+        if meta.get("format") == "kineto" and source.is_file():
+            try:
+                ops.extend(read_kineto_ops(source, windows))
+            except TraceInsightError:
+                pass  # the file changed since it was analyzed: the ranges alone
+        return ops
+
+    return read
 
 
 def analyze(

@@ -3,6 +3,7 @@ which the rules add findings. Times in ns."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,8 @@ class TraceAnalysis:
     schedule: thresholds, batch compositions, per-launch predictions and ncu measurements
     (`traceinsight.model.attach`), None before the model stage ran; findings: what the rules found
     (`traceinsight.diagnose.Finding`), most severe first; checks: one result per rule (fired, passed or not
-    applicable, with the reason); limits: overrides of the rules' thresholds, keyed 'rule-id.CONSTANT_NAME'.
+    applicable, with the reason); limits: overrides of the rules' thresholds, keyed 'rule-id.CONSTANT_NAME';
+    cache: views derived once and shared by the rules (step attribution, remedy facts), never serialized.
     """
 
     trace_id: int
@@ -37,6 +39,11 @@ class TraceAnalysis:
     schedule: Schedule | None = None
     checks: list[Any] = field(default_factory=list)
     limits: dict[str, float] = field(default_factory=dict)
+    # What the host did within time windows ([(start_ns, end_ns)] -> host operations: CPU ranges and, for Kineto
+    # traces, CPU ops read on demand); set by the pipeline, None when unavailable.
+    host_ops: Callable[[list[tuple[int, int]]], list[Any]] | None = field(default=None, repr=False, compare=False)
+    # Views derived from the analysis once and shared by the rules (never written out).
+    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def dur_ns(self) -> int | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.model.attach import KernelThreshold, LaunchModel, Measured, StepBatch
+from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.steps import Launch, Step
 
 
@@ -57,6 +58,8 @@ def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
     out = []
     for step in ctx.steps:
         for launch in step.launches:
+            if launch.phase in PREFILL_PHASES:
+                continue  # the decode rules and models do not judge prefill or mixed launches
             k = launch.attention
             out.append(LaunchView(
                 step=step,

@@ -155,5 +155,6 @@ CREATE TABLE IF NOT EXISTS batches (
     planned_padded_batch INTEGER,       -- the planner's own decision when recorded
     planned_split_kv BOOLEAN,
     planned_chunk_tokens INTEGER,
-    plan_info       BIGINT[]            -- FlashInfer's raw plan_info when recorded
+    plan_info       BIGINT[],           -- FlashInfer's raw plan_info when recorded
+    qo_lens         BIGINT[]            -- query rows per request (1 = decode; > 1 = prefill/extend), when recorded
 );

@@ -45,6 +45,7 @@ BATCH_COLUMNS = [
     "planned_split_kv",
     "planned_chunk_tokens",
     "plan_info",
+    "qo_lens",
 ]
 
 # FlashInfer 0.6.1 `wrapper._plan_info` layouts, told apart by their length.
@@ -247,6 +248,10 @@ def _validate(doc: Any) -> None:
             kv = _int_list(step["kv_lens"], f"{where}.kv_lens", minimum=0)
             if len(kv) != step["batch_size"]:
                 raise _Problem(f"{where}.kv_lens", f"has {len(kv)} entries but batch_size is {step['batch_size']}")
+        if step.get("qo_lens") is not None:
+            qo = _int_list(step["qo_lens"], f"{where}.qo_lens", minimum=1)
+            if len(qo) != step["batch_size"]:
+                raise _Problem(f"{where}.qo_lens", f"has {len(qo)} entries but batch_size is {step['batch_size']}")
         for key in ("path", "backend"):
             if step.get(key) is not None:
                 _str(step, key, where)
@@ -332,6 +337,7 @@ def _from_v1(doc: dict[str, Any]) -> Ingest:
             "planned_split_kv": plan.get("split_kv"),
             "planned_chunk_tokens": plan.get("chunk_tokens"),
             "plan_info": plan.get("plan_info"),
+            "qo_lens": step.get("qo_lens"),
         }
         for name in BATCH_COLUMNS:
             cols[name].append(row[name])
@@ -425,6 +431,7 @@ def _from_legacy(doc: Any) -> Ingest:
             "planned_split_kv": plan["planned_split_kv"],
             "planned_chunk_tokens": None,
             "plan_info": plan_info,
+            "qo_lens": None,
         }
         for name in BATCH_COLUMNS:
             cols[name].append(row[name])

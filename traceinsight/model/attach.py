@@ -24,6 +24,7 @@ from traceinsight.model.calibration import calibrate
 from traceinsight.model.gpus import GPU, gpu_for
 from traceinsight.model.occupancy import BACKENDS, CUDA_CORE, FA2, FA3, SM90, occupancy_limits
 from traceinsight.model.occupancy import threshold as backend_threshold
+from traceinsight.model.phases import PREFILL_PHASES, phase_from_query_lengths, tile_padding
 from traceinsight.model.planners import Batch, Plan, plan
 from traceinsight.model.simulate import CostModel, SimResult, simulate
 from traceinsight.model.steps import Kernel, Launch, Step
@@ -600,6 +601,22 @@ def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | No
     return list(map(IdleGap._make, zip(g0[kept].tolist(), g1[kept].tolist(), before.tolist(), strict=True)))
 
 
+# ---------------------------------------------------------------------------------------------- phases
+def _phase_from_sidecar(step: Step, row: dict[str, Any]) -> None:
+    """Every attention launch of the step takes the phase the sidecar's query lengths tell (decode, prefill or
+    mixed), and tensor-core launches their query-tile padding."""
+    qo = [int(q) for q in row["qo_lens"]]
+    found = phase_from_query_lengths(qo)
+    if found is None:
+        return
+    group = (row["qo_heads"] // row["kv_heads"]) if row.get("qo_heads") and row.get("kv_heads") else 1
+    for launch in step.launches:
+        launch.phase, launch.phase_evidence = found
+        tile = launch.attention.params.get("cta_tile_q")
+        if isinstance(tile, int) and tile > 0:
+            launch.tiles = tile_padding(qo, tile, group)
+
+
 # ---------------------------------------------------------------------------------------------- main
 def _attention_launches(steps: Iterable[Step]) -> Iterable[tuple[Step, Launch]]:
     for s in steps:
@@ -668,6 +685,8 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
         thr = sched.thresholds.get(first.attention.name)
         cuda_graph = first.attention.kernel_id in graph_ids
         r = matched.get(s.index)
+        if r is not None and r.get("qo_lens"):
+            _phase_from_sidecar(s, r)
         if r is not None:
             sb = batch_from_sidecar(r, first, thr)
             if sb.cuda_graph is not None:
@@ -680,7 +699,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
         for launch in s.launches:
             k = launch.attention
             t = sched.thresholds.get(k.name)
-            if pb is None or t is None or k.backend not in BACKENDS:
+            if pb is None or t is None or k.backend not in BACKENDS or launch.phase in PREFILL_PHASES:
                 continue
             occ = t.occupancy if k.backend in (CUDA_CORE, FA2) else 1
             try:
@@ -705,7 +724,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
                 m = model_cache[(id(p), k.name)] = model_from_plan(k.kernel_id, p, k, gpu, occ,
                                                                    sched.costs.get(k.name), cache=sched.cache)
             sched.models[k.kernel_id] = replace(m, kernel_id=k.kernel_id, grid_matches=tuple(p.grid) == k.grid)
-        elif k.backend in BACKENDS:
+        elif k.backend in BACKENDS and launch.phase not in PREFILL_PHASES:
             sched.models[k.kernel_id] = model_from_trace(launch, sched.thresholds.get(k.name))
 
     # (d) Nsight Compute measurements matched to launches.

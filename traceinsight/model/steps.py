@@ -83,6 +83,7 @@ class Launch:
     phase_evidence: str = ""
     split_kv: bool | None = None
     split_evidence: str = ""
+    tiles: dict[str, Any] | None = None  # query-tile padding of a tensor-core launch (model.phases.tile_padding)
 
     @property
     def dur_ns(self) -> int:
@@ -100,15 +101,39 @@ class Step:
     end_ns: int  # last GPU kernel end of the step
     kernels: list[Kernel]
     launches: list[Launch]
+    range_start_ns: int | None = None  # the step's range (CPU: on the launching thread; GPU: on the device)
+    range_end_ns: int | None = None
+    range_side: str | None = None  # 'cpu' | 'gpu' | None (a step of one launch, no range)
+    breakdown: Any = None  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
 
     @property
     def dur_ns(self) -> int:
+        """GPU span of the step's own kernels: first kernel start to last kernel end (ns)."""
         return self.end_ns - self.start_ns
+
+    @property
+    def wall_ns(self) -> int:
+        """What the step took as the engine waits for it (ns): its breakdown's window (the step's range on the
+        host through the end of its GPU work, see `traceinsight.model.breakdown`), else its GPU span."""
+        return self.breakdown.wall_ns if self.breakdown is not None else self.dur_ns
 
     @property
     def attention_ns(self) -> int:
         """GPU time of the step's attention launches with their merge/prepare kernels (ns)."""
         return sum(launch.dur_ns for launch in self.launches)
+
+    @property
+    def phase(self) -> str:
+        """'decode' | 'prefill' | 'mixed' (prefill and decode rows in the step) | 'unknown', from its launches."""
+        phases = {launch.phase for launch in self.launches}
+        if not phases:
+            return "unknown"
+        if len(phases) == 1:
+            return phases.pop()
+        if "mixed" in phases or {"decode", "prefill"} <= phases:
+            return "mixed"
+        known = phases - {"unknown"}
+        return known.pop() if len(known) == 1 else "unknown"
 
     @property
     def split_kv(self) -> bool | None:
@@ -246,7 +271,9 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
             # Kernel ids are numbered in start order (TraceDB._insert): id order is (start_ns, kernel_id) order.
             ks = [by_id[i] for i in sorted(set(members[rid]))]
             r = info[rid]
-            steps.append(_make_step(r["name"], f"range:{r['kind']}", rid, ks))
+            step = _make_step(r["name"], f"range:{r['kind']}", rid, ks)
+            step.range_start_ns, step.range_end_ns, step.range_side = r["start_ns"], r["end_ns"], r["side"]
+            steps.append(step)
     # Attention kernels outside every chosen range: one launch with its merge/prepare kernels each.
     covered = {k.kernel_id for s in steps for k in s.kernels}
     loose = [k for k in kernels if k.kernel_id not in covered and k.family in (ATTENTION, MERGE, PREPARE)]

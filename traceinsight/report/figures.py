@@ -19,7 +19,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 if TYPE_CHECKING:
-    from traceinsight.report.sections import SweepPanel, TimelinePoint
+    from traceinsight.report.sections import IncidentRow, SweepPanel, TimelinePoint
 
 # Colour of each finding id (a spike's cause); anything else gets CAUSE_OTHER.
 CAUSE_COLOURS = {
@@ -34,6 +34,21 @@ CAUSE_COLOURS = {
     "gpu-idle-gaps": "#7f7f7f",
 }
 CAUSE_OTHER = "#111111"
+# Colour of each step-breakdown component (model/breakdown.py); other kernel families get COMPONENT_OTHER.
+COMPONENT_COLOURS = {
+    "attention": "#d62728",
+    "prefill": "#ff7f0e",
+    "gemm": "#4c78a8",
+    "norm": "#72b7b2",
+    "elementwise": "#54a24b",
+    "communication": "#b279a2",
+    "memory": "#9d755d",
+    "other": "#bab0ac",
+    "idle-host": "#f2cf5b",
+    "idle-wait": "#8a8a8a",
+    "idle-unknown": "#d3d3d3",
+}
+COMPONENT_OTHER = "#c7c7c7"
 DIST_COLOURS = ["#1f77b4", "#ff7f0e", "#d62728", "#8c2d04", "#2ca02c", "#9467bd", "#17becf", "#7f7f7f"]
 BASE = "#9aa5b1"
 TAIL = "#d62728"
@@ -117,6 +132,45 @@ def timeline_figure(points: list[TimelinePoint], title: str = "Step time") -> Fi
         ax.set_title(title)
         ax.margins(x=0.01)
         ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=min(4, len(handles)),
+                  borderaxespad=0.2)
+    return fig
+
+
+# --- breakdown ----------------------------------------------------------------------------------------------
+
+def breakdown_figure(rows: list[IncidentRow]) -> Figure:
+    """Per incident, two stacked bars: the mean step against its baseline, split by component (ms)."""
+    with matplotlib.rc_context(_STYLE):
+        fig, (ax,) = _new(10.5, 0.55 + 0.62 * max(1, len(rows)))
+        names: list[str] = []
+        for r in rows:
+            for p in r.parts:
+                if p["component"] not in names and (p["step_ns"] > 0 or p["baseline_ns"] > 0):
+                    names.append(p["component"])
+        labels = []
+        y = 0.0
+        ticks = []
+        for r in reversed(rows):
+            by = {p["component"]: p for p in r.parts}
+            for which, key in (("baseline", "baseline_ns"), (f"{r.label}: {r.cause}", "step_ns")):
+                left = 0.0
+                for c in names:
+                    v = _ms(max(0.0, by.get(c, {}).get(key, 0.0)))
+                    if v > 0:
+                        ax.barh(y, v, left=left, height=0.8, color=COMPONENT_COLOURS.get(c, COMPONENT_OTHER),
+                                edgecolor="white", linewidth=0.4)
+                    left += v
+                labels.append(which)
+                ticks.append(y)
+                y += 1
+            y += 0.6
+        ax.set_yticks(ticks, labels)
+        ax.xaxis.set_major_formatter(FuncFormatter(_ms_label))  # type: ignore[attr-defined]
+        ax.set_xlabel("mean time per step of the incident (ms)")
+        ax.set_title("Where the spikes' time went, against their baseline steps")
+        ax.grid(axis="y", visible=False)
+        handles = [Patch(color=COMPONENT_COLOURS.get(c, COMPONENT_OTHER), label=c) for c in names]
+        ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=min(6, len(handles)) or 1,
                   borderaxespad=0.2)
     return fig
 

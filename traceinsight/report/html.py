@@ -26,6 +26,7 @@ def _figures() -> Any:
 SECTIONS = (
     ("verdict", "Verdict"),
     ("timeline", "Step timeline"),
+    ("breakdown", "Where the time went"),
     ("sweep", "Latency vs batch size"),
     ("schedule", "Simulated per-SM schedule"),
     ("kernels", "Kernels"),
@@ -217,6 +218,28 @@ def timeline_html(doc: dict[str, Any]) -> str:
     return _svg(fig, "step time per step") + f'<p class="caption">{esc(note)}</p>'
 
 
+def breakdown_html(doc: dict[str, Any]) -> str:
+    why = sections.missing(doc, "steps")
+    if why:
+        return _na(why)
+    rows = sections.incident_rows(doc)
+    if not rows:
+        return _na("No latency spike to attribute (each step's breakdown is in the JSON: steps[].breakdown).")
+    fig = _figures().breakdown_figure(rows)
+    body = [[esc(r.label), esc(r.cause),
+             esc(f"step {r.onset[0]} (threshold crossed at {r.threshold_step})") if r.onset else "",
+             esc(f"{fmt_ns(r.worst_ns)} vs {fmt_ns(r.worst_baseline_ns)} ({r.ratio:.1f}x)"),
+             esc(sections.parts_text(r.parts)), esc(r.remedy)] for r in rows]
+    caption = ("Each spike's wall time (its range on the host through the end of its GPU work) split into "
+               "attention, prefill, the other kernel families and GPU idle (waiting for the host, or on a "
+               "synchronisation), against the median of the steps around it; the excess goes to the parts that "
+               "grew. `traceinsight explain TRACE --step N` shows one step in full.")
+    return (_svg(fig, "step breakdown of each spike against its baseline")
+            + f'<p class="caption">{esc(caption)}</p>'
+            + table([("incident", ""), ("cause", ""), ("onset", ""), ("worst step", "num"), ("what grew", ""),
+                     ("remedy", "")], body))
+
+
 def sweep_html(doc: dict[str, Any]) -> str:
     panels = sections.sweep(doc)
     if not panels:
@@ -301,6 +324,7 @@ def trace_body(doc: dict[str, Any], sched: Gantt | str | None, prefix: str = "")
     parts = {
         "verdict": verdict_html(doc),
         "timeline": timeline_html(doc),
+        "breakdown": breakdown_html(doc),
         "sweep": sweep_html(doc),
         "schedule": schedule_html(doc, sched),
         "kernels": kernels_html(doc),

@@ -35,6 +35,7 @@ def _launch(launch: Launch, sched: Schedule | None = None) -> dict[str, Any]:
         "split_evidence": launch.split_evidence,
         "merges": [{"kernel": m.kernel, "grid": list(m.grid), "dur_ns": m.dur_ns} for m in launch.merges],
         "prepares": [{"kernel": p.kernel, "grid": list(p.grid), "dur_ns": p.dur_ns} for p in launch.prepares],
+        "tiles": launch.tiles,
     }
     if sched is not None:
         model = sched.models.get(k.kernel_id)
@@ -56,6 +57,9 @@ def _step(step: Step, sched: Schedule | None = None) -> dict[str, Any]:
         "attention_ns": step.attention_ns,
         "kernel_count": len(step.kernels),
         "split_kv": step.split_kv,
+        "phase": step.phase,
+        "wall_ns": step.wall_ns,
+        "breakdown": step.breakdown.to_json() if step.breakdown is not None else None,
         "launches": [_launch(x, sched) for x in step.launches],
     }
     batch = sched.batches.get(step.index) if sched is not None else None

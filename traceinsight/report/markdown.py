@@ -112,6 +112,21 @@ def timeline_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
     return text + md_table(["step", "name", "time", "cause"], rows, right={0, 2}) + more
 
 
+def breakdown_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
+    why = sections.missing(doc, "steps")
+    if why:
+        return _na(why)
+    rows = sections.incident_rows(doc)
+    if not rows:
+        return "_No latency spike to attribute (each step's breakdown is in the JSON: steps[].breakdown)._"
+    link = figs.save(_figures().breakdown_figure(rows), f"{prefix}breakdown")
+    table = [[r.label, r.cause, f"step {r.onset[0]}" if r.onset else "",
+              f"{fmt_ns(r.worst_ns)} vs {fmt_ns(r.worst_baseline_ns)} ({r.ratio:.1f}x)", sections.parts_text(r.parts)]
+             for r in rows]
+    return (f"![step breakdown of each spike against its baseline]({link})\n\n"
+            + md_table(["incident", "cause", "onset", "worst step", "what grew"], table, right={3}))
+
+
 def sweep_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
     panels = sections.sweep(doc)
     if not panels:
@@ -186,6 +201,7 @@ def trace_md(doc: dict[str, Any], sched: Gantt | str | None, figs: _Figures, pre
     parts = {
         "verdict": verdict_md(doc),
         "timeline": timeline_md(doc, figs, prefix),
+        "breakdown": breakdown_md(doc, figs, prefix),
         "sweep": sweep_md(doc, figs, prefix),
         "schedule": schedule_md(sched, figs, prefix),
         "kernels": kernels_md(doc),

@@ -182,9 +182,86 @@ def timeline(doc: dict[str, Any]) -> list[TimelinePoint]:
     for s in doc.get("steps") or []:
         i = s["index"]
         spike = i in spikes
-        out.append(TimelinePoint(i, s["name"], s["start_ns"], s["dur_ns"], s["attention_ns"], s["split_kv"], spike,
+        out.append(TimelinePoint(i, s["name"], s["start_ns"], s.get("wall_ns", s["dur_ns"]), s["attention_ns"],
+                                 s["split_kv"], spike,
                                  (named.get(i) or by_step.get(i)) if spike else None))
     return out
+
+
+def spike_causes(doc: dict[str, Any]) -> dict[int, str]:
+    """Cause per step of every latency-spike finding (onset steps included)."""
+    out: dict[int, str] = {}
+    for f in doc.get("findings") or []:
+        if f.get("id") == SPIKE_ID:
+            cause = (f.get("evidence") or {}).get("cause")
+            for i in f.get("steps") or []:
+                if cause:
+                    out.setdefault(i, cause)
+    return out
+
+
+# Breakdown components shown apart in the steps tables; the rest of the GPU work is summed as "other GPU".
+IDLE_COMPONENTS = ("idle-host", "idle-wait", "idle-unknown")
+
+
+def breakdown_parts(b: dict[str, Any] | None) -> dict[str, int]:
+    """A step breakdown in four parts (ns): attention (with prefill), other GPU work, GPU waiting for the host,
+    other GPU idle."""
+    comps = (b or {}).get("components") or {}
+    attention = comps.get("attention", 0) + comps.get("prefill", 0)
+    host = comps.get("idle-host", 0)
+    other_idle = sum(comps.get(c, 0) for c in IDLE_COMPONENTS) - host
+    other_gpu = sum(comps.values()) - attention - host - other_idle
+    return {"attention": attention, "other_gpu": other_gpu, "host": host, "other_idle": other_idle}
+
+
+@dataclass
+class IncidentRow:
+    """One latency-spike incident as the reports show it: its steps, cause, onset, worst step, and per
+    component the mean time per step against its baseline (ns), largest growth first."""
+
+    steps: list[int]
+    cause: str
+    onset: list[int]
+    threshold_step: int | None
+    worst_step: int
+    worst_ns: int
+    worst_baseline_ns: int
+    ratio: float
+    excess_ns: int
+    parts: list[dict[str, Any]]
+    remedy: str
+
+    @property
+    def label(self) -> str:
+        lo, hi = self.steps[0], self.steps[-1]
+        return f"step {lo}" if lo == hi else f"steps {lo}-{hi}"
+
+
+def incident_rows(doc: dict[str, Any], limit: int = 12) -> list[IncidentRow]:
+    """The latency-spike incidents reported one by one (not the folded ones), most excess time first."""
+    out = []
+    for f in doc.get("findings") or []:
+        ev = f.get("evidence") or {}
+        if f.get("id") != SPIKE_ID or ev.get("folded") or "attribution" not in ev:
+            continue
+        n = max(1, len(f.get("steps") or []))
+        parts = [{**r, "step_ns": r["step_ns"] / n, "baseline_ns": r["baseline_ns"] / n,
+                  "delta_ns": r["delta_ns"] / n} for r in ev["attribution"]]
+        out.append(IncidentRow(list(f.get("steps") or []), ev.get("cause") or "unexplained",
+                               list(ev.get("onset_steps") or []), ev.get("threshold_step"), ev["worst_step"],
+                               ev["worst_dur_ns"], ev["worst_baseline_ns"], ev["worst_ratio"], ev["excess_ns"], parts,
+                               f.get("remedy") or ""))
+    out.sort(key=lambda r: -r.excess_ns)
+    return out[:limit]
+
+
+def parts_text(parts: list[dict[str, Any]], limit: int = 3) -> str:
+    """'attention +12.1 ms (93%), idle-host +0.8 ms (6%)': the parts that grew, with their share of the excess."""
+    from traceinsight.report.text import fmt_ns
+
+    grown = [p for p in parts if p.get("attributed_ns", 0) > 0][:limit]
+    return ", ".join(f"{p['component']} +{fmt_ns(p['delta_ns'])} ({100 * p['share']:.0f}%)" for p in grown) or "-"
 
 
 # --- sweep --------------------------------------------------------------------------------------------------

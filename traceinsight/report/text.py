@@ -149,6 +149,10 @@ def attention_kernels_table(doc: dict[str, Any]) -> Table:
 
 
 def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
+    """One row per step: its wall time split (attention, other GPU work, GPU waiting for the host, other GPU
+    idle), the launches, split-KV and the findings naming it (a spike with its cause)."""
+    from traceinsight.report.sections import breakdown_parts, spike_causes
+
     steps = doc.get("steps") or []
     shown = steps if limit is None else steps[:limit]
     modelled = any(isinstance(x.get("model"), dict) for s in shown for x in s["launches"])
@@ -157,20 +161,30 @@ def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
         for i in f.get("steps") or []:
             flagged.setdefault(i, []).append(f.get("id", ""))
     title = f"Steps ({len(steps)})" + (f", first {len(shown)}" if len(shown) < len(steps) else "")
+    broken = any(s.get("breakdown") for s in shown)
     cols = [("#", "right"), ("step", "left"), ("time", "right"), ("attention", "right")]
+    if broken:
+        cols += [("other GPU", "right"), ("host wait", "right"), ("other idle", "right")]
     if modelled:
         cols.append(("predicted", "right"))
     cols += [("launches", "left"), ("split-KV", "left"), ("findings", "left")]
     table = _table(title, cols)
+    causes = spike_causes(doc)
     for s in shown:
         launches = s["launches"]
         text = "; ".join(f"{x['kernel']}{_grid(x['grid'])}" + (f"+{len(x['merges'])} merge" if x["merges"] else "")
                          for x in launches[:2]) + (f"; +{len(launches) - 2} more" if len(launches) > 2 else "")
-        row: list[Any] = [str(s["index"]), s["name"], fmt_ns(s["dur_ns"]), fmt_ns(s["attention_ns"])]
+        b = s.get("breakdown")
+        row: list[Any] = [str(s["index"]), s["name"], fmt_ns(s.get("wall_ns", s["dur_ns"])), fmt_ns(s["attention_ns"])]
+        if broken:
+            parts = breakdown_parts(b)
+            row += [fmt_ns(parts[k]) if b and parts[k] else ("" if b else "-")
+                    for k in ("other_gpu", "host", "other_idle")]
         if modelled:
             pred = [x["model"].get("predicted_ns") for x in launches if isinstance(x.get("model"), dict)]
             row.append(fmt_ns(sum(p for p in pred if p)) if pred and all(pred) else "-")
-        ids = flagged.get(s["index"], [])
+        ids = [f"latency-spike({causes[s['index']]})" if i == "latency-spike" and s["index"] in causes else i
+               for i in flagged.get(s["index"], [])]
         row += [text, _split(s.get("split_kv")), Text(",".join(ids), style="red" if ids else "")]
         table.add_row(*row)
     return table

@@ -1,13 +1,16 @@
 """gpu-idle-gaps: the GPU sits idle between decode steps.
 
-Gaps are stretches with no kernel and no memory operation on the GPU that lie between two steps (inside no
-step), from the first step to the last. Short gaps are launch latency; the long ones are the GPU waiting for
+Gaps are stretches with no kernel and no memory operation on the GPU that lie between two steps, from the first
+step to the last, outside every step's window (`traceinsight.model.breakdown`: idle time inside a step's
+window, such as host work at the start of its range, belongs to the step and is attributed by latency-spike).
+Short gaps are launch latency; the long ones are the GPU waiting for
 the CPU (scheduling, planning, Python, synchronisation). Gaps of a second or more are pauses of the
 workload, not step overhead: they are counted apart.
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
 
 from traceinsight.diagnose.context import TraceAnalysis
@@ -15,6 +18,7 @@ from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
 from traceinsight.diagnose.savings import idle_gap_saving_ns
 from traceinsight.diagnose.views import fmt_ms
+from traceinsight.model.attach import IdleGap
 
 ID = "gpu-idle-gaps"
 NAME = "GPU idle between steps"
@@ -36,6 +40,28 @@ WARNING_FRACTION = 0.3
 SAVING_BASIS = "span"
 
 
+def outside_windows(gaps: list[IdleGap], ctx: TraceAnalysis) -> list[IdleGap]:
+    """The parts of `gaps` outside every step's window (each gap cut into the pieces that remain)."""
+    windows = sorted((st.breakdown.start_ns, st.breakdown.end_ns) for st in ctx.steps if st.breakdown is not None)
+    if not windows:
+        return list(gaps)
+    starts = [w[0] for w in windows]
+    out = []
+    for g in gaps:
+        lo = g.start_ns
+        i = max(0, bisect.bisect_right(starts, lo) - 1)
+        while i < len(windows) and windows[i][0] < g.end_ns:
+            w0, w1 = windows[i]
+            if w1 > lo:
+                if w0 > lo:
+                    out.append(IdleGap(lo, w0, g.before_step))
+                lo = max(lo, w1)
+            i += 1
+        if lo < g.end_ns:
+            out.append(IdleGap(lo, g.end_ns, g.before_step))
+    return out
+
+
 def apply(ctx: TraceAnalysis) -> list[Finding]:
     s = ctx.schedule
     if s is None:
@@ -44,8 +70,9 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         raise NotApplicable("fewer than two steps")
     gap_min = limit(ctx, ID, "GAP_MIN_NS", GAP_MIN_NS)
     pause_min = limit(ctx, ID, "PAUSE_MIN_NS", PAUSE_MIN_NS)
-    pauses = [g for g in s.idle_gaps if g.dur_ns >= pause_min]
-    gaps = [g for g in s.idle_gaps if gap_min <= g.dur_ns < pause_min]
+    outside = outside_windows(s.idle_gaps, ctx)
+    pauses = [g for g in outside if g.dur_ns >= pause_min]
+    gaps = [g for g in outside if gap_min <= g.dur_ns < pause_min]
     span = (max(st.end_ns for st in ctx.steps) - min(st.start_ns for st in ctx.steps)
             - sum(g.dur_ns for g in pauses))
     total = idle_gap_saving_ns([g.dur_ns for g in gaps], int(gap_min))

@@ -1,35 +1,48 @@
-"""latency-spike: the postmortem. Steps whose time breaks from the trend, each linked to its cause.
+"""latency-spike: the postmortem. Steps whose time breaks from the trend, each attributed to what grew.
 
-The series is the trace's steps in time order, one series per attention kernel mix (steps running different
-kernels are not compared). The trend is linear in the step's total KV tokens when the batch composition gives
-them (a decode step should cost a + b x tokens), else a rolling lower quartile over step order
-(`traceinsight.diagnose.baseline`: the level steps keep when nothing goes wrong), fitted on the steps no other
-rule already found slow (KNOWN_SLOW). A spike is a step at least SPIKE_RATIO times its baseline and
-EXCESS_MIN_NS above it. Consecutive spikes with the same cause form one
-incident (one finding); the cause is the most specific finding of the other rules that names the step
-(CAUSE_PRIORITY), or none. A long trace can hold thousands of incidents (one cause recurring every few steps):
-the MAX_INCIDENTS with the most excess time are findings of their own, the others are folded into one finding
-per cause that counts them.
+A step's time is its wall time (`traceinsight.model.breakdown`: its range on the host through the end of its
+GPU work). The series, the trend and each component's baseline come from `traceinsight.diagnose.attribution`:
+a spike is a step at least SPIKE_RATIO times its baseline and EXCESS_MIN_NS above it, and its excess is split
+over the components of the step that grew against the steps around it (HALF_WINDOW_STEPS either side).
+
+The cause is the component that grew the most, named:
+- attention: the attention rule whose finding covers the step (ATTENTION_CAUSES, most specific first), else
+  `attention`. An attention rule is never the cause of a step whose attention time did not grow;
+- prefill work (a prefill or mixed launch in the step): `prefill`;
+- GPU idle while the host was late: `host-stall` (mostly in long stretches) or `host-launch-bound` (many short
+  ones, launch overhead); idle with work already launched: `gpu-wait`; idle the trace cannot explain: `gpu-idle`;
+- any other kernel family: `kernels:<family>`.
+Consecutive spikes with the same cause form one incident, which starts at its onset: the steps just before it
+in which the cause's component already jumped (SPIKE_RATIO times its own baseline), even if the step's total
+did not yet cross the threshold. A long trace can hold thousands of incidents: the MAX_INCIDENTS with the most
+excess time are findings of their own, the others are folded into one finding per cause.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
-from traceinsight.diagnose.baseline import fit_spikes
+from traceinsight.diagnose import attribution, remedies
+from traceinsight.diagnose.attribution import StepAttribution
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.host import describe, host_evidence, read_ops
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.views import fmt_ms, step_ranges
-from traceinsight.model.steps import Step
+from traceinsight.model.breakdown import IDLE, IDLE_HOST
+from traceinsight.model.steps import ATTENTION
 
 ID = "latency-spike"
 NAME = "Latency spikes (postmortem)"
-DESCRIPTION = "Steps whose time breaks from the trend of the step series, linked to the finding that explains them."
+DESCRIPTION = "Steps whose time breaks from the trend of the step series, attributed to the part of the step that grew."
 PASSED = "no step broke from the trend of its series"
 NEEDS = (Input.STEPS,)
 OPTIONAL = (Input.SIDECAR,)
+# Rules whose findings this rule reads (to name attention causes and to leave known-slow steps out of the fit).
+READS = ("split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "wave-quantization", "slow-path",
+         "kv-bandwidth")
 
 # A spike takes at least this many times its baseline...
 SPIKE_RATIO = 2.0
@@ -46,139 +59,240 @@ KNOWN_SLOW = ("split-kv-off", "split-kv-starved")
 MIN_FIT_STEPS = 5
 # Incidents reported one by one (those with the most excess time); the rest are folded per cause.
 MAX_INCIDENTS = 20
-# Which finding explains a spike, most specific first.
-CAUSE_PRIORITY = ("split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "wave-quantization", "slow-path",
-                  "decode-on-prefill-kernel", "kv-bandwidth")
+# Which attention finding explains grown attention time, most specific first.
+ATTENTION_CAUSES = ("split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "wave-quantization", "slow-path",
+                    "kv-bandwidth")
+# Causes a folded finding can have: every attention rule, `attention`, and the component causes.
+CAUSE_PRIORITY = ATTENTION_CAUSES
+# Components listed in an incident's attribution at most (the largest).
+MAX_PARTS = 6
+# Causes on the host side (their evidence names what the host did while the GPU waited).
+HOST_CAUSES = (attribution.HOST_STALL, attribution.HOST_LAUNCH_BOUND)
+# Baseline steps a host op's usual time is taken over (the nearest non-spike steps of the series).
+HOST_BASELINE_STEPS = 10
 
 
-def signature(step: Step) -> tuple[str, ...]:
-    """The kernel mix of a step (sorted distinct attention kernel names): steps are compared within one mix."""
-    return tuple(sorted({launch.attention.name for launch in step.launches}))
-
-
-def _tokens(ctx: TraceAnalysis, step: Step) -> int | None:
-    s = ctx.schedule
-    b = s.batches.get(step.index) if s else None
-    return b.total_kv_tokens if b is not None and b.source == "sidecar" else None
-
-
-def spike_table(ctx: TraceAnalysis) -> dict[int, dict[str, Any]]:
-    """Per step index: dur_ns, baseline_ns, ratio, spike (bool), method, group (signature index)."""
-    ratio = limit(ctx, ID, "SPIKE_RATIO", SPIKE_RATIO)
-    excess = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
-    half = int(limit(ctx, ID, "HALF_WINDOW_STEPS", HALF_WINDOW_STEPS))
+def attributions(ctx: TraceAnalysis) -> dict[int, StepAttribution]:
+    """Every step judged against its series with this rule's thresholds (also what `explain` shows)."""
     known_slow = {s for f in ctx.findings if f.id in KNOWN_SLOW for s in f.steps}
-    groups: dict[tuple[str, ...], list[Step]] = defaultdict(list)
-    for st in sorted(ctx.steps, key=lambda s: (s.start_ns, s.index)):
-        if st.launches:
-            groups[signature(st)].append(st)
-    out: dict[int, dict[str, Any]] = {}
-    for gi, series in enumerate(groups.values()):
-        with_tokens = [s for s in series if _tokens(ctx, s) is not None]
-        without = [s for s in series if _tokens(ctx, s) is None]
-        parts: list[tuple[list[Step], list[int | None] | None]] = []
-        if with_tokens:
-            parts.append((with_tokens, [_tokens(ctx, s) for s in with_tokens]))
-        if without:
-            parts.append((without, None))
-        for steps, tokens in parts:
-            fit = fit_spikes([s.dur_ns for s in steps], tokens, ratio=ratio, min_excess_ns=excess, half_window=half,
-                             exclude=[s.index in known_slow for s in steps], min_fit_points=MIN_FIT_STEPS)
-            for s, base, flag in zip(steps, fit.baseline_ns, fit.spikes, strict=True):
-                out[s.index] = {"dur_ns": s.dur_ns, "baseline_ns": base, "ratio": s.dur_ns / base if base else 0.0,
-                                "spike": flag, "method": fit.method, "group": gi}
-    return out
+    return attribution.table(
+        ctx,
+        ratio=limit(ctx, ID, "SPIKE_RATIO", SPIKE_RATIO),
+        min_excess_ns=limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS),
+        half_window=int(limit(ctx, ID, "HALF_WINDOW_STEPS", HALF_WINDOW_STEPS)),
+        min_fit=MIN_FIT_STEPS,
+        known_slow=known_slow,
+    )
 
 
-def _cause(step: int, by_step: dict[int, list[Finding]]) -> Finding | None:
-    found = by_step.get(step, [])
-    for cid in CAUSE_PRIORITY:
-        for f in found:
-            if f.id == cid:
-                return f
-    return None
+def cause_of(att: StepAttribution, component: str | None,
+             by_step: dict[int, list[Finding]]) -> tuple[str, Finding | None]:
+    """The cause id of a step whose `component` grew the most, and the finding behind it (attention only)."""
+    if component is None:
+        return "unexplained", None
+    if component == ATTENTION:
+        found = by_step.get(att.step, [])
+        for cid in ATTENTION_CAUSES:
+            for f in found:
+                if f.id == cid:
+                    return cid, f
+        return "attention", None
+    return attribution.component_cause(component, att), None
 
 
-def apply(ctx: TraceAnalysis) -> list[Finding]:
-    table = spike_table(ctx)
+@dataclass
+class Incident:
+    cause: str
+    component: str | None
+    finding: Finding | None
+    steps: list[int] = field(default_factory=list)  # spike steps, in series order
+    onset: list[int] = field(default_factory=list)  # steps before them where the component already jumped
+
+
+def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], dict[int, StepAttribution]]:
+    """The trace's incidents (runs of spikes with one cause, with their onset steps) and every step's
+    attribution."""
+    table = attributions(ctx)
+    ratio = limit(ctx, ID, "SPIKE_RATIO", SPIKE_RATIO)
+    excess_min = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
     by_step: dict[int, list[Finding]] = defaultdict(list)
     for f in ctx.findings:
         for s in f.steps:
             by_step[s].append(f)
-    # Incidents: runs of consecutive spikes (in their series' order) with the same cause.
-    incidents: list[tuple[Finding | None, list[int]]] = []
-    order = sorted(table, key=lambda i: (table[i]["group"], i))
-    current: list[int] = []
-    cause: Finding | None = None
-    last_group = None
-    for i in order:
-        row = table[i]
-        c = _cause(i, by_step) if row["spike"] else None
-        if not row["spike"] or row["group"] != last_group or (current and c is not cause):
-            if current:
-                incidents.append((cause, current))
-            current = []
-        if row["spike"]:
-            current.append(i)
-            cause = c
-        last_group = row["group"]
-    if current:
-        incidents.append((cause, current))
+    out: list[Incident] = []
+    for group in attribution.series(ctx.steps):
+        order = [table[s.index] for s in group if s.index in table]
+        current: Incident | None = None
+        for pos, att in enumerate(order):
+            if not att.spike:
+                current = None
+                continue
+            component = att.component
+            cause, finding = cause_of(att, component, by_step)
+            if current is not None and current.cause == cause:
+                current.steps.append(att.step)
+                continue
+            current = Incident(cause, component, finding, [att.step])
+            if component is not None:
+                k = pos - 1
+                while k >= 0 and not order[k].spike and order[k].jumped(component, ratio, excess_min):
+                    current.onset.insert(0, order[k].step)
+                    k -= 1
+            out.append(current)
+    return out, table
 
+
+def _sum_parts(atts: list[StepAttribution]) -> list[dict[str, Any]]:
+    """Components over the incident's steps: step, baseline, delta and attributed time summed (ns)."""
+    acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for a in atts:
+        for p in a.parts:
+            v = acc[p.component]
+            v[0] += p.step_ns
+            v[1] += p.baseline_ns
+            v[2] += p.delta_ns
+            v[3] += p.attributed_ns
+    total = sum(max(v[3], 0.0) for v in acc.values())
+    rows = [{"component": c, "step_ns": round(v[0]), "baseline_ns": round(v[1]), "delta_ns": round(v[2]),
+             "attributed_ns": round(v[3]), "share": round(v[3] / total, 4) if total else 0.0}
+            for c, v in acc.items()]
+    rows.sort(key=lambda r: (-r["attributed_ns"], -r["delta_ns"], r["component"]))
+    return rows
+
+
+def _because(inc: Incident, rows: list[dict[str, Any]], excess: float) -> str:
+    """The attribution in words: 'attention +12.1 ms (93%), idle-host +0.8 ms (6%)'."""
+    grown = [r for r in rows if r["attributed_ns"] > 0][:3]
+    text = ", ".join(f"{r['component']} +{fmt_ms(r['delta_ns'])} ({100 * r['share']:.0f}%)" for r in grown)
+    return f"of its {fmt_ms(excess)} excess: {text}" if text else "no part of the step grew"
+
+
+def _cause_text(inc: Incident, ctx: TraceAnalysis) -> str:
+    if inc.finding is not None:
+        return f"{inc.cause} — {inc.finding.summary}"
+    words = {
+        "attention": "attention time grew, and no attention rule pinned why",
+        "prefill": "prefill work ran in the step (a prefill or chunked-prefill launch) and stalled the decode batch",
+        "host-stall": "the GPU sat idle waiting for the host, which was busy inside the step (a host stall)",
+        "host-launch-bound": "the GPU waited on kernel launches (many short idle stretches between kernels)",
+        "gpu-wait": "the GPU sat idle with work already launched (a synchronisation, copy or cross-stream wait)",
+        "gpu-idle": "the GPU sat idle inside the step; the trace does not tell whether the host or a wait held it",
+    }
+    if inc.cause in words:
+        return f"{inc.cause} — {words[inc.cause]}"
+    if inc.cause.startswith("kernels:"):
+        return f"{inc.cause} — {inc.cause.removeprefix('kernels:')} kernels took longer than in the steps around it"
+    return inc.cause
+
+
+def _remedy(inc: Incident, ctx: TraceAnalysis, worst: StepAttribution, host_ev: dict[str, Any] | None) -> str:
+    if inc.finding is not None:
+        return inc.finding.remedy
+    facts = remedies.facts(ctx)
+    ops = None
+    if inc.cause in HOST_CAUSES:
+        part = worst.part(IDLE_HOST)
+        ops = describe(host_ev, fmt_ms) or (
+            f"the GPU waited {fmt_ms(part.step_ns)} for the host in step {worst.step}, usually "
+            f"{fmt_ms(part.baseline_ns)}" if part is not None else None)
+    return remedies.remedy(inc.cause, facts, ops=ops)
+
+
+def neighbours(ctx: TraceAnalysis, table: dict[int, StepAttribution], step: int, n: int) -> list[int]:
+    """Up to `n` non-spike steps of `step`'s series nearest to it (its baseline steps, for per-op comparisons)."""
+    me = table.get(step)
+    if me is None:
+        return []
+    same = sorted((a for a in table.values() if a.series == me.series and not a.spike and a.step != step),
+                  key=lambda a: (abs(a.position - me.position), a.position))
+    return [a.step for a in same[:n]]
+
+
+def apply(ctx: TraceAnalysis) -> list[Finding]:
+    found, table = incidents(ctx)
     crit = limit(ctx, ID, "CRITICAL_RATIO", CRITICAL_RATIO)
     names = {st.index: st.name for st in ctx.steps}
+    worst_of = {id(inc): max((table[i] for i in inc.steps), key=lambda a: a.excess_ns) for inc in found}
+    # Host causes: what the host did meanwhile, read once for the incidents reported one by one.
+    host_incidents = sorted((inc for inc in found if inc.cause in HOST_CAUSES),
+                            key=lambda inc: -sum(table[i].excess_ns for i in inc.steps))[:MAX_INCIDENTS]
+    base_of = {id(inc): neighbours(ctx, table, worst_of[id(inc)].step, HOST_BASELINE_STEPS) for inc in host_incidents}
+    host_ops = read_ops(ctx, {s for inc in host_incidents for s in (worst_of[id(inc)].step, *base_of[id(inc)])}) \
+        if host_incidents else None
     out = []
-    for cause, steps in incidents:
-        w = max(steps, key=lambda i: table[i]["dur_ns"] - table[i]["baseline_ns"])
-        row = table[w]
-        excess = sum(table[i]["dur_ns"] - table[i]["baseline_ns"] for i in steps)
-        methods = sorted({table[i]["method"] for i in steps})
-        cid = cause.id if cause else None
-        evidence = {
-            "cause": cid,
-            "spike_steps": len(steps),
-            "first_step": steps[0],
-            "last_step": steps[-1],
-            "worst_step": w,
-            "worst_dur_ns": row["dur_ns"],
-            "worst_baseline_ns": round(row["baseline_ns"]),
-            "worst_ratio": round(row["ratio"], 2),
+    for inc in found:
+        atts = [table[i] for i in inc.steps]
+        worst = worst_of[id(inc)]
+        host_ev = (host_evidence(ctx, worst.step, base_of[id(inc)], host_ops)
+                   if id(inc) in base_of and host_ops is not None else None)
+        excess = sum(a.excess_ns for a in atts)
+        onset_atts = [table[i] for i in inc.onset]
+        rows = _sum_parts(atts + onset_atts)
+        all_steps = inc.onset + inc.steps
+        methods = sorted({a.method for a in atts})
+        evidence: dict[str, Any] = {
+            "cause": inc.cause,
+            "cause_component": inc.component,
+            "spike_steps": len(inc.steps),
+            "first_step": all_steps[0],
+            "last_step": all_steps[-1],
+            "onset_steps": list(inc.onset),
+            "threshold_step": inc.steps[0],
+            "worst_step": worst.step,
+            "worst_dur_ns": worst.wall_ns,
+            "worst_baseline_ns": round(worst.baseline_ns),
+            "worst_ratio": round(worst.ratio, 2),
             "excess_ns": round(excess),
             "baseline": "+".join(methods),
+            "attribution": rows[:MAX_PARTS],
         }
-        name = names.get(w, str(w))
-        because = (f"cause: {cid} — {cause.summary}" if cause else
-                   "no other rule explains it (look at the host side, other streams, or clock changes)")
+        if inc.component in IDLE:
+            evidence["host_gap_max_ns"] = _host_gap_max(ctx, worst.step)
+        if host_ev is not None:
+            evidence["host_ops"] = host_ev
+        name = names.get(worst.step, str(worst.step))
+        n = len(inc.steps)
+        onset = (f"; the {inc.component} part had already jumped in step{'s' if len(inc.onset) > 1 else ''} "
+                 f"{step_ranges(inc.onset)} before the step total crossed the threshold" if inc.onset else "")
         out.append(Finding(
             id=ID,
-            severity=Severity.CRITICAL if row["ratio"] >= crit else Severity.WARNING,
-            steps=tuple(steps),
-            summary=(f"latency spike in {len(steps)} step{'s' if len(steps) > 1 else ''} ({step_ranges(steps)}): up "
-                     f"to {fmt_ms(row['dur_ns'])} vs a {fmt_ms(row['baseline_ns'])} baseline "
-                     f"({row['ratio']:.0f}x); cause: {cid or 'unexplained'}"),
+            severity=Severity.CRITICAL if worst.ratio >= crit else Severity.WARNING,
+            steps=tuple(all_steps),
+            summary=(f"latency spike in {n} step{'s' if n > 1 else ''} ({step_ranges(all_steps)}): up to "
+                     f"{fmt_ms(worst.wall_ns)} vs a {fmt_ms(worst.baseline_ns)} baseline ({worst.ratio:.0f}x); "
+                     f"cause: {inc.cause}"),
             evidence=evidence,
             explanation=(
-                f"Read as a time series, step {w} ('{name}') took {fmt_ms(row['dur_ns'])} where the trend of the "
-                f"steps around it predicts {fmt_ms(row['baseline_ns'])} "
+                f"Read as a time series, step {worst.step} ('{name}') took {fmt_ms(worst.wall_ns)} where the trend "
+                f"of the steps around it predicts {fmt_ms(worst.baseline_ns)} "
                 + ("(a line in the step's KV tokens through the lower quartile of the steps)"
                    if methods[0] in ("linear-in-tokens", "constant")
                    else "(the lower quartile of the steps around it)")
-                + f"; {len(steps)} step{'s' if len(steps) > 1 else ''} in a row broke from it the same way. "
-                + because + "."),
-            remedy=cause.remedy if cause else "Correlate the spike with host activity and other GPU work.",
+                + f"; {n} step{'s' if n > 1 else ''} in a row broke from it the same way{onset}. Compared part by "
+                f"part with those steps, {_because(inc, rows, excess)}. Cause: {_cause_text(inc, ctx)}"
+                + (f" (meanwhile on the host: {describe(host_ev, fmt_ms)})" if describe(host_ev, fmt_ms) else "")
+                + "."),
+            remedy=_remedy(inc, ctx, worst, host_ev),
             saving_ns=round(excess),
         ))
-    return _fold(out, [c for c, _ in incidents], int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)))
+    return _fold(out, int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)))
 
 
-def _fold(found: list[Finding], causes: list[Finding | None], keep: int) -> list[Finding]:
+def _host_gap_max(ctx: TraceAnalysis, step: int) -> int | None:
+    for s in ctx.steps:
+        if s.index == step and s.breakdown is not None:
+            return int(s.breakdown.host_gap_max_ns)
+    return None
+
+
+def _fold(found: list[Finding], keep: int) -> list[Finding]:
     """The `keep` incidents with the most excess time as they are (in step order), and the others as one
     finding per cause that counts them (its steps: all of theirs; its severity: the worst of theirs)."""
     if len(found) <= keep:
         return found
     ranked = sorted(range(len(found)), key=lambda i: -(found[i].saving_ns or 0))
     kept = sorted(ranked[:keep])
-    folded: dict[str | None, list[int]] = defaultdict(list)
+    folded: dict[str, list[int]] = defaultdict(list)
     for i in sorted(ranked[keep:]):
         folded[found[i].evidence["cause"]].append(i)
     out = [found[i] for i in kept]
@@ -186,17 +300,18 @@ def _fold(found: list[Finding], causes: list[Finding | None], keep: int) -> list
         steps = sorted(s for i in members for s in found[i].steps)
         excess = sum(found[i].saving_ns or 0 for i in members)
         worst = max(members, key=lambda i: found[i].evidence["worst_ratio"])
-        cause = causes[members[0]]
         severity = min((found[i].severity for i in members), key=lambda x: x.rank)
+        first = found[members[0]]
         out.append(Finding(
             id=ID,
             severity=severity,
             steps=tuple(steps),
             summary=(f"recurring latency spikes: {len(members)} incidents besides the {keep} worst listed apart, "
                      f"in {len(steps)} steps ({step_ranges(steps)}): {fmt_ms(excess)} of excess time in all; "
-                     f"cause: {cid or 'unexplained'}"),
+                     f"cause: {cid}"),
             evidence={
                 "cause": cid,
+                "cause_component": first.evidence.get("cause_component"),
                 "incidents": len(members),
                 "spike_steps": len(steps),
                 "first_step": steps[0],
@@ -209,9 +324,9 @@ def _fold(found: list[Finding], causes: list[Finding | None], keep: int) -> list
             explanation=(
                 f"Besides the {keep} incidents with the most excess time, reported one by one, {len(members)} "
                 f"more incidents broke from the trend of their series the same way (worst: step "
-                f"{found[worst].evidence['worst_step']}, {found[worst].evidence['worst_ratio']:.0f}x its baseline). "
-                + (f"cause: {cid} — {cause.summary}." if cause else "No other rule explains them.")),
-            remedy=found[members[0]].remedy,
+                f"{found[worst].evidence['worst_step']}, {found[worst].evidence['worst_ratio']:.0f}x its baseline), "
+                f"each attributed to {cid}. The first: {first.explanation}"),
+            remedy=first.remedy,
             saving_ns=excess,
         ))
     return out

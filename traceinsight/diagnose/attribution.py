@@ -1,0 +1,227 @@
+"""Differential attribution: which parts of a step grew, compared with the steps around it.
+
+Each step has a breakdown (`traceinsight.model.breakdown`): its wall time split into attention, prefill, the
+other kernel families and GPU idle (waiting for the host, waiting on a synchronisation). Steps form series (the
+steps of one decode loop: the same decode attention kernels; a prefill-only step stays in the series of the
+decode steps around it, since it stalls them). In a series:
+- the step's baseline wall time comes from `baseline.fit_spikes` (linear in the step's KV tokens when a sidecar
+  gives them, else the rolling lower quartile of the steps around it), and the step is a spike when it takes
+  `ratio` times that and `min_excess_ns` more;
+- every component has its own baseline: the rolling median of that component over the non-spike steps within
+  `half_window` steps (attention scaled by the step's KV tokens when they are known: the median attention time
+  per token of those steps times the step's tokens);
+- the step's excess (wall minus baseline) is split over the components that grew, in proportion to how much
+  each grew; the largest is the step's cause component.
+Pure computation over the analysis; `table()` caches its result on the analysis.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from traceinsight.diagnose.baseline import fit_spikes, rolling_quantile
+from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.model.breakdown import IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT, PREFILL
+from traceinsight.model.phases import PREFILL_PHASES
+from traceinsight.model.steps import ATTENTION, Step
+
+# The quantile of a component over its baseline steps (the median: components go up and down).
+COMPONENT_QUANTILE = 0.5
+# Pseudo-component: idle-host time in long stretches (a stall rather than launch overhead); compared like the
+# others but not part of the split.
+HOST_LONG = "host-long"
+# Cause ids of the components that are not attention (attention's cause is the attention rule that explains
+# the step, see latency-spike).
+COMPONENT_CAUSES = {
+    PREFILL: "prefill",
+    IDLE_WAIT: "gpu-wait",
+    IDLE_UNKNOWN: "gpu-idle",
+}
+HOST_STALL = "host-stall"
+HOST_LAUNCH_BOUND = "host-launch-bound"
+# idle-host growth counts as a stall when at least this share of it came in long stretches.
+STALL_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Part:
+    """One component of a step against its baseline (ns): step_ns, baseline_ns, delta_ns (may be negative),
+    attributed_ns (its share of the step's excess; 0 when it did not grow) and share (of the growth)."""
+
+    component: str
+    step_ns: int
+    baseline_ns: float
+    delta_ns: float
+    attributed_ns: float
+    share: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"component": self.component, "step_ns": self.step_ns, "baseline_ns": round(self.baseline_ns),
+                "delta_ns": round(self.delta_ns), "attributed_ns": round(self.attributed_ns),
+                "share": round(self.share, 4)}
+
+
+@dataclass(frozen=True)
+class StepAttribution:
+    """A step judged against its series (times in ns): wall and baseline wall, ratio, whether it is a spike, how
+    the baseline was made, its series, and its components against theirs (largest attributed first)."""
+
+    step: int
+    series: int
+    position: int  # index of the step in its series
+    wall_ns: int
+    baseline_ns: float
+    spike: bool
+    method: str
+    parts: tuple[Part, ...]
+    host_long_delta_ns: float
+
+    @property
+    def ratio(self) -> float:
+        return self.wall_ns / self.baseline_ns if self.baseline_ns else 0.0
+
+    @property
+    def excess_ns(self) -> float:
+        return self.wall_ns - self.baseline_ns
+
+    @property
+    def component(self) -> str | None:
+        """The component that grew the most (None when none grew)."""
+        grown = [p for p in self.parts if p.delta_ns > 0]
+        return max(grown, key=lambda p: p.delta_ns).component if grown else None
+
+    def part(self, component: str) -> Part | None:
+        return next((p for p in self.parts if p.component == component), None)
+
+    def jumped(self, component: str, ratio: float, min_excess_ns: float) -> bool:
+        """Whether `component` alone broke from its baseline the way a spike does (ratio times it and
+        min_excess_ns above it)."""
+        p = self.part(component)
+        return p is not None and p.delta_ns >= min_excess_ns and p.step_ns >= ratio * p.baseline_ns
+
+    def host_cause(self, component: str | None = None) -> str:
+        """host-stall when the host's idle growth came mostly in long stretches, else host-launch-bound."""
+        p = self.part(component or IDLE_HOST)
+        grew = p.delta_ns if p is not None else 0.0
+        return HOST_STALL if grew > 0 and self.host_long_delta_ns >= STALL_SHARE * grew else HOST_LAUNCH_BOUND
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "wall_ns": self.wall_ns, "baseline_ns": round(self.baseline_ns),
+                "excess_ns": round(self.excess_ns), "ratio": round(self.ratio, 3), "spike": self.spike,
+                "baseline": self.method, "component": self.component,
+                "attribution": [p.to_json() for p in self.parts]}
+
+
+def component_cause(component: str, att: StepAttribution) -> str:
+    """Cause id of a grown non-attention component: 'prefill', 'host-stall' / 'host-launch-bound', 'gpu-wait',
+    'gpu-idle', or 'kernels:<family>'."""
+    if component == IDLE_HOST:
+        return att.host_cause(component)
+    return COMPONENT_CAUSES.get(component, f"kernels:{component}")
+
+
+def decode_signature(step: Step) -> tuple[str, ...]:
+    """The decode attention kernels of a step (sorted distinct names): steps are compared within one mix."""
+    return tuple(sorted({x.attention.name for x in step.launches if x.phase not in PREFILL_PHASES}))
+
+
+def series(steps: Sequence[Step]) -> list[list[Step]]:
+    """The step series of a trace, each in time order: steps with the same decode attention kernels; a step
+    with no decode launch (prefill only) joins the series of the step before it (or after it, at the start)."""
+    ordered = sorted(steps, key=lambda s: (s.start_ns, s.index))
+    keys: list[tuple[str, ...] | None] = [decode_signature(s) or None for s in ordered]
+    last = None
+    for i, k in enumerate(keys):
+        if k is None:
+            keys[i] = last
+        else:
+            last = k
+    first = next((k for k in keys if k is not None), ())
+    groups: dict[tuple[str, ...], list[Step]] = defaultdict(list)
+    for s, k in zip(ordered, keys, strict=True):
+        groups[k if k is not None else first].append(s)
+    return [g for g in groups.values() if any(s.launches for s in g)]
+
+
+def _tokens(ctx: TraceAnalysis, step: Step) -> int | None:
+    s = ctx.schedule
+    b = s.batches.get(step.index) if s else None
+    return b.total_kv_tokens if b is not None and b.source == "sidecar" else None
+
+
+def _component_baselines(values: np.ndarray, use: Sequence[bool], half: int, tokens: Sequence[int] | None,
+                         per_token: bool) -> list[float]:
+    if per_token and tokens is not None:
+        t = np.asarray(tokens, float)
+        rate = np.divide(values, t, out=np.zeros_like(values, dtype=float), where=t > 0)
+        base = rolling_quantile(rate.tolist(), half, use, COMPONENT_QUANTILE)
+        return (np.asarray(base) * t).tolist()
+    return rolling_quantile(values.tolist(), half, use, COMPONENT_QUANTILE)
+
+
+def _attribute(series_steps: list[Step], gi: int, ctx: TraceAnalysis, known_slow: set[int], *, ratio: float,
+               min_excess_ns: float, half: int, min_fit: int) -> dict[int, StepAttribution]:
+    out: dict[int, StepAttribution] = {}
+    with_tokens = [s for s in series_steps if _tokens(ctx, s) is not None]
+    without = [s for s in series_steps if _tokens(ctx, s) is None]
+    parts: list[tuple[list[Step], list[int] | None]] = []
+    if with_tokens:
+        parts.append((with_tokens, [_tokens(ctx, s) or 0 for s in with_tokens]))
+    if without:
+        parts.append((without, None))
+    for steps, tokens in parts:
+        walls = [s.wall_ns for s in steps]
+        fit = fit_spikes(walls, tokens, ratio=ratio, min_excess_ns=min_excess_ns, half_window=half,
+                         exclude=[s.index in known_slow for s in steps], min_fit_points=min_fit)
+        use = [not (f or s.index in known_slow) for s, f in zip(steps, fit.spikes, strict=True)]
+        if sum(use) < min_fit:
+            use = [not f for f in fit.spikes]
+        names = sorted({c for s in steps if s.breakdown for c in s.breakdown.components})
+        matrix = np.array([[s.breakdown.get(c) if s.breakdown else 0 for c in names] for s in steps], float)
+        matrix = matrix.reshape(len(steps), len(names))
+        bases = {c: _component_baselines(matrix[:, j], use, half, tokens, c == ATTENTION)
+                 for j, c in enumerate(names)}
+        longs = np.array([s.breakdown.host_long_ns if s.breakdown else 0 for s in steps], float)
+        long_base = rolling_quantile(longs.tolist(), half, use, COMPONENT_QUANTILE)
+        for i, s in enumerate(steps):
+            base_wall = fit.baseline_ns[i]
+            excess = s.wall_ns - base_wall
+            deltas = {c: matrix[i, j] - bases[c][i] for j, c in enumerate(names)}
+            grown = {c: d for c, d in deltas.items() if d > 0}
+            total = sum(grown.values())
+            items = []
+            for j, c in enumerate(names):
+                d = deltas[c]
+                share = grown.get(c, 0.0) / total if total > 0 else 0.0
+                items.append(Part(c, int(matrix[i, j]), float(bases[c][i]), float(d),
+                                  float(max(excess, 0.0) * share), float(share)))
+            items.sort(key=lambda p: (-p.attributed_ns, -p.delta_ns, p.component))
+            out[s.index] = StepAttribution(
+                step=s.index, series=gi, position=-1, wall_ns=s.wall_ns, baseline_ns=base_wall,
+                spike=fit.spikes[i], method=fit.method, parts=tuple(items),
+                host_long_delta_ns=float(longs[i] - long_base[i]))
+    return out
+
+
+def table(ctx: TraceAnalysis, *, ratio: float, min_excess_ns: float, half_window: int, min_fit: int,
+          known_slow: set[int]) -> dict[int, StepAttribution]:
+    """Every step's attribution (by step index), computed once per analysis and set of parameters."""
+    key = ("attribution", ratio, min_excess_ns, half_window, min_fit, frozenset(known_slow))
+    got = ctx.cache.get("attribution")
+    if isinstance(got, tuple) and got[0] == key:
+        return got[1]  # type: ignore[no-any-return]
+    out: dict[int, StepAttribution] = {}
+    for gi, group in enumerate(series(ctx.steps)):
+        found = _attribute(group, gi, ctx, known_slow, ratio=ratio, min_excess_ns=min_excess_ns,
+                           half=half_window, min_fit=min_fit)
+        for pos, s in enumerate(group):
+            a = found.get(s.index)
+            if a is not None:
+                out[s.index] = StepAttribution(**{**a.__dict__, "position": pos})
+    ctx.cache["attribution"] = (key, out)
+    return out

@@ -1,0 +1,154 @@
+"""Why one step took what it took: its breakdown beside its baseline's, the attribution of its excess, the
+kernels and host operations that grew, the cause and the remedy (`traceinsight explain TRACE --step N`)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceinsight.diagnose import remedies
+from traceinsight.diagnose.attribution import StepAttribution
+from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.diagnose.host import host_evidence
+from traceinsight.diagnose.rules import latency_spike
+from traceinsight.model.breakdown import IDLE_HOST, component_of_family
+from traceinsight.model.phases import PREFILL_PHASES
+from traceinsight.model.steps import Step
+
+SCHEMA = "traceinsight.explain/1"
+# Kernels listed (those whose time changed most against the baseline steps).
+MAX_KERNELS = 8
+
+
+@dataclass(frozen=True)
+class KernelDelta:
+    """One kernel (by short name and component) in the step against its median in the baseline steps (ns)."""
+
+    kernel: str
+    component: str
+    count: int
+    step_ns: int
+    baseline_ns: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "component": self.component, "count": self.count, "step_ns": self.step_ns,
+                "baseline_ns": round(self.baseline_ns), "delta_ns": round(self.step_ns - self.baseline_ns)}
+
+
+@dataclass(frozen=True)
+class StepExplanation:
+    step: int
+    name: str
+    phase: str
+    attribution: StepAttribution
+    cause: str | None
+    cause_component: str | None
+    incident: dict[str, Any] | None
+    baseline_steps: list[int]
+    kernels: list[KernelDelta]
+    host: dict[str, Any] | None
+    remedy: str
+    breakdown: dict[str, Any] | None = field(default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        a = self.attribution
+        return {
+            "schema": SCHEMA,
+            "step": self.step,
+            "name": self.name,
+            "phase": self.phase,
+            "wall_ns": a.wall_ns,
+            "baseline_ns": round(a.baseline_ns),
+            "excess_ns": round(a.excess_ns),
+            "ratio": round(a.ratio, 3),
+            "spike": a.spike,
+            "baseline": a.method,
+            "baseline_steps": self.baseline_steps,
+            "breakdown": self.breakdown,
+            "attribution": [p.to_json() for p in a.parts],
+            "cause": self.cause,
+            "cause_component": self.cause_component,
+            "incident": self.incident,
+            "kernels": [k.to_json() for k in self.kernels],
+            "host": self.host,
+            "remedy": self.remedy,
+        }
+
+
+def _component(step: Step) -> dict[int, str]:
+    """kernel_id -> component for the step's kernels (attention launches by phase)."""
+    out = {k.kernel_id: component_of_family(k.family) for k in step.kernels}
+    for x in step.launches:
+        if x.phase in PREFILL_PHASES:
+            for k in (x.attention, *x.merges, *x.prepares):
+                out[k.kernel_id] = "prefill"
+    return out
+
+
+def _kernel_totals(step: Step) -> dict[tuple[str, str], tuple[int, int]]:
+    comp = _component(step)
+    acc: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for k in step.kernels:
+        v = acc[(k.kernel, comp[k.kernel_id])]
+        v[0] += 1
+        v[1] += k.dur_ns
+    return {key: (v[0], v[1]) for key, v in acc.items()}
+
+
+def kernel_deltas(step: Step, baseline: list[Step]) -> list[KernelDelta]:
+    """The step's kernels (by short name) against their median total in the baseline steps, largest change
+    first."""
+    mine = _kernel_totals(step)
+    theirs = [_kernel_totals(s) for s in baseline]
+    keys = set(mine) | {k for t in theirs for k in t}
+    rows = []
+    for key in keys:
+        count, ns = mine.get(key, (0, 0))
+        base = statistics.median([t.get(key, (0, 0))[1] for t in theirs]) if theirs else 0.0
+        rows.append(KernelDelta(key[0], key[1], count, ns, float(base)))
+    rows.sort(key=lambda r: -abs(r.step_ns - r.baseline_ns))
+    return rows[:MAX_KERNELS]
+
+
+def explain_step(ctx: TraceAnalysis, index: int) -> StepExplanation:
+    """The explanation of step `index` (KeyError when the trace has no such step or it has no attribution)."""
+    table = latency_spike.attributions(ctx)
+    att = table[index]
+    by_index = {s.index: s for s in ctx.steps}
+    step = by_index[index]
+    baseline = latency_spike.neighbours(ctx, table, index, latency_spike.HOST_BASELINE_STEPS)
+    by_step: dict[int, list[Any]] = defaultdict(list)
+    for f in ctx.findings:
+        for s in f.steps:
+            by_step[s].append(f)
+    incident = None
+    cause: str | None = None
+    component: str | None = None
+    for f in ctx.findings:
+        if f.id == latency_spike.ID and index in f.steps:
+            incident = {"summary": f.summary, "first_step": f.evidence.get("first_step"),
+                        "last_step": f.evidence.get("last_step"), "onset_steps": f.evidence.get("onset_steps"),
+                        "threshold_step": f.evidence.get("threshold_step")}
+            cause, component = f.evidence.get("cause"), f.evidence.get("cause_component")
+            remedy = f.remedy
+            break
+    else:
+        component = att.component if att.excess_ns > 0 else None
+        finding = None
+        if component is not None:
+            cause, finding = latency_spike.cause_of(att, component, by_step)
+        remedy = finding.remedy if finding is not None else (
+            remedies.remedy(cause, remedies.facts(ctx)) if cause else "")
+    host = None
+    grown = att.part(IDLE_HOST)
+    if grown is not None and grown.delta_ns > 0:
+        host = host_evidence(ctx, index, baseline)
+    return StepExplanation(
+        step=index, name=step.name, phase=step.phase, attribution=att, cause=cause, cause_component=component,
+        incident=incident, baseline_steps=baseline,
+        kernels=kernel_deltas(step, [by_index[i] for i in baseline if i in by_index]),
+        host=host, remedy=remedy,
+        breakdown=step.breakdown.to_json() if step.breakdown is not None else None,
+    )

@@ -1,0 +1,59 @@
+"""The phase of an attention launch from the batch's query lengths, and what a mixed launch wastes on padding.
+
+A sidecar's `qo_lens` (query rows per request) says exactly what a launch ran: all 1 is decode, all more than 1
+is prefill (or extend), both kinds together is `mixed` — chunked prefill riding with the decode rows of the
+running batch in one launch of a prefill kernel. On tensor-core kernels every request's query rows (times the
+GQA group G when the kernel packs the group's heads into rows, as FlashInfer's FA2 kernels do) are cut into
+CTA_TILE_Q-row tiles, so a decode request pads a whole 16/64/128-row tile for its G rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+DECODE = "decode"
+PREFILL = "prefill"
+MIXED = "mixed"
+# Phases of launches that ran prefill rows (the decode planners do not model them).
+PREFILL_PHASES = (PREFILL, MIXED)
+
+
+def phase_from_query_lengths(qo_lens: Sequence[int]) -> tuple[str, str] | None:
+    """(phase, evidence) from the query rows per request; None for an empty list."""
+    if not qo_lens:
+        return None
+    decode = sum(1 for q in qo_lens if q == 1)
+    rows = sum(int(q) for q in qo_lens if q > 1)
+    if decode == len(qo_lens):
+        return DECODE, f"the sidecar's query lengths: {decode} requests of one query row each"
+    if decode == 0:
+        return PREFILL, f"the sidecar's query lengths: {len(qo_lens)} prefill requests, {rows} query rows"
+    return MIXED, (f"the sidecar's query lengths: {decode} decode rows and {len(qo_lens) - decode} prefill "
+                   f"requests ({rows} query rows) in one launch (chunked prefill mixed with decode)")
+
+
+def tile_padding(qo_lens: Sequence[int], tile_rows: int, group: int = 1) -> dict[str, Any] | None:
+    """How much of a tensor-core launch's query tiles is padding: each request's `q x group` rows are cut into
+    `tile_rows`-row tiles. Returns rows (real, decode, prefill), tiles, padded rows and the padding share of all
+    tile rows; None when the tile is unknown."""
+    if tile_rows <= 0 or not qo_lens:
+        return None
+    g = max(1, int(group))
+    tiles = sum(math.ceil(q * g / tile_rows) for q in qo_lens)
+    rows = sum(q * g for q in qo_lens)
+    decode_rows = sum(g for q in qo_lens if q == 1)
+    decode_tiles = sum(math.ceil(g / tile_rows) for q in qo_lens if q == 1)
+    capacity = tiles * tile_rows
+    return {
+        "tile_rows": tile_rows,
+        "group": g,
+        "tiles": tiles,
+        "rows": rows,
+        "decode_rows": decode_rows,
+        "prefill_rows": rows - decode_rows,
+        "padded_rows": capacity - rows,
+        "padding_share": (capacity - rows) / capacity if capacity else 0.0,
+        "decode_tile_share": decode_tiles / tiles if tiles else 0.0,
+    }

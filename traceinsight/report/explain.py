@@ -1,0 +1,73 @@
+"""Terminal rendering of `traceinsight explain`: one step's breakdown beside its baseline, the attribution, the
+kernels and host operations that changed, the cause and the remedy. Reads the explanation's JSON form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from traceinsight.report.text import _table, fmt_ns
+
+
+def _signed(ns: float) -> str:
+    return ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns)) if ns else "0"
+
+
+def render_explanation(ex: Any, con: Console) -> None:
+    doc = ex.to_json() if hasattr(ex, "to_json") else ex
+    head = Text()
+    head.append(f"step {doc['step']}", style="bold")
+    head.append(f"  {doc['name']}  [{doc['phase']}]\n")
+    verdict = "a latency spike" if doc["spike"] else "within its trend"
+    head.append(f"took {fmt_ns(doc['wall_ns'])} against a {fmt_ns(doc['baseline_ns'])} baseline "
+                f"({doc['ratio']:.2f}x, {doc['baseline']}): {verdict}")
+    if doc.get("cause"):
+        head.append(f"\ncause: {doc['cause']}", style="bold red" if doc["spike"] else "bold")
+        if doc.get("incident"):
+            inc = doc["incident"]
+            onset = inc.get("onset_steps") or []
+            head.append(f"  (incident of steps {inc['first_step']}-{inc['last_step']}"
+                        + (f", onset at step {onset[0]} before the total crossed the threshold at step "
+                           f"{inc['threshold_step']}" if onset else "") + ")")
+    con.print(head)
+    con.print()
+    b = doc.get("breakdown") or {}
+    t = _table(f"Where the time went (baseline: median of {len(doc['baseline_steps'])} steps around it)",
+               [("component", "left"), ("this step", "right"), ("baseline", "right"), ("change", "right"),
+                ("share of excess", "right")])
+    for p in doc["attribution"]:
+        if not p["step_ns"] and not p["baseline_ns"]:
+            continue
+        share = f"{100 * p['share']:.0f}%" if p["attributed_ns"] > 0 else ""
+        t.add_row(p["component"], fmt_ns(p["step_ns"]), fmt_ns(p["baseline_ns"]), _signed(p["delta_ns"]), share)
+    t.add_row(Text("wall", style="bold"), fmt_ns(doc["wall_ns"]), fmt_ns(doc["baseline_ns"]),
+              _signed(doc["excess_ns"]), "")
+    con.print(t)
+    if b:
+        con.print(Text(f"window from {b['source']}; GPU busy {fmt_ns(b['gpu_busy_ns'])}, idle {fmt_ns(b['idle_ns'])} "
+                       f"in {b['idle_stretches']} stretches (longest wait for the host {fmt_ns(b['host_gap_max_ns'])})",
+                       style="dim"))
+    con.print()
+    k = _table("Kernels against the same steps", [("kernel", "left"), ("component", "left"), ("launches", "right"),
+                                                   ("this step", "right"), ("baseline", "right"),
+                                                   ("change", "right")])
+    for r in doc["kernels"]:
+        k.add_row(r["kernel"], r["component"], str(r["count"]), fmt_ns(r["step_ns"]), fmt_ns(r["baseline_ns"]),
+                  _signed(r["delta_ns"]))
+    con.print(k)
+    host = doc.get("host")
+    if host:
+        con.print()
+        h = _table(f"On the host while the GPU waited ({fmt_ns(host['stall_ns'])} in the longest stretches; "
+                   f"{fmt_ns(host['untracked_ns'])} outside any recorded op)",
+                   [("host op", "left"), ("calls", "right"), ("in the wait", "right"), ("this step", "right"),
+                    ("usually", "right")])
+        for r in host["ops"]:
+            h.add_row(r["name"], str(r["calls"]), fmt_ns(r["in_stall_ns"]), fmt_ns(r["step_ns"]),
+                      fmt_ns(r["usual_ns"]) if r["usual_ns"] else "not seen")
+        con.print(h)
+    if doc.get("remedy"):
+        con.print()
+        con.print(Text("remedy: ", style="bold") + Text(doc["remedy"]))
