@@ -190,9 +190,11 @@ def _windows(steps: Iterable[Step]) -> list[tuple[Step, int, int, str]]:
             else:
                 w0, w1, source = s.start_ns, s.end_ns, "gpu-span"
             if prev_end is not None and prev_end > w0:
-                # The GPU was still on the previous step: this step's time starts when that ends (never after
-                # its own first kernel).
-                w0 = min(prev_end, s.start_ns) if s.kernels else prev_end
+                # The GPU was still on the previous step: this step's time starts when that ends (the first
+                # kernel may start a little earlier: programmatic dependent launch overlaps kernels by ~0.2 us).
+                # Only a step whose GPU work lies wholly inside the previous window (steps running concurrently
+                # on several streams) keeps its own start, and its window overlaps the previous one.
+                w0 = prev_end if not s.kernels or prev_end < s.end_ns else min(prev_end, s.start_ns)
             w1 = max(w1, w0)
             out.append((s, w0, w1, source))
             prev_end = w1 if prev_end is None else max(prev_end, w1)
@@ -205,8 +207,11 @@ def _classify(launch: int, idle_from: int) -> str:
     return IDLE_HOST if launch >= idle_from else IDLE_WAIT
 
 
-def _split(work: _Work, w0: int, w1: int) -> tuple[dict[str, float], list[tuple[str, int, int]]]:
-    """(busy ns per component, idle stretches as (component, start, ns)) of [w0, w1) on one device."""
+def _split(work: _Work, w0: int, w1: int, host_range: bool = False) -> tuple[dict[str, float],
+                                                                              list[tuple[str, int, int]]]:
+    """(busy ns per component, idle stretches as (component, start, ns)) of [w0, w1) on one device.
+    `host_range`: the window comes from a host range, so idle time at its end with no GPU work after it at all
+    is the host's (it was still inside the step)."""
     lo = int(np.searchsorted(work.reach, w0, side="right"))  # first interval ending after w0
     hi = int(np.searchsorted(work.start, w1, side="left"))  # intervals starting before w1
     starts = work.start[lo:hi].tolist()
@@ -218,8 +223,10 @@ def _split(work: _Work, w0: int, w1: int) -> tuple[dict[str, float], list[tuple[
     idle: list[tuple[str, int, int]] = []
     nxt = hi if hi < len(work.start) else None
 
-    def tail_launch() -> int:
-        return int(work.launch[nxt]) if nxt is not None else -1
+    def tail(t: int) -> str:
+        if nxt is None:
+            return IDLE_HOST if host_range else IDLE_UNKNOWN
+        return _classify(int(work.launch[nxt]), t)
 
     overlapping = any(starts[i + 1] < ends[i] for i in range(len(starts) - 1)) if len(starts) > 1 else False
     if not overlapping:
@@ -233,7 +240,7 @@ def _split(work: _Work, w0: int, w1: int) -> tuple[dict[str, float], list[tuple[
                 busy[names[c]] += e - s
             t = max(t, e)
         if t < w1:
-            idle.append((_classify(tail_launch(), t), t, w1 - t))
+            idle.append((tail(t), t, w1 - t))
         return busy, idle
     # Overlapping work (several streams): sweep over the interval ends; time shared among what is active.
     events: list[tuple[int, int, int]] = []  # (time, +1 start / -1 end, index)
@@ -263,7 +270,7 @@ def _split(work: _Work, w0: int, w1: int) -> tuple[dict[str, float], list[tuple[
             active[comps[i]] -= 1
             n_active -= 1
     if t < w1:
-        idle.append((_classify(tail_launch(), t), t, w1 - t))
+        idle.append((tail(t), t, w1 - t))
     return busy, idle
 
 
@@ -289,7 +296,7 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
         parts: dict[str, float] = {}
         idle: list[tuple[str, int, int]] = []
         if wk is not None and w1 > w0:
-            busy, idle = _split(wk, w0, w1)
+            busy, idle = _split(wk, w0, w1, host_range=source == "cpu-range")
             parts = dict(busy)
             for comp, _, ns in idle:
                 parts[comp] = parts.get(comp, 0.0) + ns

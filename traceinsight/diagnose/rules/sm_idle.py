@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 
+from traceinsight.diagnose import remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, NotApplicable, has, limit
@@ -81,8 +82,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 "A GPU is only as fast as its busiest SM. Here the average SM was busy for only "
                 f"{1 - w_idle:.0%} of the time the busiest one was ({how}), so the same work spread evenly "
                 "would finish in about that fraction of the time."),
-            remedy=("Balance the work across SMs: split long requests into more chunks, keep the batch below the "
-                    "split-KV threshold, or use a persistent longest-first scheduler."),
+            remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""]),
             saving_ns=round(sum(balanced_saving_ns(h[0].dur_ns, h[1]) for h in hits)),
         ))
     return out

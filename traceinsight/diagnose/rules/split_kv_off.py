@@ -9,6 +9,7 @@ launch takes far longer than this kernel's balanced (split-on) launches.
 
 from __future__ import annotations
 
+from traceinsight.diagnose import remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
@@ -86,11 +87,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 "one CTA per KV head walked that request alone while the other SMs finished early and sat idle: "
                 f"{fmt_ms(wv.dur_ns)} instead of about {fmt_ms(w.reference_ns)} for the same work spread evenly "
                 f"(reference: {w.reference})."),
-            remedy=(
-                (f"Keep decode batches below B_th = {b_th} (cap running requests at {b_th - 1}) "
-                 if b_th else "Keep the batch below the split threshold ")
-                + "while a very long request is running, or use a backend that splits per request whatever the "
-                "batch size (FlashAttention-3's dynamic split); `traceinsight whatif` prices each option."),
+            remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""], b_th=b_th,
+                                   cap=b_th - 1 if b_th else None),
             saving_ns=round(sum(h.excess_ns for h in hits)),
         ))
     return out

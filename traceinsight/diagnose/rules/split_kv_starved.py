@@ -9,6 +9,7 @@ the launch is far slower than the kernel's balanced launches.
 
 from __future__ import annotations
 
+from traceinsight.diagnose import remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
@@ -84,10 +85,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                    if spare is not None else "")
                 + f", so {cut}. Those few CTAs ran long after the rest of the GPU had finished: "
                 f"{fmt_ms(wv.dur_ns)} instead of about {fmt_ms(w.reference_ns)} (reference: {w.reference})."),
-            remedy=(
-                "Leave headroom below the split threshold when long requests run (cap the batch well under B_th, "
-                "e.g. so that B x H_kv <= max_grid / 2), or use a backend whose split does not depend on spare "
-                "CTAs (FlashAttention-3's dynamic split)."),
+            remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""],
+                                   b_th=wv.threshold.b_threshold if wv.threshold else None),
             saving_ns=round(sum(h.excess_ns for h in hits)),
         ))
     return out

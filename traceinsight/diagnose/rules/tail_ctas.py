@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
+from traceinsight.diagnose import remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
@@ -106,9 +107,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 "GPU runs at full width for a while and then waits for those few CTAs on a handful of SMs. In "
                 f"step {wv.step.index} about {fmt_ms(share * wv.dur_ns)} of {fmt_ms(wv.dur_ns)} was such a tail "
                 f"(estimated from {source}).{formed}"),
-            remedy=(
-                "Cut long requests into more, shorter work items (a smaller KV chunk / more splits), or schedule "
-                "the longest items first (persistent kernels with longest-first order, as FlashAttention-3 does)."),
+            remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""]),
             saving_ns=round(saving),
         ))
     return out

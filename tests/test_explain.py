@@ -1,0 +1,55 @@
+"""`traceinsight explain TRACE --step N`: one step's breakdown against its baseline, the attribution, the cause
+and the remedy, as text and JSON, on the real FA2 sweep (skew80 from B = 66 runs with split-KV off: 20x slower
+with attention the only part that grew; each case's first step spends ~0.1-0.3 ms on the host first)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from click.testing import CliRunner
+
+from traceinsight.cli.main import main
+
+
+def _run(h200: Path, *args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, ["explain", str(h200 / "flashinfer_fa2_decode_sweep.pt.trace.json.gz"), *args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_the_worst_step_is_split_kv_off_with_attention_the_part_that_grew(h200: Path) -> None:
+    code, out, err = _run(h200, "--format", "json")
+    assert code == 0, err
+    doc = orjson.loads(out)
+    assert doc["schema"] == "traceinsight.explain/1"
+    assert doc["spike"] and doc["cause"] == "split-kv-off" and doc["cause_component"] == "attention"
+    assert "dist=skew80" in doc["name"] and doc["ratio"] > 15
+    top = doc["attribution"][0]
+    assert top["component"] == "attention" and top["share"] > 0.9
+    assert sum(p["step_ns"] for p in doc["attribution"]) == doc["wall_ns"] == doc["breakdown"]["wall_ns"]
+    # The merge kernel is gone (split-KV off) and the attention kernel grew: both in the kernel list.
+    kernels = {k["kernel"]: k for k in doc["kernels"]}
+    assert kernels["BatchPrefillWithPagedKVCacheKernel"]["delta_ns"] > 2_000_000
+    assert kernels["PersistentVariableLengthMergeStatesKernel"]["count"] == 0
+    assert "B_th = 66" in doc["remedy"]
+
+
+def test_a_step_slowed_on_the_host_is_a_host_stall(h200: Path) -> None:
+    code, out, err = _run(h200, "--step", "0")
+    assert code == 0, err
+    assert "cause: host-stall" in out and "idle-host" in out
+    assert "outside any recorded op" in out  # the host time was Python between ops, not a torch op
+    assert "remedy:" in out and "CUDA graphs cut launch overhead but do not hide a stalled host" in out
+
+
+def test_a_step_within_its_trend_says_so(h200: Path) -> None:
+    code, out, _ = _run(h200, "--step", "2", "--format", "json")
+    assert code == 0
+    doc = orjson.loads(out)
+    assert not doc["spike"] and doc["incident"] is None
+
+
+def test_a_step_that_does_not_exist_is_one_line(h200: Path) -> None:
+    code, out, err = _run(h200, "--step", "100000")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "no step 100000" in err

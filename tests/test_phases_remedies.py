@@ -1,0 +1,61 @@
+"""Phases from query lengths, tile padding of mixed launches, and remedies that never recommend what the trace
+already uses (remedies.toml)."""
+
+from __future__ import annotations
+
+import pytest
+
+from traceinsight.diagnose import remedies
+from traceinsight.diagnose.attribution import COMPONENT_CAUSES, HOST_LAUNCH_BOUND, HOST_STALL
+from traceinsight.diagnose.rules.latency_spike import ATTENTION_CAUSES
+from traceinsight.model.phases import phase_from_query_lengths, tile_padding
+
+
+def test_phase_from_query_lengths() -> None:
+    assert phase_from_query_lengths([1, 1, 1])[0] == "decode"
+    assert phase_from_query_lengths([4096])[0] == "prefill"
+    phase, why = phase_from_query_lengths([1] * 48 + [1024])
+    assert phase == "mixed" and "48 decode rows" in why and "1024 query rows" in why
+    assert phase_from_query_lengths([]) is None
+
+
+def test_tile_padding_of_a_mixed_launch() -> None:
+    # 48 decode requests of G = 8 rows each in 128-row tiles (120 padded rows each) and a 1024-token chunk
+    # (8192 rows: 64 full tiles).
+    p = tile_padding([1] * 48 + [1024], tile_rows=128, group=8)
+    assert p is not None
+    assert p["tiles"] == 48 + 64 and p["rows"] == 48 * 8 + 8192 and p["decode_rows"] == 384
+    assert p["padded_rows"] == 48 * 120
+    assert p["padding_share"] == pytest.approx(48 * 120 / ((48 + 64) * 128))
+    assert p["decode_tile_share"] == pytest.approx(48 / 112)
+    assert tile_padding([1, 1], tile_rows=0) is None
+
+
+FACTS = {
+    "fa3": remedies.Facts(frozenset({"fa3"}), cuda_graph=False, chunked=False),
+    "flashinfer": remedies.Facts(frozenset({"flashinfer-cuda-core"}), cuda_graph=False, chunked=False),
+    "graph": remedies.Facts(frozenset({"flashinfer-fa2"}), cuda_graph=True, chunked=True),
+}
+
+
+@pytest.mark.parametrize("cause", sorted({*ATTENTION_CAUSES, *COMPONENT_CAUSES.values(), HOST_STALL,
+                                           HOST_LAUNCH_BOUND, "attention", "kernels:gemm", "kernels:norm"}
+                                          - {"wave-quantization", "slow-path", "kv-bandwidth"}))
+def test_every_cause_has_a_remedy_that_fits_the_trace(cause: str) -> None:
+    for name, facts in FACTS.items():
+        text = remedies.remedy(cause, facts, b_th=297, cap=296)
+        assert text, (cause, name)
+        assert "{" not in text, text
+        if name == "fa3":  # never "use FlashAttention-3" to a trace that runs it
+            assert "FlashAttention-3's dynamic split)" not in text and "as FlashAttention-3" not in text, text
+        if name == "graph":  # CUDA graphs and chunked prefill are in use already
+            assert "Capture the decode step in a CUDA graph" not in text, text
+            assert "Enable chunked prefill" not in text, text
+
+
+def test_remedy_placeholders_read_generically_when_unknown() -> None:
+    text = remedies.remedy("split-kv-off", FACTS["flashinfer"])
+    assert "below B_th = B_th" not in text or "cap running requests at B_th - 1" in text
+    assert remedies.remedy("no-such-cause", FACTS["flashinfer"]) == ""
+    # kernels:<family> falls back to the generic entry with the family's name.
+    assert remedies.remedy("kernels:rope", FACTS["flashinfer"]).startswith("Rope kernels took longer")
