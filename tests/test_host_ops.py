@@ -32,5 +32,6 @@ def test_ops_in_windows_equal_a_full_parse(h200: Path) -> None:
     assert want and got == want
     # A floor on the duration, and no window at all.
     long = read_kineto_ops(path, windows, min_dur_ns=20_000)
-    assert sorted((o.name, o.start_ns, o.end_ns, o.thread_id) for o in long) == [w for w in want if w[2] - w[1] >= 20_000]
+    assert sorted((o.name, o.start_ns, o.end_ns, o.thread_id) for o in long) == [
+        w for w in want if w[2] - w[1] >= 20_000]
     assert read_kineto_ops(path, []) == []
