@@ -24,7 +24,7 @@ import traceinsight.pipeline as pipeline
 from traceinsight.report.json_doc import documents
 
 STAGES = {"load": "ingest", "ensure_labels": "labels", "group_steps": "steps", "attach": "schedule model",
-          "diagnose": "rules"}
+          "breakdowns": "step breakdown", "diagnose": "rules"}
 
 
 def _peak_mb() -> float:
