@@ -97,3 +97,22 @@ def test_idle_at_the_end_of_a_host_range_is_the_hosts() -> None:
     w = _work([(0, 100, -1, "gemm")])
     assert _split(w, 0, 300, host_range=True)[1] == [(IDLE_HOST, 100, 200)]
     assert _split(w, 0, 300)[1] == [(IDLE_UNKNOWN, 100, 200)]
+
+
+@pytest.mark.parametrize("name", ["flashinfer_decode_sweep.pt.trace.json.gz", "flashinfer_decode.sqlite"])
+def test_idle_gaps_between_steps_leave_out_the_steps_windows(h200: Path, name: str) -> None:
+    """gpu-idle-gaps counts only idle time outside every step's window: the vectorised cut equals cutting
+    each gap by every window."""
+    from traceinsight.diagnose.rules.gpu_idle_gaps import outside_windows
+
+    _, (a,) = analyze([h200 / name], cache=False)
+    gaps = a.schedule.idle_gaps
+    windows = [(s.breakdown.start_ns, s.breakdown.end_ns) for s in a.steps]
+    want = 0
+    for g in gaps:
+        covered = sum(max(0, min(g.end_ns, w1) - max(g.start_ns, w0)) for w0, w1 in windows)
+        want += g.dur_ns - covered
+    lo, hi, _ = outside_windows(gaps, a)
+    assert int((hi - lo).sum()) == want
+    assert all(not any(w0 < e and s < w1 for w0, w1 in windows) for s, e in zip(lo.tolist(), hi.tolist(), strict=True))
+    assert want < sum(g.dur_ns for g in gaps)  # the host time at the start of a step's range is the step's

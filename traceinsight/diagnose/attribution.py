@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -67,9 +68,20 @@ class Part:
 
 
 @dataclass(frozen=True)
+class _Series:
+    """One series' components as arrays (rows: its steps in order; columns: `names`), with their baselines."""
+
+    names: list[str]
+    values: np.ndarray
+    bases: np.ndarray
+    excess: np.ndarray  # wall - baseline wall, per step
+
+
+@dataclass(frozen=True)
 class StepAttribution:
     """A step judged against its series (times in ns): wall and baseline wall, ratio, whether it is a spike, how
-    the baseline was made, its series, and its components against theirs (largest attributed first)."""
+    the baseline was made, its series and position in it, and its components against theirs (`parts`, largest
+    attributed first; computed when asked: a long trace has 10^5 steps and only its spikes are read)."""
 
     step: int
     series: int
@@ -78,8 +90,9 @@ class StepAttribution:
     baseline_ns: float
     spike: bool
     method: str
-    parts: tuple[Part, ...]
     host_long_delta_ns: float
+    data: _Series = field(repr=False, compare=False)
+    row: int = field(repr=False, compare=False)
 
     @property
     def ratio(self) -> float:
@@ -89,11 +102,29 @@ class StepAttribution:
     def excess_ns(self) -> float:
         return self.wall_ns - self.baseline_ns
 
+    @cached_property
+    def parts(self) -> tuple[Part, ...]:
+        d, i = self.data, self.row
+        deltas = d.values[i] - d.bases[i]
+        grown = np.where(deltas > 0, deltas, 0.0)
+        total = float(grown.sum())
+        excess = max(self.excess_ns, 0.0)
+        items = []
+        for j, c in enumerate(d.names):
+            share = float(grown[j]) / total if total > 0 else 0.0
+            items.append(Part(c, int(d.values[i, j]), float(d.bases[i, j]), float(deltas[j]), excess * share, share))
+        items.sort(key=lambda p: (-p.attributed_ns, -p.delta_ns, p.component))
+        return tuple(items)
+
     @property
     def component(self) -> str | None:
         """The component that grew the most (None when none grew)."""
-        grown = [p for p in self.parts if p.delta_ns > 0]
-        return max(grown, key=lambda p: p.delta_ns).component if grown else None
+        d, i = self.data, self.row
+        if not d.names:
+            return None
+        deltas = d.values[i] - d.bases[i]
+        j = int(np.argmax(deltas))
+        return d.names[j] if deltas[j] > 0 else None
 
     def part(self, component: str) -> Part | None:
         return next((p for p in self.parts if p.component == component), None)
@@ -101,8 +132,12 @@ class StepAttribution:
     def jumped(self, component: str, ratio: float, min_excess_ns: float) -> bool:
         """Whether `component` alone broke from its baseline the way a spike does (ratio times it and
         min_excess_ns above it)."""
-        p = self.part(component)
-        return p is not None and p.delta_ns >= min_excess_ns and p.step_ns >= ratio * p.baseline_ns
+        d, i = self.data, self.row
+        if component not in d.names:
+            return False
+        j = d.names.index(component)
+        v, b = float(d.values[i, j]), float(d.bases[i, j])
+        return v - b >= min_excess_ns and v >= ratio * b
 
     def host_cause(self, component: str | None = None) -> str:
         """host-stall when the host's idle growth came mostly in long stretches, else host-launch-bound."""
@@ -167,6 +202,7 @@ def _component_baselines(values: np.ndarray, use: Sequence[bool], half: int, tok
 def _attribute(series_steps: list[Step], gi: int, ctx: TraceAnalysis, known_slow: set[int], *, ratio: float,
                min_excess_ns: float, half: int, min_fit: int) -> dict[int, StepAttribution]:
     out: dict[int, StepAttribution] = {}
+    position = {s.index: i for i, s in enumerate(series_steps)}
     with_tokens = [s for s in series_steps if _tokens(ctx, s) is not None]
     without = [s for s in series_steps if _tokens(ctx, s) is None]
     parts: list[tuple[list[Step], list[int] | None]] = []
@@ -181,30 +217,24 @@ def _attribute(series_steps: list[Step], gi: int, ctx: TraceAnalysis, known_slow
         use = [not (f or s.index in known_slow) for s, f in zip(steps, fit.spikes, strict=True)]
         if sum(use) < min_fit:
             use = [not f for f in fit.spikes]
-        names = sorted({c for s in steps if s.breakdown for c in s.breakdown.components})
-        matrix = np.array([[s.breakdown.get(c) if s.breakdown else 0 for c in names] for s in steps], float)
-        matrix = matrix.reshape(len(steps), len(names))
-        bases = {c: _component_baselines(matrix[:, j], use, half, tokens, c == ATTENTION)
-                 for j, c in enumerate(names)}
-        longs = np.array([s.breakdown.host_long_ns if s.breakdown else 0 for s in steps], float)
-        long_base = rolling_quantile(longs.tolist(), half, use, COMPONENT_QUANTILE)
+        comps = [s.breakdown.components if s.breakdown else {} for s in steps]
+        names = sorted({c for cs in comps for c in cs})
+        col = {c: j for j, c in enumerate(names)}
+        values = np.zeros((len(steps), len(names)))
+        for i, cs in enumerate(comps):
+            for c, v in cs.items():
+                values[i, col[c]] = v
+        bases = np.zeros_like(values)
+        for j, c in enumerate(names):
+            bases[:, j] = _component_baselines(values[:, j], use, half, tokens, c == ATTENTION)
+        longs = [s.breakdown.host_long_ns if s.breakdown else 0 for s in steps]
+        long_base = rolling_quantile(longs, half, use, COMPONENT_QUANTILE)
+        data = _Series(names, values, bases, np.asarray(walls, float) - np.asarray(fit.baseline_ns, float))
         for i, s in enumerate(steps):
-            base_wall = fit.baseline_ns[i]
-            excess = s.wall_ns - base_wall
-            deltas = {c: matrix[i, j] - bases[c][i] for j, c in enumerate(names)}
-            grown = {c: d for c, d in deltas.items() if d > 0}
-            total = sum(grown.values())
-            items = []
-            for j, c in enumerate(names):
-                d = deltas[c]
-                share = grown.get(c, 0.0) / total if total > 0 else 0.0
-                items.append(Part(c, int(matrix[i, j]), float(bases[c][i]), float(d),
-                                  float(max(excess, 0.0) * share), float(share)))
-            items.sort(key=lambda p: (-p.attributed_ns, -p.delta_ns, p.component))
             out[s.index] = StepAttribution(
-                step=s.index, series=gi, position=-1, wall_ns=s.wall_ns, baseline_ns=base_wall,
-                spike=fit.spikes[i], method=fit.method, parts=tuple(items),
-                host_long_delta_ns=float(longs[i] - long_base[i]))
+                step=s.index, series=gi, position=position[s.index], wall_ns=s.wall_ns,
+                baseline_ns=float(fit.baseline_ns[i]), spike=fit.spikes[i], method=fit.method,
+                host_long_delta_ns=float(longs[i] - long_base[i]), data=data, row=i)
     return out
 
 
@@ -217,11 +247,7 @@ def table(ctx: TraceAnalysis, *, ratio: float, min_excess_ns: float, half_window
         return got[1]  # type: ignore[no-any-return]
     out: dict[int, StepAttribution] = {}
     for gi, group in enumerate(series(ctx.steps)):
-        found = _attribute(group, gi, ctx, known_slow, ratio=ratio, min_excess_ns=min_excess_ns,
-                           half=half_window, min_fit=min_fit)
-        for pos, s in enumerate(group):
-            a = found.get(s.index)
-            if a is not None:
-                out[s.index] = StepAttribution(**{**a.__dict__, "position": pos})
+        out.update(_attribute(group, gi, ctx, known_slow, ratio=ratio, min_excess_ns=min_excess_ns,
+                              half=half_window, min_fit=min_fit))
     ctx.cache["attribution"] = (key, out)
     return out

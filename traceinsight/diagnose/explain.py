@@ -51,6 +51,7 @@ class StepExplanation:
     host: dict[str, Any] | None
     remedy: str
     breakdown: dict[str, Any] | None = field(default=None)
+    tiles: dict[str, Any] | None = field(default=None)
 
     def to_json(self) -> dict[str, Any]:
         a = self.attribution
@@ -73,6 +74,7 @@ class StepExplanation:
             "incident": self.incident,
             "kernels": [k.to_json() for k in self.kernels],
             "host": self.host,
+            "tiles": self.tiles,
             "remedy": self.remedy,
         }
 
@@ -151,4 +153,5 @@ def explain_step(ctx: TraceAnalysis, index: int) -> StepExplanation:
         kernels=kernel_deltas(step, [by_index[i] for i in baseline if i in by_index]),
         host=host, remedy=remedy,
         breakdown=step.breakdown.to_json() if step.breakdown is not None else None,
+        tiles=next((x.tiles for x in step.launches if x.tiles is not None), None),
     )

@@ -24,8 +24,9 @@ Whether idle host time came in a few long stretches (a stall) or many short ones
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,13 +114,14 @@ def component_of_family(family: str | None) -> str:
 
 @dataclass
 class _Work:
-    """All GPU work of one device, sorted by start (numpy arrays) with each interval's component code."""
+    """All GPU work of one device, sorted by start, with each interval's component code (sequences: Python lists
+    in the pipeline, where each step slices a few of them)."""
 
-    start: np.ndarray
-    end: np.ndarray
-    launch: np.ndarray  # -1: unknown
-    comp: np.ndarray  # index into names
-    reach: np.ndarray  # running maximum of end
+    start: Sequence[int]
+    end: Sequence[int]
+    launch: Sequence[int]  # -1: unknown
+    comp: Sequence[int]  # index into names
+    reach: Sequence[int]  # running maximum of end
     names: list[str]
 
 
@@ -163,11 +165,17 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
     for d in np.unique(dev):
         m = dev == d
         s_, e_ = start[m], end[m]
-        out[int(d) if d >= 0 else None] = _Work(s_, e_, launch[m], comp[m], np.maximum.accumulate(e_), names)
+        out[int(d) if d >= 0 else None] = _Work(s_.tolist(), e_.tolist(), launch[m].tolist(), comp[m].tolist(),
+                                                np.maximum.accumulate(e_).tolist(), names)
     return out
 
 
 def _step_device(step: Step) -> Any:
+    """The GPU of the step's attention launches (the most common one when they differ)."""
+    if step.launches:
+        first = step.launches[0].attention.device_id
+        if all(x.attention.device_id == first for x in step.launches):
+            return first
     devices = Counter(x.attention.device_id for x in step.launches) or Counter(k.device_id for k in step.kernels)
     return devices.most_common(1)[0][0] if devices else None
 
@@ -212,12 +220,12 @@ def _split(work: _Work, w0: int, w1: int, host_range: bool = False) -> tuple[dic
     """(busy ns per component, idle stretches as (component, start, ns)) of [w0, w1) on one device.
     `host_range`: the window comes from a host range, so idle time at its end with no GPU work after it at all
     is the host's (it was still inside the step)."""
-    lo = int(np.searchsorted(work.reach, w0, side="right"))  # first interval ending after w0
-    hi = int(np.searchsorted(work.start, w1, side="left"))  # intervals starting before w1
-    starts = work.start[lo:hi].tolist()
-    ends = work.end[lo:hi].tolist()
-    comps = work.comp[lo:hi].tolist()
-    launches = work.launch[lo:hi].tolist()
+    lo = bisect.bisect_right(work.reach, w0)  # first interval ending after w0
+    hi = bisect.bisect_left(work.start, w1)  # intervals starting before w1
+    starts = list(work.start[lo:hi])
+    ends = list(work.end[lo:hi])
+    comps = list(work.comp[lo:hi])
+    launches = list(work.launch[lo:hi])
     names = work.names
     busy: dict[str, float] = defaultdict(float)
     idle: list[tuple[str, int, int]] = []

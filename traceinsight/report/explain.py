@@ -28,7 +28,9 @@ def render_explanation(ex: Any, con: Console) -> None:
         if doc.get("incident"):
             inc = doc["incident"]
             onset = inc.get("onset_steps") or []
-            head.append(f"  (incident of steps {inc['first_step']}-{inc['last_step']}"
+            span = (f"step {inc['first_step']}" if inc["first_step"] == inc["last_step"]
+                    else f"steps {inc['first_step']}-{inc['last_step']}")
+            head.append(f"  (incident of {span}"
                         + (f", onset at step {onset[0]} before the total crossed the threshold at step "
                            f"{inc['threshold_step']}" if onset else "") + ")")
     con.print(head)
@@ -45,9 +47,16 @@ def render_explanation(ex: Any, con: Console) -> None:
     t.add_row(Text("wall", style="bold"), fmt_ns(doc["wall_ns"]), fmt_ns(doc["baseline_ns"]),
               _signed(doc["excess_ns"]), "")
     con.print(t)
+    tiles = doc.get("tiles")
+    if tiles and tiles.get("decode_rows") and tiles.get("prefill_rows"):
+        con.print(Text(f"mixed launch: {tiles['decode_rows']} decode rows and {tiles['prefill_rows']} prefill rows in "
+                       f"{tiles['tiles']} tiles of {tiles['tile_rows']} rows; {100 * tiles['padding_share']:.0f}% of "
+                       f"the tile rows are padding ({100 * tiles['decode_tile_share']:.0f}% of the tiles hold only "
+                       "decode rows)", style="yellow"))
     if b:
         con.print(Text(f"window from {b['source']}; GPU busy {fmt_ns(b['gpu_busy_ns'])}, idle {fmt_ns(b['idle_ns'])} "
-                       f"in {b['idle_stretches']} stretches (longest wait for the host {fmt_ns(b['host_gap_max_ns'])})",
+                       f"in {b['idle_stretches']} stretch{'es' if b['idle_stretches'] != 1 else ''} (longest wait "
+                       f"for the host {fmt_ns(b['host_gap_max_ns'])})",
                        style="dim"))
     con.print()
     k = _table("Kernels against the same steps", [("kernel", "left"), ("component", "left"), ("launches", "right"),

@@ -10,8 +10,7 @@ workload, not step overhead: they are counted apart.
 
 from __future__ import annotations
 
-import bisect
-import statistics
+import numpy as np
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
@@ -40,26 +39,29 @@ WARNING_FRACTION = 0.3
 SAVING_BASIS = "span"
 
 
-def outside_windows(gaps: list[IdleGap], ctx: TraceAnalysis) -> list[IdleGap]:
-    """The parts of `gaps` outside every step's window (each gap cut into the pieces that remain)."""
-    windows = sorted((st.breakdown.start_ns, st.breakdown.end_ns) for st in ctx.steps if st.breakdown is not None)
-    if not windows:
-        return list(gaps)
-    starts = [w[0] for w in windows]
-    out = []
-    for g in gaps:
-        lo = g.start_ns
-        i = max(0, bisect.bisect_right(starts, lo) - 1)
-        while i < len(windows) and windows[i][0] < g.end_ns:
-            w0, w1 = windows[i]
-            if w1 > lo:
-                if w0 > lo:
-                    out.append(IdleGap(lo, w0, g.before_step))
-                lo = max(lo, w1)
-            i += 1
-        if lo < g.end_ns:
-            out.append(IdleGap(lo, g.end_ns, g.before_step))
-    return out
+def outside_windows(gaps: list[IdleGap], ctx: TraceAnalysis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The part of each gap outside every step's window, as arrays (start_ns, end_ns, before_step) of the gaps
+    with something left. A gap lies between two steps' GPU work, so a window can only cover its head (the next
+    step's range opened before its first kernel) or its tail (the previous step's range stayed open after its
+    GPU work): what remains is one stretch, or nothing. Vectorised: a long trace has a gap between most of its
+    kernels."""
+    n = len(gaps)
+    g0 = np.fromiter((g[0] for g in gaps), np.int64, n)
+    g1 = np.fromiter((g[1] for g in gaps), np.int64, n)
+    before = np.fromiter((g[2] for g in gaps), np.int64, n)
+    ws = np.array([(st.breakdown.start_ns, st.breakdown.end_ns) for st in ctx.steps if st.breakdown is not None],
+                  np.int64).reshape(-1, 2)
+    if not n or not len(ws):
+        return g0, g1, before
+    ws = ws[np.argsort(ws[:, 0], kind="stable")]
+    w0 = ws[:, 0]
+    w1 = np.maximum.accumulate(ws[:, 1])
+    i = np.searchsorted(w0, g0, side="right") - 1  # the last window starting at or before the gap
+    lo = np.where((i >= 0) & (w1[np.maximum(i, 0)] > g0), w1[np.maximum(i, 0)], g0)
+    k = np.searchsorted(w0, g1, side="left") - 1  # the last window starting before the gap's end
+    hi = np.minimum(np.where((k >= 0) & (w0[np.maximum(k, 0)] > lo), w0[np.maximum(k, 0)], g1), g1)
+    keep = hi > lo
+    return lo[keep], hi[keep], before[keep]
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
@@ -70,34 +72,36 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         raise NotApplicable("fewer than two steps")
     gap_min = limit(ctx, ID, "GAP_MIN_NS", GAP_MIN_NS)
     pause_min = limit(ctx, ID, "PAUSE_MIN_NS", PAUSE_MIN_NS)
-    outside = outside_windows(s.idle_gaps, ctx)
-    pauses = [g for g in outside if g.dur_ns >= pause_min]
-    gaps = [g for g in outside if gap_min <= g.dur_ns < pause_min]
-    span = (max(st.end_ns for st in ctx.steps) - min(st.start_ns for st in ctx.steps)
-            - sum(g.dur_ns for g in pauses))
-    total = idle_gap_saving_ns([g.dur_ns for g in gaps], int(gap_min))
+    lo, hi, before = outside_windows(s.idle_gaps, ctx)
+    dur = hi - lo
+    paused = dur >= pause_min
+    counted = (dur >= gap_min) & ~paused
+    span = (max(st.end_ns for st in ctx.steps) - min(st.start_ns for st in ctx.steps) - int(dur[paused].sum()))
+    gap_durs = dur[counted]
+    total = idle_gap_saving_ns(gap_durs.tolist(), int(gap_min))
     frac = total / span if span > 0 else 0.0
-    if not gaps or frac < limit(ctx, ID, "IDLE_MIN_FRACTION", IDLE_MIN_FRACTION):
+    if not len(gap_durs) or frac < limit(ctx, ID, "IDLE_MIN_FRACTION", IDLE_MIN_FRACTION):
         return []
-    longest = max(gaps, key=lambda g: g.dur_ns)
+    j = int(np.argmax(gap_durs))
+    longest_ns, longest_before = int(gap_durs[j]), int(before[counted][j])
     evidence = {
-        "gaps": len(gaps),
+        "gaps": int(counted.sum()),
         "idle_ns": round(total),
         "span_ns": span,
         "idle_fraction": round(frac, 3),
-        "median_gap_ns": round(statistics.median(g.dur_ns for g in gaps)),
-        "longest_gap_ns": longest.dur_ns,
-        "longest_gap_before_step": longest.before_step,
+        "median_gap_ns": round(float(np.median(gap_durs))),
+        "longest_gap_ns": longest_ns,
+        "longest_gap_before_step": longest_before,
         "gap_min_ns": int(gap_min),
-        "pauses": len(pauses),
-        "pause_ns": sum(g.dur_ns for g in pauses),
+        "pauses": int(paused.sum()),
+        "pause_ns": int(dur[paused].sum()),
     }
     return [Finding(
         id=ID,
         severity=Severity.WARNING if frac >= WARNING_FRACTION else Severity.INFO,
-        steps=tuple(sorted({g.before_step for g in gaps})),
-        summary=(f"GPU idle {frac:.0%} of the time between steps: {len(gaps)} gaps >= {fmt_ms(gap_min)}, "
-                 f"{fmt_ms(total)} in all, longest {fmt_ms(longest.dur_ns)} before step {longest.before_step}"),
+        steps=tuple(np.unique(before[counted]).tolist()),
+        summary=(f"GPU idle {frac:.0%} of the time between steps: {evidence['gaps']} gaps >= {fmt_ms(gap_min)}, "
+                 f"{fmt_ms(total)} in all, longest {fmt_ms(longest_ns)} before step {longest_before}"),
         evidence=evidence,
         explanation=(
             "Between these steps nothing ran on the GPU: it was waiting for the host to schedule the next batch, "
