@@ -26,6 +26,13 @@ class Annotator:
         self._torch = torch
         self._push, self._pop, self.source = _nvtx_functions(torch)
 
+    def push(self, name: str) -> None:
+        """Open an NVTX range only (no record_function range)."""
+        self._push(name)
+
+    def pop(self) -> None:
+        self._pop()
+
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
         self._push(name)

@@ -14,11 +14,16 @@ import click
 from collectors.config import (
     DEFAULT_BATCH_SIZES,
     DEFAULT_STEPS,
+    DEFAULT_WARMUP,
     KINDS,
+    LOOP_PATHS,
+    LOOP_PROFILERS,
+    LOOP_SCENARIOS,
     NCU_KERNEL_REGEX,
     NCU_METRICS,
     PATHS,
     PROFILERS,
+    LoopConfig,
     ModelShape,
     RunConfig,
     ServingConfig,
@@ -107,11 +112,15 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
     except ValueError as exc:
         raise CollectError(f"collect: {exc}") from None
     steps = DEFAULT_STEPS[kind] if o["steps"] is None else o["steps"]
+    warmup = DEFAULT_WARMUP[kind] if o["warmup"] is None else o["warmup"]
     _at_least(steps, 1, "--steps")
-    _at_least(o["warmup"], 0, "--warmup")
+    _at_least(warmup, 0, "--warmup")
     _at_least(o["total_tokens"], 1, "--total-tokens")
     _at_least(o["workspace_mb"], 16, "--workspace-mb")
-    paths = parse_choices(o["paths"], "--paths", PATHS)
+    paths = parse_choices(o["paths"] or ("tc-fa2" if kind == "loop" else "cuda-core,tc-fa2"), "--paths", PATHS)
+    loop = LoopConfig()
+    if kind == "loop":
+        loop = loop_config(o, shape, paths, profiler, steps, warmup)
     dists = parse_choices(o["dists"], "--dists", DISTRIBUTIONS)
     batch_sizes = parse_ints(o["batch_sizes"], "--batch-sizes")
     if kind != "serving":
@@ -131,12 +140,38 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
                             parse_span(o["output_len"], "--output-len"), o["long_every"], o["long_len"],
                             o["initial"], capture)
     metrics = tuple(_items(o["ncu_metrics"])) if o["ncu_metrics"] else NCU_METRICS
-    name = o["name"] or default_name(kind, shape, o["cuda_graph"], profiler)
+    name = o["name"] or default_name(kind, shape, o["cuda_graph"], profiler, paths[0] if kind == "loop" else None)
     if "/" in name or not name.strip():
         raise CollectError(f"collect: --name {name!r} must be a plain file stem")
-    return RunConfig(kind, str(out), name, profiler, shape, paths, o["cuda_graph"], o["seed"], steps, o["warmup"],
-                     batch_sizes, dists, o["total_tokens"], serving, metrics, o["ncu_kernels"], o["workspace_mb"],
-                     not o["drop_nsys_rep"], o["gzip_sidecar"])
+    return RunConfig(kind, str(out), name, profiler, shape, paths, o["cuda_graph"], o["seed"], steps, warmup,
+                     batch_sizes, dists, o["total_tokens"], serving, loop, metrics, o["ncu_kernels"],
+                     o["workspace_mb"], not o["drop_nsys_rep"], o["gzip_sidecar"])
+
+
+def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], profiler: str, steps: int,
+                warmup: int) -> LoopConfig:
+    """The loop kind's options, checked (its schedule is planned once here, so a misplaced event is an error
+    before any GPU work)."""
+    from collectors.loop_plan import plan_loop
+
+    if len(paths) != 1 or paths[0] not in LOOP_PATHS:
+        raise CollectError(f"collect: loop runs one decode path: --paths {' or --paths '.join(LOOP_PATHS)}")
+    if profiler not in LOOP_PROFILERS:
+        raise CollectError(f"collect: loop runs under --profiler {', '.join(LOOP_PROFILERS)}, not {profiler}")
+    if shape.kv_dtype != shape.q_dtype:
+        raise CollectError("collect: loop runs one model dtype: --kv-dtype must equal --q-dtype (bf16 or fp16)")
+    if warmup < 3:
+        raise CollectError(f"collect: loop needs --warmup 3 or more (the host stalls are calibrated on the warm-up "
+                           f"steps), got {warmup}")
+    loop = LoopConfig(o["batch"], o["layers"], o["vocab"], o["intermediate"], o["scenario"], o["events"],
+                      o["first_event"], o["spacing"], parse_span(o["prompt_len"], "--prompt-len"),
+                      parse_span(o["prefill_len"], "--prefill-len"), o["chunk"], o["chunk_prompt"], o["long_len"],
+                      o["onset_len"], o["stall_factor"], o["sleep_ms"], o["cpu_ms"])
+    try:
+        plan_loop(loop, steps, warmup, o["seed"], shape.page_size)
+    except ValueError as exc:
+        raise CollectError(f"collect: {exc}") from None
+    return loop
 
 
 # ---------------------------------------------------------------------------------------------- the command
@@ -149,9 +184,10 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
               help="torch: Kineto .pt.trace.json.gz; nsys: Nsight Systems SQLite export (+ .nsys-rep); ncu: "
                    "Nsight Compute CSV; none: no profiler (sweep steps are timed with CUDA events). "
                    "Default torch; timing always none.")
-@click.option("--paths", default="cuda-core,tc-fa2", show_default=True,
+@click.option("--paths", default=None,
               help="Decode paths: cuda-core (use_tensor_cores=False), tc-fa2 (tensor cores, FA2 backend), "
-                   "tc-auto (tensor cores, FlashInfer's choice: SM90 on Hopper for bf16).")
+                   "tc-auto (tensor cores, FlashInfer's choice: SM90 on Hopper for bf16). Default cuda-core,tc-fa2; "
+                   "loop: one of cuda-core, tc-fa2 (default tc-fa2).")
 @click.option("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)), show_default=True,
               help="Sweep/timing batch sizes (requests).")
 @click.option("--dists", default=",".join(DISTRIBUTIONS), show_default=True,
@@ -160,8 +196,9 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
               help="Sweep/timing: KV tokens per batch, whatever the batch size.")
 @click.option("--steps", type=int, default=None,
               help="Sweep: annotated steps per case (3); serving: decode steps (200); timing: timed runs per "
-                   "case (30).")
-@click.option("--warmup", type=int, default=5, show_default=True, help="Timing: untimed runs per case.")
+                   "case (30); loop: measured steps (240).")
+@click.option("--warmup", type=int, default=None,
+              help="Timing: untimed runs per case (5); loop: warm-up steps before the measured ones (10).")
 @click.option("--qo-heads", type=int, default=32, show_default=True, help="Query heads per GPU.")
 @click.option("--kv-heads", type=int, default=4, show_default=True, help="KV heads per GPU.")
 @click.option("--head-dim", type=int, default=128, show_default=True, help="Head dimension (elements).")
@@ -173,14 +210,40 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
 @click.option("--max-batch", type=int, default=256, show_default=True, help="Serving: most running requests.")
 @click.option("--arrival-rate", type=float, default=1.0, show_default=True,
               help="Serving: mean arrivals per decode step (Poisson).")
-@click.option("--prompt-len", default="512:4096", show_default=True, help="Serving: prompt tokens LOW:HIGH.")
+@click.option("--prompt-len", default="512:4096", show_default=True,
+              help="Serving, loop: prompt tokens LOW:HIGH (loop: of the steady decode batch).")
 @click.option("--output-len", default="64:512", show_default=True, help="Serving: output tokens LOW:HIGH.")
 @click.option("--long-every", type=int, default=0, show_default=True,
               help="Serving: every N-th arrival has a --long-len prompt (0: none).")
-@click.option("--long-len", type=int, default=131072, show_default=True, help="Serving: long prompt tokens.")
+@click.option("--long-len", type=int, default=131072, show_default=True,
+              help="Serving: long prompt tokens; loop: KV tokens of the long-join request.")
 @click.option("--initial", type=int, default=128, show_default=True, help="Serving: requests present at step 0.")
 @click.option("--capture-sizes", default="", help="Serving --cuda-graph: batch sizes to capture "
               "(default 1,2,4,8 and every 16 up to --max-batch).")
+@click.option("--batch", type=int, default=48, show_default=True,
+              help="Loop: steady decode requests (choose it at or above the path's split-KV threshold).")
+@click.option("--layers", type=int, default=4, show_default=True, help="Loop: transformer layers.")
+@click.option("--vocab", type=int, default=32000, show_default=True, help="Loop: LM-head vocabulary.")
+@click.option("--intermediate", type=int, default=0, show_default=True,
+              help="Loop: MLP width (0: 2.5 x hidden, rounded up to a multiple of 256; hidden = qo_heads x head_dim).")
+@click.option("--scenario", type=click.Choice(LOOP_SCENARIOS), default="default", show_default=True,
+              help="Loop: injected events: default (2 host-sleep, 2 host-cpu, 2 prefill, a 4-chunk chunked "
+                   "prefill, an onset join, a long join), host, prefill, join, none.")
+@click.option("--events", default="",
+              help="Loop: explicit events instead of the scenario, KIND@STEP[:TOKENS],... (KIND host-sleep, "
+                   "host-cpu, prefill, chunked-prefill, long-join; STEP a measured step).")
+@click.option("--first-event", type=int, default=22, show_default=True, help="Loop: measured step of the first event.")
+@click.option("--spacing", type=int, default=22, show_default=True, help="Loop: steps from one event to the next.")
+@click.option("--prefill-len", default="4096:8192", show_default=True, help="Loop: prefill prompt tokens LOW:HIGH.")
+@click.option("--chunk", type=int, default=1024, show_default=True, help="Loop: chunked-prefill chunk tokens.")
+@click.option("--chunk-prompt", type=int, default=4096, show_default=True,
+              help="Loop: prompt tokens of a chunked prefill.")
+@click.option("--onset-len", type=int, default=32768, show_default=True,
+              help="Loop: KV tokens of the first, moderate long join (default and join scenarios; 0: none).")
+@click.option("--stall-factor", type=float, default=1.5, show_default=True,
+              help="Loop: host stalls last this many times the median warm-up step, unless --sleep-ms/--cpu-ms.")
+@click.option("--sleep-ms", type=float, default=0.0, show_default=True, help="Loop: host-sleep stall (0: derived).")
+@click.option("--cpu-ms", type=float, default=0.0, show_default=True, help="Loop: host-cpu stall (0: derived).")
 @click.option("--ncu-metrics", default="",
               help="ncu: comma-separated metrics (default: collectors.config.NCU_METRICS).")
 @click.option("--ncu-kernels", default=NCU_KERNEL_REGEX, show_default=True, help="ncu: kernel name regex.")
@@ -192,7 +255,8 @@ def collect(kind: str, out: Path, **options: Any) -> None:
     traceinsight.sidecar/1 file.
 
     KIND is sweep (paths x distributions x batch sizes at fixed total tokens), serving (continuous-batching
-    replay) or timing (the sweep's cases timed with CUDA events). Needs the [collect] extra and an NVIDIA GPU.
+    replay), timing (the sweep's cases timed with CUDA events) or loop (a model-like decode loop with injected,
+    known slow steps). Needs the [collect] extra and an NVIDIA GPU.
     """
     cfg = build_config(kind, out, **options)
     from collectors.runner import run

@@ -13,7 +13,7 @@ from typing import Any
 
 from collectors.distributions import DEFAULT_TOTAL_TOKENS
 
-KINDS = ("sweep", "serving", "timing")
+KINDS = ("sweep", "serving", "timing", "loop")
 PROFILERS = ("torch", "nsys", "ncu", "none")
 KV_DTYPES = ("bf16", "fp16", "fp8_e4m3")
 Q_DTYPES = ("bf16", "fp16")
@@ -21,7 +21,8 @@ Q_DTYPES = ("bf16", "fp16")
 TORCH_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8_e4m3": "float8_e4m3fn"}
 
 DEFAULT_BATCH_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 296, 297, 320, 384, 512)
-DEFAULT_STEPS = {"sweep": 3, "serving": 200, "timing": 30}
+DEFAULT_STEPS = {"sweep": 3, "serving": 200, "timing": 30, "loop": 240}
+DEFAULT_WARMUP = {"sweep": 5, "serving": 5, "timing": 5, "loop": 10}
 
 # Metrics for `--profiler ncu`: durations, DRAM traffic, launch shape and occupancy limits, and the per-SM
 # active cycles whose min/avg/max measure SM load imbalance (1 - avg/max = idle share of the critical SM time).
@@ -130,6 +131,48 @@ class ServingConfig:
     capture_sizes: tuple[int, ...] = ()  # CUDA-graph batch sizes; () = 1, 2, 4, 8, then every 16 up to max
 
 
+# The model-like decode loop (`loop`): its decode paths, profilers, scenarios and injected events.
+LOOP_PATHS = ("cuda-core", "tc-fa2")
+LOOP_PROFILERS = ("torch", "nsys", "none")
+LOOP_EVENTS = ("host-sleep", "host-cpu", "prefill", "chunked-prefill", "long-join")
+LOOP_SCENARIOS = ("default", "host", "prefill", "join", "none")
+PATH_SHORT = {"cuda-core": "core", "tc-fa2": "fa2", "tc-auto": "auto"}
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """A model-like decode loop with injected events (collectors/loop_plan.py places them). Lengths in tokens.
+
+    `batch` decode requests (prompts uniform in `prompt_len`) decode one token per step through a `layers`-layer
+    transformer stack; `scenario` (or an explicit `events` list, "KIND@STEP[:TOKENS],...", STEP counted from the
+    first measured step) adds host stalls, prefills, chunked prefills and long-KV joins, the first at measured
+    step `first`, then one every `spacing` steps. Host stalls last `sleep_ms` / `cpu_ms`, or, when 0,
+    `stall_factor` x the median warm-up step.
+    """
+
+    batch: int = 48
+    layers: int = 4
+    vocab: int = 32000
+    intermediate: int = 0  # MLP width; 0 = 2.5 x hidden rounded up to a multiple of 256
+    scenario: str = "default"
+    events: str = ""
+    first: int = 22
+    spacing: int = 22
+    prompt_len: tuple[int, int] = (512, 4096)
+    prefill_len: tuple[int, int] = (4096, 8192)
+    chunk: int = 1024
+    chunk_prompt: int = 4096
+    join_len: int = 131_072
+    onset_len: int = 32_768  # the first, moderate long join of the default and join scenarios; 0 = none
+    stall_factor: float = 1.5
+    sleep_ms: float = 0.0
+    cpu_ms: float = 0.0
+
+    def mlp_width(self, hidden: int) -> int:
+        """The MLP's intermediate width: `intermediate`, or 2.5 x hidden rounded up to a multiple of 256."""
+        return self.intermediate or -(-(5 * hidden // 2) // 256) * 256
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One collection run, as handed to the runner (and, for nsys / ncu, to the re-executed child)."""
@@ -148,6 +191,7 @@ class RunConfig:
     dists: tuple[str, ...] = ("uniform", "skew40", "skew60", "skew80", "two40")
     total_tokens: int = DEFAULT_TOTAL_TOKENS
     serving: ServingConfig = field(default_factory=ServingConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
     ncu_metrics: tuple[str, ...] = NCU_METRICS
     ncu_kernels: str = NCU_KERNEL_REGEX
     workspace_mb: int = 512
@@ -176,13 +220,18 @@ class RunConfig:
         serving["prompt_len"] = tuple(serving["prompt_len"])
         serving["output_len"] = tuple(serving["output_len"])
         serving["capture_sizes"] = tuple(serving["capture_sizes"])
+        loop = raw.pop("loop", {})
+        loop = {k: tuple(v) if isinstance(v, list) else v for k, v in loop.items()}
         tuples = {k: tuple(v) for k, v in raw.items() if isinstance(v, list)}
-        return cls(**{**raw, **tuples, "shape": ModelShape(**raw.pop("shape")), "serving": ServingConfig(**serving)})
+        return cls(**{**raw, **tuples, "shape": ModelShape(**raw.pop("shape")), "serving": ServingConfig(**serving),
+                      "loop": LoopConfig(**loop)})
 
 
-def default_name(kind: str, shape: ModelShape, cuda_graph: bool, profiler: str) -> str:
-    """'sweep_q32kv4d128_torch', 'serving_q64kv8d128_graph_nsys', ...: the stem of a run's files."""
-    return f"{kind}_{shape.tag}" + ("_graph" if cuda_graph else "") + f"_{profiler}"
+def default_name(kind: str, shape: ModelShape, cuda_graph: bool, profiler: str, path: str | None = None) -> str:
+    """'sweep_q32kv4d128_torch', 'serving_q64kv8d128_graph_nsys', 'loop_q64kv8d128_fa2_torch' (a loop runs one
+    `path`, named by its short name), ...: the stem of a run's files."""
+    tag = f"{kind}_{shape.tag}" + (f"_{PATH_SHORT.get(path, path)}" if path else "")
+    return tag + ("_graph" if cuda_graph else "") + f"_{profiler}"
 
 
 # ---------------------------------------------------------------------------------------------- step names

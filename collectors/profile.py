@@ -2,7 +2,9 @@
 under the tool (the child marks its measured region with cudaProfilerStart/Stop).
 
 - torch: a Kineto trace, `NAME.pt.trace.json.gz`. While the planner runs, CPU-op collection is paused
-  (FlashInfer's tensor-core `plan()` iterates a tensor in Python: thousands of tiny ops per call).
+  (FlashInfer's tensor-core `plan()` iterates a tensor in Python: thousands of tiny ops per call). The loop kind
+  instead profiles as engines do: a schedule (wait 1, warm-up 1, active = its steps), `record_shapes=True`, every
+  step a ProfilerStep#N range (`Session.step()` at each boundary), nothing paused.
 - nsys: `nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none --backtrace=none --cuda-graph-trace=node
   --capture-range=cudaProfilerApi`, then, where nsys left only a `.qdstrm` (it cannot convert it on some
   machines), `QdstrmImporter -i NAME.qdstrm`, then `nsys export --type sqlite`: `NAME.sqlite` (+ `NAME.nsys-rep`).
@@ -43,10 +45,23 @@ class Session:
         self._prof: Any = None
         self._can_toggle = True
         self.trace_path: Path | None = None
+        # The loop kind under torch.profiler runs on a schedule, as engines profile: one `wait` and one `warmup`
+        # step (unrecorded) before its measured steps, each a ProfilerStep#N range (N = lead_steps + measured).
+        self.stepped = cfg.kind == "loop" and cfg.profiler == "torch"
+        self.lead_steps = 2 if self.stepped else 0
 
     def __enter__(self) -> Session:
         t = self.torch
-        if self.cfg.profiler == "torch":
+        if self.cfg.profiler == "torch" and self.stepped:
+            act = t.profiler.ProfilerActivity
+            kw = {"activities": [act.CPU, act.CUDA], "record_shapes": True, "on_trace_ready": self._trace_ready,
+                  "schedule": t.profiler.schedule(wait=1, warmup=1, active=self.cfg.steps, repeat=1)}
+            try:  # one profiling cycle: acc_events only silences torch's warning about cycles (torch >= 2.5)
+                self._prof = t.profiler.profile(**kw, acc_events=True)
+            except TypeError:
+                self._prof = t.profiler.profile(**kw)
+            self._prof.__enter__()
+        elif self.cfg.profiler == "torch":
             act = t.profiler.ProfilerActivity
             try:  # one profiling cycle; acc_events only silences torch's warning about cycles (torch >= 2.5)
                 self._prof = t.profiler.profile(activities=[act.CPU, act.CUDA], acc_events=True)
@@ -63,10 +78,19 @@ class Session:
         t.cuda.synchronize()
         if self._prof is not None:
             self._prof.__exit__(*exc)
-            if exc[0] is None:
+            if exc[0] is None and not self.stepped:
                 self.trace_path = export_kineto(self._prof, self.cfg.output(".pt.trace.json.gz"))
         elif self.cfg.profiler in ("nsys", "ncu"):
             t.cuda.profiler.stop()
+
+    def step(self) -> None:
+        """A step boundary (stepped sessions): ends the current ProfilerStep#N range and opens the next; after
+        the last measured step this stops the profiler and exports the trace."""
+        if self._prof is not None and self.stepped:
+            self._prof.step()
+
+    def _trace_ready(self, prof: Any) -> None:
+        self.trace_path = export_kineto(prof, self.cfg.output(".pt.trace.json.gz"))
 
     @contextmanager
     def quiet(self, gpu: bool = False) -> Iterator[None]:
@@ -96,6 +120,7 @@ class Session:
 def export_kineto(prof: Any, path: Path) -> Path:
     """Write the Kineto trace as gzip-compressed JSON (the raw JSON is removed)."""
     raw = path.with_name(path.name.removesuffix(".gz"))
+    path.parent.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(raw))
     with raw.open("rb") as src, gzip.open(path, "wb", compresslevel=6) as dst:
         shutil.copyfileobj(src, dst)

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Run a whole collection on a GPU machine without internet, in one go.
 #
-#   collectors/run_on_device.sh smoke|full|check
+#   collectors/run_on_device.sh smoke|full|check|loop [full]
+#
+# loop: the decode-loop captures of ../examples/loop (tiny loops of every mode first, into /tmp/smoke, packed as
+# smoke.tgz; then the five full runs into collected.tgz), each summarized by examples/loop/step_times.py;
+# `loop full` makes the full runs only.
 #
 # Run from the repository root. Expects (carried beside the checkout, git-ignored):
 #   .whl/    flashinfer-python 0.6.1, apache-tvm-ffi 0.1.9, nvtx, nvidia-cudnn-frontend, einops, tabulate,
@@ -79,6 +83,9 @@ job() {
 pack() {
   ls -la "$C"
   tar czf "$OUT/collected.tgz" -C "$OUT" collected && rm -rf "$C"
+  if (( $(stat -c %s "$OUT/collected.tgz") > 15 * 1024 * 1024 )); then  # the device tool brings back <= 16 MiB a file
+    split -b 15m "$OUT/collected.tgz" "$OUT/collected.tgz.part-" && rm "$OUT/collected.tgz"
+  fi
   local ops
   ops=$(ls -d "$FLASHINFER_WORKSPACE_BASE"/.cache/flashinfer/*/*/cached_ops 2>/dev/null | head -1)
   if [ -n "$ops" ]; then
@@ -161,12 +168,60 @@ check() {  # after code changes: the CUDA-graph runners and the torch session, s
     --profiler ncu --name c_ncu_graph
 }
 
+# The decode loop (shape B). FA2: split-KV off from B = 33, so 48 requests; CUDA-core: off from B = 149, so 160,
+# with shorter prompts and a 24K-token onset join (its attention several times slower, the step under 2x).
+LOOP_FA2=(--paths tc-fa2 --batch 48)
+LOOP_CORE=(--paths cuda-core --batch 160 --prompt-len 256:1024 --onset-len 24576)
+LOOP_SMOKE=(--steps 26 --warmup 4
+            --events host-sleep@3,host-cpu@6,prefill@9:4096,chunked-prefill@12:2048,long-join@16:12288,long-join@20)
+
+# loop_summary DIR: step times and truth of every capture in DIR
+loop_summary() {
+  local sc trace
+  for sc in "$1"/*.sidecar.json*; do
+    [ -f "$sc" ] || continue
+    for trace in "${sc%%.sidecar.json*}.pt.trace.json.gz" "${sc%%.sidecar.json*}.sqlite"; do
+      [ -f "$trace" ] && python3 examples/loop/step_times.py "$trace" "$sc" 2>&1 | tee -a "$OUT/summary.txt"
+    done
+  done
+}
+
+loop() {  # loop [full]: with "full", the full runs only (no smoke loops first)
+  warm core --paths cuda-core & W1=$!
+  warm fa2 --paths tc-fa2 & W2=$!
+  await $W1 $W2
+  [ "${1:-}" = full ] && { loop_full; return; }
+  local full=$C
+  C=/tmp/smoke
+  mkdir -p "$C"
+  job s_loop_fa2 90 loop "${B[@]}" "${LOOP_FA2[@]}" "${LOOP_SMOKE[@]}" --name s_loop_fa2
+  job s_loop_core_graph 90 loop "${B[@]}" "${LOOP_CORE[@]}" "${LOOP_SMOKE[@]}" --cuda-graph --name s_loop_core_graph
+  job s_loop_core_graph_nsys 120 loop "${B[@]}" "${LOOP_CORE[@]}" "${LOOP_SMOKE[@]}" --cuda-graph --profiler nsys \
+    --name s_loop_core_graph_nsys
+  loop_summary "$C"
+  tar czf "$OUT/smoke.tgz" -C /tmp smoke
+  C=$full
+  loop_full
+}
+
+loop_full() {
+  job loop_fa2_torch 120 loop "${B[@]}" "${LOOP_FA2[@]}" --gzip-sidecar --name loop_fa2_torch
+  job loop_core_torch 120 loop "${B[@]}" "${LOOP_CORE[@]}" --gzip-sidecar --name loop_core_torch
+  job loop_core_graph_torch 120 loop "${B[@]}" "${LOOP_CORE[@]}" --cuda-graph --gzip-sidecar --name loop_core_graph_torch
+  job loop_fa2_nsys 150 loop "${B[@]}" "${LOOP_FA2[@]}" --profiler nsys --drop-nsys-rep --gzip-sidecar \
+    --name loop_fa2_nsys
+  job loop_core_graph_nsys 150 loop "${B[@]}" "${LOOP_CORE[@]}" --cuda-graph --profiler nsys --drop-nsys-rep \
+    --gzip-sidecar --name loop_core_graph_nsys
+  loop_summary "$C"
+}
+
 setup
 case "${1:-full}" in
   smoke) smoke ;;
   full) full ;;
   check) check ;;
-  *) echo "usage: $0 smoke|full|check"; exit 2 ;;
+  loop) loop "${2:-}" ;;
+  *) echo "usage: $0 smoke|full|check|loop [full]"; exit 2 ;;
 esac
 pack
 sleep 1

@@ -31,6 +31,11 @@ def _run_record(cfg: RunConfig) -> dict[str, Any]:
         rec.pop(noisy)
     if cfg.kind != "serving":
         rec.pop("serving")
+    if cfg.kind != "loop":
+        rec.pop("loop")
+    else:
+        for unused in ("batch_sizes", "dists", "total_tokens"):
+            rec.pop(unused)
     rec["collector"] = "traceinsight collectors (collectors/)"
     return rec
 
@@ -41,6 +46,7 @@ def run_direct(cfg: RunConfig) -> list[Path]:
     rt.torch.manual_seed(cfg.seed)
     session = Session(rt, cfg)
     times: list[Any] = []
+    extra: dict[str, Any] = {}
     if cfg.kind == "sweep":
         from collectors.sweep import run_sweep
 
@@ -49,10 +55,14 @@ def run_direct(cfg: RunConfig) -> list[Path]:
         from collectors.serving import run_serving
 
         steps = run_serving(rt, cfg, session)
+    elif cfg.kind == "loop":
+        from collectors.loop import run_loop
+
+        steps, extra = run_loop(rt, cfg, session)
     else:
         steps, times = timing.run_timing(rt, cfg)
     gpu, software = gpu_info(rt), software_info(rt)
-    doc = sidecar.document(gpu, software, cfg.shape.to_sidecar(), steps, run=_run_record(cfg))
+    doc = sidecar.document(gpu, software, cfg.shape.to_sidecar(), steps, run={**_run_record(cfg), **extra})
     made = [sidecar.write(cfg.sidecar_path, doc)]
     if session.trace_path is not None:
         made.insert(0, session.trace_path)

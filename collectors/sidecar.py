@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "traceinsight.sidecar/1"
+SCHEMA_QO = "traceinsight.sidecar/1.1"  # the minor version that adds a step's `qo_lens` (docs/SIDECAR.md)
 
 
 @dataclass
@@ -57,7 +58,8 @@ class StepRecord:
 def document(gpu: dict[str, Any], software: dict[str, str], model: dict[str, Any], steps: list[StepRecord],
              run: dict[str, Any] | None = None) -> dict[str, Any]:
     """The sidecar document. `run` (optional) records how the collection was made (kind, command, profiler)."""
-    doc: dict[str, Any] = {"schema": SCHEMA, "gpu": gpu, "software": software, "model": model}
+    schema = SCHEMA_QO if any("qo_lens" in s.extra for s in steps) else SCHEMA
+    doc: dict[str, Any] = {"schema": schema, "gpu": gpu, "software": software, "model": model}
     if run:
         doc["run"] = run
     doc["steps"] = [s.to_json() for s in steps]

@@ -27,7 +27,7 @@ import numpy as np
 
 from traceinsight.diagnose.baseline import fit_spikes, rolling_quantile
 from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.model.breakdown import IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT, PREFILL
+from traceinsight.model.breakdown import IDLE, IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT, PREFILL
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.steps import ATTENTION, Step
 
@@ -93,6 +93,7 @@ class StepAttribution:
     host_long_delta_ns: float
     data: _Series = field(repr=False, compare=False)
     row: int = field(repr=False, compare=False)
+    ran_prefill: bool = False  # the step holds a prefill or mixed launch
 
     @property
     def ratio(self) -> float:
@@ -116,27 +117,43 @@ class StepAttribution:
         items.sort(key=lambda p: (-p.attributed_ns, -p.delta_ns, p.component))
         return tuple(items)
 
+    def _groups(self) -> dict[str, tuple[float, float]]:
+        """(time, baseline) per cause group: each component alone, except that in a step that ran more prefill
+        than its baseline steps, its GPU work and the host time the GPU waited for are one group, `prefill`: the
+        GEMMs, norms and attention of the prompt's tokens, and the host's preparation of them (planning the
+        prefill launch), are the prefill's cost. Waits on synchronisation stay apart."""
+        d, i = self.data, self.row
+        out = {c: (float(d.values[i, j]), float(d.bases[i, j])) for j, c in enumerate(d.names)}
+        p = out.get(PREFILL)
+        if self.ran_prefill and p is not None and p[0] > p[1]:
+            cost = [v for c, v in out.items() if c not in IDLE or c == IDLE_HOST]
+            out = {c: v for c, v in out.items() if c in IDLE and c != IDLE_HOST}
+            out[PREFILL] = (sum(v for v, _ in cost), sum(b for _, b in cost))
+        return out
+
     @property
     def component(self) -> str | None:
-        """The component that grew the most (None when none grew)."""
-        d, i = self.data, self.row
-        if not d.names:
+        """What grew the most: a component, or `prefill` for all the GPU work of a step that ran more prefill
+        than its baseline steps (None when nothing grew)."""
+        groups = self._groups()
+        if not groups:
             return None
-        deltas = d.values[i] - d.bases[i]
-        j = int(np.argmax(deltas))
-        return d.names[j] if deltas[j] > 0 else None
+        name, (v, b) = max(groups.items(), key=lambda kv: kv[1][0] - kv[1][1])
+        return name if v - b > 0 else None
 
     def part(self, component: str) -> Part | None:
         return next((p for p in self.parts if p.component == component), None)
 
     def jumped(self, component: str, ratio: float, min_excess_ns: float) -> bool:
         """Whether `component` alone broke from its baseline the way a spike does (ratio times it and
-        min_excess_ns above it)."""
+        min_excess_ns above it). For `prefill`, the prefill launches themselves (not the group of `component`:
+        a step that ran a prefill chunk jumped there, whatever its total)."""
         d, i = self.data, self.row
-        if component not in d.names:
+        got = ((float(d.values[i, d.names.index(component)]), float(d.bases[i, d.names.index(component)]))
+               if component in d.names else None)
+        if got is None:
             return False
-        j = d.names.index(component)
-        v, b = float(d.values[i, j]), float(d.bases[i, j])
+        v, b = got
         return v - b >= min_excess_ns and v >= ratio * b
 
     def host_cause(self, component: str | None = None) -> str:
@@ -234,7 +251,8 @@ def _attribute(series_steps: list[Step], gi: int, ctx: TraceAnalysis, known_slow
             out[s.index] = StepAttribution(
                 step=s.index, series=gi, position=position[s.index], wall_ns=s.wall_ns,
                 baseline_ns=float(fit.baseline_ns[i]), spike=fit.spikes[i], method=fit.method,
-                host_long_delta_ns=float(longs[i] - long_base[i]), data=data, row=i)
+                host_long_delta_ns=float(longs[i] - long_base[i]), data=data, row=i,
+                ran_prefill=any(x.phase in PREFILL_PHASES for x in s.launches))
     return out
 
 

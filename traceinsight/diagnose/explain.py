@@ -142,7 +142,7 @@ def explain_step(ctx: TraceAnalysis, index: int) -> StepExplanation:
         if component is not None:
             cause, finding = latency_spike.cause_of(att, component, by_step)
         remedy = finding.remedy if finding is not None else (
-            remedies.remedy(cause, remedies.facts(ctx)) if cause else "")
+            remedies.remedy(cause, remedies.facts(ctx), step_phase=step.phase) if cause else "")
     host = None
     grown = att.part(IDLE_HOST)
     if grown is not None and grown.delta_ns > 0:

@@ -119,7 +119,7 @@ def host_evidence(ctx: TraceAnalysis, step: int, baseline_steps: Sequence[int],
         if len(rows) >= MAX_OPS:
             break
     return {"stall_ns": stall_ns, "covered_ns": covered, "untracked_ns": stall_ns - covered,
-            "baseline_steps": len(base), "ops": rows}
+            "baseline_steps": len(base), "recorded_ops": len(mine), "ops": rows}
 
 
 def describe(ev: dict[str, Any] | None, fmt: Any) -> str | None:
@@ -127,6 +127,10 @@ def describe(ev: dict[str, Any] | None, fmt: Any) -> str | None:
     `fmt` formatting ns."""
     if not ev:
         return None
+    if not ev.get("recorded_ops"):
+        return (f"the GPU waited {fmt(ev['stall_ns'])} in the longest stretches, and the trace records no host "
+                "operation in the step to say what the host did (add NVTX ranges or record_function around host "
+                "work, or profile CPU ops with torch.profiler)")
     parts = []
     untracked = ev["untracked_ns"] > 0.2 * ev["stall_ns"]
     lead = untracked and all(ev["untracked_ns"] >= r["in_stall_ns"] for r in ev["ops"])

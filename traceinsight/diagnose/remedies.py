@@ -15,7 +15,7 @@ from typing import Any
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.model.phases import MIXED
 
-CONDITIONS = ("backend", "not_backend", "cuda_graph", "chunked")
+CONDITIONS = ("backend", "not_backend", "cuda_graph", "chunked", "step_phase")
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,10 @@ class Remedy:
     when: dict[str, Any]
     text: str
 
-    def applies(self, facts: Facts, backends: frozenset[str]) -> bool:
+    def applies(self, facts: Facts, backends: frozenset[str], step_phase: str | None = None) -> bool:
         w = self.when
+        if "step_phase" in w and w["step_phase"] != step_phase:
+            return False
         if "backend" in w and not backends & set(w["backend"]):
             return False
         if "not_backend" in w and backends & set(w["not_backend"]):
@@ -78,14 +80,16 @@ def facts(ctx: TraceAnalysis) -> Facts:
     return out
 
 
-def remedy(cause: str, f: Facts, backends: Iterable[str] | None = None, **values: Any) -> str:
+def remedy(cause: str, f: Facts, backends: Iterable[str] | None = None, step_phase: str | None = None,
+           **values: Any) -> str:
     """The remedy text for `cause` on a trace with facts `f`; `backends`: the backends the finding is about
-    (default: all of the trace's). Placeholders not given read generically ({b_th} -> 'B_th')."""
+    (default: all of the trace's); `step_phase`: the phase of the steps it is about. Placeholders not given
+    read generically ({b_th} -> 'B_th')."""
     which = frozenset(backends) if backends is not None else f.backends
     keys = [cause] + (["kernels:*"] if cause.startswith("kernels:") else [])
     for key in keys:
         for r in table():
-            if r.cause == key and r.applies(f, which):
+            if r.cause == key and r.applies(f, which, step_phase):
                 return r.text.format_map(_Defaults(values, cause))
     return ""
 

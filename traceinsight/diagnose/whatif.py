@@ -22,6 +22,7 @@ from traceinsight.model import default_cost
 from traceinsight.model.attach import Schedule, StepBatch, cached_plan, cached_sim, planner_batch
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import BACKENDS, CUDA_CORE, FA2, FA2_CTAS_PER_SM, FA3, SM90, occupancy, threshold
+from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.planners import Batch, Plan, plan
 from traceinsight.model.planners.types import ceil_div
 from traceinsight.model.simulate import CostModel
@@ -243,11 +244,12 @@ class StepReplay:
 
 
 def replayable_steps(sched: Schedule | None, steps: list[Any]) -> list[int]:
-    """Indexes of the steps whose batch composition is known (KV lengths from a sidecar)."""
+    """Indexes of the decode steps whose batch composition is known (KV lengths from a sidecar); prefill and
+    mixed steps are not replayed (the decode planners do not model them)."""
     if sched is None:
         return []
-    return [s.index for s in steps if s.launches and (b := sched.batches.get(s.index)) is not None
-            and planner_batch(b) is not None]
+    return [s.index for s in steps if s.launches and s.phase not in PREFILL_PHASES
+            and (b := sched.batches.get(s.index)) is not None and planner_batch(b) is not None]
 
 
 def replay_step(sched: Schedule, step: Any) -> StepReplay:

@@ -67,7 +67,12 @@ def render_explanation(ex: Any, con: Console) -> None:
                   _signed(r["delta_ns"]))
     con.print(k)
     host = doc.get("host")
-    if host:
+    if host and not host.get("recorded_ops"):
+        con.print()
+        con.print(Text(f"On the host: the GPU waited {fmt_ns(host['stall_ns'])} in the longest stretches; the trace "
+                       "records no host operation in this step (add NVTX ranges or record_function around host "
+                       "work, or profile CPU ops with torch.profiler).", style="dim"))
+    elif host:
         con.print()
         h = _table(f"On the host while the GPU waited ({fmt_ns(host['stall_ns'])} in the longest stretches; "
                    f"{fmt_ns(host['untracked_ns'])} outside any recorded op)",

@@ -20,6 +20,9 @@ from rich.text import Text
 if TYPE_CHECKING:
     from traceinsight.diagnose.context import TraceAnalysis
 
+# Step names up to this many characters stay on one line in the steps table.
+STEP_NAME_MIN_WIDTH = 48
+
 SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "cyan"}
 
 
@@ -149,8 +152,9 @@ def attention_kernels_table(doc: dict[str, Any]) -> Table:
 
 
 def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
-    """One row per step: its wall time split (attention, other GPU work, GPU waiting for the host, other GPU
-    idle), the launches, split-KV and the findings naming it (a spike with its cause)."""
+    """One row per step: its wall time, with its attention, other GPU work and the time the GPU waited for the
+    host (the rest of the breakdown is in the JSON and `explain`), the launches, split-KV and the findings naming
+    it (a spike with its cause)."""
     from traceinsight.report.sections import breakdown_parts, spike_causes
 
     steps = doc.get("steps") or []
@@ -164,11 +168,13 @@ def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
     broken = any(s.get("breakdown") for s in shown)
     cols = [("#", "right"), ("step", "left"), ("time", "right"), ("attention", "right")]
     if broken:
-        cols += [("other GPU", "right"), ("host wait", "right"), ("other idle", "right")]
+        cols += [("other GPU", "right"), ("host wait", "right")]
     if modelled:
         cols.append(("predicted", "right"))
     cols += [("launches", "left"), ("split-KV", "left"), ("findings", "left")]
     table = _table(title, cols)
+    # Step names are what users search for: keep them on one line up to a point (they fold beyond it).
+    table.columns[1].min_width = min(STEP_NAME_MIN_WIDTH, max((len(s["name"]) for s in shown), default=4))
     causes = spike_causes(doc)
     for s in shown:
         launches = s["launches"]
@@ -178,8 +184,7 @@ def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
         row: list[Any] = [str(s["index"]), s["name"], fmt_ns(s.get("wall_ns", s["dur_ns"])), fmt_ns(s["attention_ns"])]
         if broken:
             parts = breakdown_parts(b)
-            row += [fmt_ns(parts[k]) if b and parts[k] else ("" if b else "-")
-                    for k in ("other_gpu", "host", "other_idle")]
+            row += [fmt_ns(parts[k]) if b and parts[k] else ("" if b else "-") for k in ("other_gpu", "host")]
         if modelled:
             pred = [x["model"].get("predicted_ns") for x in launches if isinstance(x.get("model"), dict)]
             row.append(fmt_ns(sum(p for p in pred if p)) if pred and all(pred) else "-")

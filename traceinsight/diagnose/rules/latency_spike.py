@@ -195,7 +195,9 @@ def _remedy(inc: Incident, ctx: TraceAnalysis, worst: StepAttribution, host_ev: 
         ops = describe(host_ev, fmt_ms) or (
             f"the GPU waited {fmt_ms(part.step_ns)} for the host in step {worst.step}, usually "
             f"{fmt_ms(part.baseline_ns)}" if part is not None else None)
-    return remedies.remedy(inc.cause, facts, ops=ops)
+    phases = {st.phase for st in ctx.steps if st.index in set(inc.steps)}
+    phase = "mixed" if "mixed" in phases else ("prefill" if phases == {"prefill"} else next(iter(phases), None))
+    return remedies.remedy(inc.cause, facts, ops=ops, step_phase=phase)
 
 
 def neighbours(ctx: TraceAnalysis, table: dict[int, StepAttribution], step: int, n: int) -> list[int]:

@@ -1,0 +1,166 @@
+"""Root cause on real decode loops with known truth (examples/loop, collected on an H200 with `collect loop`):
+every spike's cause and onset step match the event injected there, no attention cause where attention did not
+grow, host stalls name what the host did, and mixed chunked-prefill launches are recognised.
+
+The truth is each sidecar step's `truth` (examples/loop/README.md): host sleeps at steps 22 and 88, CPU-heavy
+host work (torch.mm on CPU tensors) at 44 and 110, prefill-only steps at 66 and 132, a 4-chunk chunked prefill
+at 154-157, a moderately long request joining at 176 (attention 2.3-2.7x, the step under 2x) and a 131K one at
+198 (on the CUDA-core runs the step 3.4-4.6x: split-KV is off at B >= 149).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from traceinsight.cli.main import main
+from traceinsight.diagnose.rules.latency_spike import attributions
+from traceinsight.pipeline import analyze
+
+LOOP = Path(__file__).resolve().parents[1] / "examples" / "loop"
+RUNS = {
+    "loop_fa2_torch": "pt.trace.json.gz",
+    "loop_core_torch": "pt.trace.json.gz",
+    "loop_core_graph_torch": "pt.trace.json.gz",
+    "loop_fa2_nsys": "sqlite",
+    "loop_core_graph_nsys": "sqlite",
+}
+# The cause each injected event must be given when its step is a spike.
+CAUSE = {"host-sleep": "host-stall", "host-cpu": "host-stall", "prefill": "prefill", "chunked-prefill": "prefill",
+         "long-join": "split-kv-off"}
+
+
+def _truth(name: str) -> dict[str, dict[str, Any]]:
+    with gzip.open(LOOP / f"{name}.sidecar.json.gz") as fh:
+        doc = json.load(fh)
+    return {s["key"]: s["truth"] for s in doc["steps"]}
+
+
+@pytest.fixture(scope="module", params=list(RUNS))
+def run(request: pytest.FixtureRequest) -> tuple[str, Any, dict[int, str | None]]:
+    name = request.param
+    _, (a,) = analyze([LOOP / f"{name}.{RUNS[name]}"], meta=[LOOP / f"{name}.sidecar.json.gz"], cache=False)
+    truth = _truth(name)
+    events: dict[int, str | None] = {}
+    for s in a.steps:
+        b = a.schedule.batches.get(s.index)
+        assert b is not None and b.step_key in truth, s.name  # every step matched its sidecar step
+        events[s.index] = (truth[b.step_key] or {}).get("event")
+    assert len(a.steps) == 240
+    return name, a, events
+
+
+def _incidents(a: Any) -> list[Any]:
+    return [f for f in a.findings if f.id == "latency-spike"]
+
+
+def test_every_incident_is_caused_by_the_event_injected_at_its_onset(run: tuple[str, Any, dict]) -> None:
+    name, a, events = run
+    found = _incidents(a)
+    assert found and not any(f.evidence.get("folded") for f in found)
+    for f in found:
+        e = f.evidence
+        first = e["first_step"]
+        event = events[first]
+        assert event is not None, f"{name}: incident {f.summary} starts at step {first}, where nothing was injected"
+        assert e["cause"] == CAUSE[event], (name, f.summary)
+        # Onset: the incident starts at the injected event, and the steps before it did not carry the same event.
+        assert events.get(first - 1) != event or event == "chunked-prefill" and events.get(first - 1) is None
+        assert e["cause"] != "unexplained"
+
+
+def test_each_injected_event_that_broke_the_trend_is_found(run: tuple[str, Any, dict]) -> None:
+    name, a, events = run
+    table = attributions(a)
+    covered = {s: f.evidence["cause"] for f in _incidents(a) for s in f.steps}
+    for i, event in events.items():
+        if event is None:
+            continue
+        if table[i].spike or event in ("prefill", "chunked-prefill"):
+            assert covered.get(i) == CAUSE[event], (name, i, event, table[i].ratio)
+        elif event.startswith("host"):
+            assert table[i].ratio < 2.0, (name, i)  # a host stall left out only below the spike threshold
+    # Prefill-only steps and the chunked prefill (one incident from its first chunk) are found in every run.
+    prefill = [f for f in _incidents(a) if f.evidence["cause"] == "prefill"]
+    spans = sorted((f.evidence["first_step"], f.evidence["last_step"]) for f in prefill)
+    assert spans == [(66, 66), (132, 132), (154, 157)], (name, spans)
+
+
+def test_the_long_request_incident_starts_at_its_onset(run: tuple[str, Any, dict]) -> None:
+    """On the CUDA-core runs the moderate join at 176 already makes attention 2.6x while the step stays under
+    2x; the 131K join at 198 crosses the threshold: one split-KV-off incident from 176 (onset) to the end."""
+    name, a, _ = run
+    joins = [f for f in _incidents(a) if f.evidence["cause"] == "split-kv-off"]
+    if "core" not in name:
+        assert not joins  # FA2 runs: the step stays under 2x (host-bound loop), no spike to explain
+        return
+    (f,) = joins
+    e = f.evidence
+    assert (e["first_step"], e["threshold_step"], e["last_step"]) == (176, 198, 239)
+    assert e["onset_steps"] == list(range(176, 198))
+    assert e["cause_component"] == "attention" and e["attribution"][0]["component"] == "attention"
+    assert e["attribution"][0]["share"] > 0.9
+
+
+def test_no_attention_cause_where_attention_did_not_grow(run: tuple[str, Any, dict]) -> None:
+    name, a, _ = run
+    table = attributions(a)
+    for f in _incidents(a):
+        attn = [table[i].part("attention") for i in f.steps]
+        grew = sum(p.delta_ns for p in attn if p is not None)
+        if f.evidence["cause_component"] == "attention":
+            assert grew > 0
+        else:
+            # a host stall or a prefill: whatever attention did, it is not what made the step slow
+            assert f.evidence["cause"] in ("host-stall", "prefill"), f.summary
+
+
+def test_host_stalls_say_what_the_host_did(run: tuple[str, Any, dict]) -> None:
+    name, a, events = run
+    for f in _incidents(a):
+        if f.evidence["cause"] != "host-stall":
+            continue
+        ev = f.evidence["host_ops"]
+        event = events[f.evidence["first_step"]]
+        assert ev["stall_ns"] > 5_000_000
+        if name.endswith("nsys"):  # -t cuda,nvtx records no host operation besides the step's own range
+            assert ev["recorded_ops"] == 0 and "records no host operation" in f.remedy
+        elif event == "host-cpu":  # the CPU matrix products, far above their usual time a step
+            top = ev["ops"][0]
+            assert top["name"] == "aten::mm" and top["in_stall_ns"] > 4 * top["usual_ns"], ev
+        else:  # time.sleep: no profiled op covers it
+            assert ev["untracked_ns"] > 0.5 * ev["stall_ns"], ev
+        assert "CUDA graphs cut launch overhead but do not hide a stalled host" in f.remedy or "graph" in name
+
+
+def test_chunked_prefill_launches_are_mixed_with_their_tile_padding(run: tuple[str, Any, dict]) -> None:
+    _, a, events = run
+    for s in a.steps:
+        if events[s.index] == "chunked-prefill":
+            assert s.phase == "mixed"
+            for x in s.launches:
+                assert x.phase == "mixed" and x.tiles is not None
+                assert x.tiles["decode_rows"] > 0 and x.tiles["prefill_rows"] == 1024 * 8
+                assert 0 < x.tiles["padding_share"] < 1
+        elif events[s.index] == "prefill":
+            assert s.phase == "prefill"
+        else:
+            assert s.phase == "decode", (s.index, s.phase)
+
+
+def test_explain_names_the_prefill_of_a_chunked_step() -> None:
+    name = "loop_core_torch"
+    r = CliRunner().invoke(main, ["explain", str(LOOP / f"{name}.{RUNS[name]}"), "--meta",
+                                  str(LOOP / f"{name}.sidecar.json.gz"), "--step", "154", "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["phase"] == "mixed" and doc["spike"] and doc["cause"] == "prefill"
+    assert doc["incident"]["first_step"] == 154 and doc["tiles"]["decode_rows"] > 0
+    grown = {p["component"] for p in doc["attribution"] if p["delta_ns"] > 0}
+    assert {"gemm", "prefill", "idle-host"} <= grown
+    assert "chunk size" in doc["remedy"]
