@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 from click.testing import CliRunner
 
 from traceinsight.cli.main import main
@@ -53,3 +54,31 @@ def test_a_step_that_does_not_exist_is_one_line(h200: Path) -> None:
     code, out, err = _run(h200, "--step", "100000")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "no step 100000" in err
+
+
+COMMITTED = Path(__file__).resolve().parents[1] / "examples" / "collected"
+
+
+@pytest.mark.parametrize("trace", [
+    *(f"h200/{n}" for n in ("flashinfer_decode_small.pt.trace.json.gz", "flashinfer_decode_sweep.pt.trace.json.gz",
+                            "flashinfer_decode.sqlite")),
+    "foreign/tracelens_h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    *(f"collected/{p.name}" for p in sorted(COMMITTED.glob("*.pt.trace.json.gz")) if "sweep_q64" not in p.name),
+    "collected/serving_q64kv8d128_graph_nsys.sqlite",
+])
+def test_explain_works_on_every_trace_with_steps(h200: Path, trace: str) -> None:
+    """The worst step of every shared and committed trace with decode steps (examples/loop: test_loop_root_cause)
+    is explained: the attribution covers its wall time exactly, and a cause is named when it is a spike."""
+    root, name = trace.split("/", 1)
+    path = (COMMITTED if root == "collected" else h200.parent / root) / name
+    r = CliRunner().invoke(main, ["explain", str(path), "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    doc = orjson.loads(r.stdout)
+    assert sum(p["step_ns"] for p in doc["attribution"]) == doc["wall_ns"]
+    assert not doc["spike"] or doc["cause"] not in (None, "unexplained")
+
+
+def test_explain_without_attention_is_one_line(h200: Path) -> None:
+    path = h200.parent / "foreign" / "hta_a100_alexnet_critical_path_trace.json.gz"
+    r = CliRunner().invoke(main, ["explain", str(path)])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "no decode steps" in r.stderr

@@ -23,8 +23,10 @@ def render_explanation(ex: Any, con: Console) -> None:
     verdict = "a latency spike" if doc["spike"] else "within its trend"
     head.append(f"took {fmt_ns(doc['wall_ns'])} against a {fmt_ns(doc['baseline_ns'])} baseline "
                 f"({doc['ratio']:.2f}x, {doc['baseline']}): {verdict}")
-    if doc.get("cause"):
-        head.append(f"\ncause: {doc['cause']}", style="bold red" if doc["spike"] else "bold")
+    if doc.get("cause") and not doc["spike"]:
+        head.append(f"\nlargest growth: {doc['cause']}")
+    elif doc.get("cause"):
+        head.append(f"\ncause: {doc['cause']}", style="bold red")
         if doc.get("incident"):
             inc = doc["incident"]
             onset = inc.get("onset_steps") or []
