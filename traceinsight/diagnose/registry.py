@@ -6,6 +6,7 @@ runs last. Each entry is a rule module (see `traceinsight.diagnose.rule`).
 
 from __future__ import annotations
 
+from collections import Counter
 from types import ModuleType
 
 from traceinsight.diagnose.context import TraceAnalysis
@@ -25,6 +26,7 @@ from traceinsight.diagnose.rules import (
     threshold_proximity,
     wave_quantization,
 )
+from traceinsight.diagnose.views import launch_views
 
 RULES: tuple[ModuleType, ...] = (
     decode_on_prefill_kernel,
@@ -65,14 +67,34 @@ def run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...] = RULES) -> tupl
                 found = list(r.apply(ctx))
             except NotApplicable as exc:
                 reason = str(exc)
+        examined, skipped = scope(r, ctx)
+        if reason is None and not found and skipped and not examined:
+            reason = f"no launch of a backend this rule examines ({', '.join(r.BACKENDS)}); {skipped}"
         if reason is not None:
             results.append(RuleResult(r.ID, r.NAME, "not-applicable", reason, 0))
             continue
         findings.extend(found)
         ctx.findings = findings
-        results.append(RuleResult(r.ID, r.NAME, "fired" if found else "passed",
-                                  "" if found else r.PASSED, len(found)))
+        passed = r.PASSED + (f" (examined: {examined}; not examined: {skipped})" if skipped else "")
+        results.append(RuleResult(r.ID, r.NAME, "fired" if found else "passed", "" if found else passed,
+                                  len(found)))
     return findings, results
+
+
+def scope(rule: ModuleType, ctx: TraceAnalysis) -> tuple[str, str]:
+    """For a rule that examines only some attention backends (its BACKENDS): what it examined and what it left
+    out, in words ('120 launches of flashinfer-cuda-core', '40 launches of fa3'); ('', '') for other rules."""
+    backends = getattr(rule, "BACKENDS", None)
+    if not backends:
+        return "", ""
+    counts: Counter[str] = Counter(v.backend or "unknown" for v in launch_views(ctx))
+    mine = {b: n for b, n in counts.items() if b in backends}
+    other = {b: n for b, n in counts.items() if b not in backends}
+
+    def words(c: dict[str, int]) -> str:
+        return ", ".join(f"{n} launch{'es' if n != 1 else ''} of {b}" for b, n in sorted(c.items()))
+
+    return words(mine), words(other)
 
 
 def diagnose(ctx: TraceAnalysis) -> list[Finding]:

@@ -156,5 +156,13 @@ CREATE TABLE IF NOT EXISTS batches (
     planned_split_kv BOOLEAN,
     planned_chunk_tokens INTEGER,
     plan_info       BIGINT[],           -- FlashInfer's raw plan_info when recorded
-    qo_lens         BIGINT[]            -- query rows per request (1 = decode; > 1 = prefill/extend), when recorded
+    qo_lens         BIGINT[],           -- query rows per request (1 = decode; > 1 = prefill/extend), when recorded
+    planned_num_splits INTEGER,         -- FA3: the static split bound S the call planned with
+    planned_splits  BIGINT[],           -- FA3: splits per request as the scheduler metadata says (1 = not cut)
+    call_num_splits INTEGER,            -- the call's num_splits argument (0 = the backend's heuristic)
+    call_pack_gqa   BOOLEAN,            -- the call's pack_gqa argument (NULL: the backend decided)
+    call_sm_margin  INTEGER,            -- SMs the call left out of the persistent grid
+    call_causal     BOOLEAN,            -- causal masking
+    call_scheduler_metadata BOOLEAN,    -- precomputed scheduler metadata was passed
+    call_max_seqlen_k BIGINT            -- the max_seqlen_k argument (tokens; FA3's static split heuristic reads it)
 );

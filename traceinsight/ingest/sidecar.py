@@ -46,7 +46,18 @@ BATCH_COLUMNS = [
     "planned_chunk_tokens",
     "plan_info",
     "qo_lens",
+    "planned_num_splits",
+    "planned_splits",
+    "call_num_splits",
+    "call_pack_gqa",
+    "call_sm_margin",
+    "call_causal",
+    "call_scheduler_metadata",
+    "call_max_seqlen_k",
 ]
+
+# The attention call's arguments a sidecar step may record (`call`, 1.2): batches columns call_<name>.
+CALL_FIELDS = ("num_splits", "pack_gqa", "sm_margin", "causal", "scheduler_metadata", "max_seqlen_k")
 
 # FlashInfer 0.6.1 `wrapper._plan_info` layouts, told apart by their length.
 PLAN_DECODE_LEN = 10  # CUDA-core decode: [padded_batch_size, ..., enable_cuda_graph, split_kv]
@@ -263,6 +274,19 @@ def _validate(doc: Any) -> None:
             _int(plan, "chunk_tokens", f"{where}.plan", minimum=1, nullable=True)
             if plan.get("plan_info") is not None:
                 _int_list(plan["plan_info"], f"{where}.plan.plan_info", minimum=None)
+            _int(plan, "num_splits_static", f"{where}.plan", minimum=1, nullable=True)
+            if plan.get("splits") is not None:
+                sp = _int_list(plan["splits"], f"{where}.plan.splits", minimum=1)
+                if len(sp) != step["batch_size"]:
+                    raise _Problem(f"{where}.plan.splits", f"has {len(sp)} entries but batch_size is "
+                                   f"{step['batch_size']}")
+        if step.get("call") is not None:
+            call = _obj(step["call"], f"{where}.call")
+            _int(call, "num_splits", f"{where}.call", minimum=0, nullable=True)
+            _int(call, "sm_margin", f"{where}.call", minimum=0, nullable=True)
+            _int(call, "max_seqlen_k", f"{where}.call", minimum=1, maximum=INT64_MAX, nullable=True)
+            for key in ("pack_gqa", "causal", "scheduler_metadata"):
+                _bool(call, key, f"{where}.call", nullable=True)
         if step.get("model") is not None:
             _check_model(step["model"], f"{where}.model")
 
@@ -338,6 +362,9 @@ def _from_v1(doc: dict[str, Any]) -> Ingest:
             "planned_chunk_tokens": plan.get("chunk_tokens"),
             "plan_info": plan.get("plan_info"),
             "qo_lens": step.get("qo_lens"),
+            "planned_num_splits": plan.get("num_splits_static"),
+            "planned_splits": plan.get("splits"),
+            **{f"call_{k}": (step.get("call") or {}).get(k) for k in CALL_FIELDS},
         }
         for name in BATCH_COLUMNS:
             cols[name].append(row[name])
@@ -432,6 +459,9 @@ def _from_legacy(doc: Any) -> Ingest:
             "planned_chunk_tokens": None,
             "plan_info": plan_info,
             "qo_lens": None,
+            "planned_num_splits": None,
+            "planned_splits": None,
+            **{f"call_{k}": None for k in CALL_FIELDS},
         }
         for name in BATCH_COLUMNS:
             cols[name].append(row[name])

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from traceinsight.ingest.sidecar import key_matches
+from traceinsight.ingest.sidecar import CALL_FIELDS, key_matches
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.calibration import calibrate
 from traceinsight.model.gpus import GPU, gpu_for
@@ -113,6 +113,9 @@ class StepBatch:
     planned_split_kv: bool | None = None
     planned_padded_batch: int | None = None
     known: tuple[str, ...] = ()
+    call: dict[str, Any] | None = None  # the attention call's recorded arguments (sidecar `call`)
+    planned_splits: tuple[int, ...] | None = None  # FA3: splits per request as its scheduler metadata says
+    planned_num_splits: int | None = None  # FA3: the static split bound S
 
     @property
     def total_kv_tokens(self) -> int | None:
@@ -140,6 +143,10 @@ class StepBatch:
             "planned_split_kv": self.planned_split_kv,
             "planned_padded_batch": self.planned_padded_batch,
             "known": list(self.known),
+            "call": self.call,
+            "planned_num_splits": self.planned_num_splits,
+            "requests_cut": (sum(1 for x in self.planned_splits if x > 1)
+                             if self.planned_splits is not None else None),
         }
 
 
@@ -332,6 +339,7 @@ def batch_from_sidecar(row: dict[str, Any], launch: Launch, thr: KernelThreshold
     kv_lens = tuple(int(x) for x in row["kv_lens"]) if row.get("kv_lens") is not None else None
     b = row.get("batch_size") or (len(kv_lens) if kv_lens else None)
     known = [f"batch composition from the sidecar (key {row['step_key']!r})"]
+    call = {k: row[f"call_{k}"] for k in CALL_FIELDS if row.get(f"call_{k}") is not None}
     if kv_lens is None:
         known.append("the sidecar gives the batch size but not the KV lengths")
     return StepBatch(
@@ -351,6 +359,9 @@ def batch_from_sidecar(row: dict[str, Any], launch: Launch, thr: KernelThreshold
         planned_split_kv=row.get("planned_split_kv"),
         planned_padded_batch=row.get("planned_padded_batch"),
         known=tuple(known),
+        call=call or None,
+        planned_splits=tuple(int(x) for x in row["planned_splits"]) if row.get("planned_splits") else None,
+        planned_num_splits=row.get("planned_num_splits"),
     )
 
 
@@ -428,13 +439,33 @@ def _merge_bound(launch: Launch, qo_heads: int | None, gpu: GPU, merge_occ: int 
 
 
 def planner_batch(sb: StepBatch) -> Batch | None:
-    """The planner's Batch for a sidecar batch with KV lengths and a full shape; None otherwise."""
-    if sb.kv_lens is None or not sb.kv_lens or not sb.qo_heads or not sb.kv_heads or not sb.page_size:
+    """The planner's Batch for a sidecar batch with KV lengths and a full shape; None otherwise. FA3 needs no
+    page size (its unit is the kBlockN KV block): a batch without one is read at token granularity."""
+    page = sb.page_size or (1 if sb.backend == FA3 else None)
+    if sb.kv_lens is None or not sb.kv_lens or not sb.qo_heads or not sb.kv_heads or not page:
         return None
     if sb.qo_heads % sb.kv_heads:
         return None
-    return Batch(kv_lens=sb.kv_lens, page_size=sb.page_size, qo_heads=sb.qo_heads, kv_heads=sb.kv_heads,
+    return Batch(kv_lens=sb.kv_lens, page_size=page, qo_heads=sb.qo_heads, kv_heads=sb.kv_heads,
                  head_dim=sb.head_dim or 128, kv_dtype_bytes=_dtype_bytes(sb.kv_dtype))
+
+
+def fa3_options(k: Kernel, sb: StepBatch | None) -> dict[str, Any]:
+    """FA3Options for a launch: kBlockM / kBlockN from the kernel's template, and what the call asked for
+    (forced num_splits, sm_margin, causal, pack_gqa, max_seqlen_k) when a sidecar recorded it."""
+    out: dict[str, Any] = {}
+    for key, name in (("block_m", "kBlockM"), ("block_n", "kBlockN")):
+        v = k.params.get(name)
+        if isinstance(v, int) and v > 0:
+            out[key] = v
+    call = (sb.call if sb is not None else None) or {}
+    for key in ("num_splits", "sm_margin", "max_seqlen_k"):
+        if isinstance(call.get(key), int):
+            out[key] = call[key]
+    for key in ("causal", "pack_gqa"):
+        if isinstance(call.get(key), bool):
+            out[key] = call[key]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- calibration
@@ -505,12 +536,14 @@ def calibrate_costs(
 
 
 # ---------------------------------------------------------------------------------------------- launches
-def cached_plan(cache: dict[Any, Any], backend: str, batch: Batch, gpu: GPU, occ: int, cuda_graph: bool) -> Plan:
-    """`plan(...)`, memoized in `cache` (a Schedule's cache) by backend, batch, SM count, occupancy and mode."""
-    key = ("plan", backend, batch, gpu.num_sms, occ, cuda_graph)
+def cached_plan(cache: dict[Any, Any], backend: str, batch: Batch, gpu: GPU, occ: int, cuda_graph: bool,
+                **options: Any) -> Plan:
+    """`plan(...)`, memoized in `cache` (a Schedule's cache) by backend, batch, SM count, occupancy, mode and the
+    backend's options (FA3: see `fa3_options`)."""
+    key = ("plan", backend, batch, gpu.num_sms, occ, cuda_graph, tuple(sorted(options.items())))
     p = cache.get(key)
     if p is None:
-        p = cache[key] = plan(backend, batch, gpu, occ, cuda_graph=cuda_graph)
+        p = cache[key] = plan(backend, batch, gpu, occ, cuda_graph=cuda_graph, **options)
     return p  # type: ignore[no-any-return]
 
 
@@ -617,6 +650,27 @@ def _phase_from_sidecar(step: Step, row: dict[str, Any]) -> None:
             launch.tiles = tile_padding(qo, tile, group)
 
 
+def _fa3_split_state(launch: Launch, sb: StepBatch, p: Plan) -> None:
+    """What FA3 did with the batch: split-KV is on when at least one request was cut (a combine kernel alone
+    does not say so: it runs whenever the static bound S > 1, even past the 992-request cap where nothing is
+    cut). From the sidecar's scheduler metadata when recorded, else from the planner replayed on the batch."""
+    combine = "a combine kernel follows" if launch.merges else "no combine kernel follows"
+    if sb.planned_splits is not None:
+        cut = sum(1 for x in sb.planned_splits if x > 1)
+        launch.split_kv = cut > 0
+        launch.split_evidence = (f"FA3's scheduler metadata (sidecar): {cut} of {len(sb.planned_splits)} requests "
+                                 f"cut, up to {max(sb.planned_splits)} splits; {combine}")
+        return
+    splits = p.splits or ()
+    cut = sum(1 for x in splits if x > 1)
+    s_static = p.details.get("num_splits_static")
+    why = ("above FA3's dynamic-split cap of 992 requests nothing is cut" if not p.details.get("dynamic_split")
+           and (s_static or 1) > 1 else f"static split bound S = {s_static}")
+    launch.split_kv = cut > 0
+    launch.split_evidence = (f"FA3's planner replayed on the sidecar's batch: {cut} of {len(splits)} requests cut "
+                             f"({why}); {combine}")
+
+
 # ---------------------------------------------------------------------------------------------- main
 def _attention_launches(steps: Iterable[Step]) -> Iterable[tuple[Step, Launch]]:
     for s in steps:
@@ -702,13 +756,16 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             if pb is None or t is None or k.backend not in BACKENDS or launch.phase in PREFILL_PHASES:
                 continue
             occ = t.occupancy if k.backend in (CUDA_CORE, FA2) else 1
+            opts = fa3_options(k, sb) if k.backend == FA3 else {}
             try:
-                p = cached_plan(sched.cache, k.backend, pb, gpu, occ, cuda_graph)
+                p = cached_plan(sched.cache, k.backend, pb, gpu, occ, cuda_graph, **opts)
             except ValueError as exc:
                 sched.notes.append(f"step {s.index}: planner failed ({exc})")
                 continue
             plans[k.kernel_id] = (p, occ)
             samples[k.name].setdefault(id(p), (p, []))[1].append(k.dur_ns)
+            if k.backend == FA3:
+                _fa3_split_state(launch, sb, p)
 
     occ_by_name = {name: (t.occupancy if t.backend in (CUDA_CORE, FA2) else 1)
                    for name, t in sched.thresholds.items()}

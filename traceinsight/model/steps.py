@@ -45,6 +45,10 @@ SPLIT_SIGNAL: dict[str, str] = {
     "pytorch-flash": "merge",
 }
 
+# Requests one CTA of FA3's prepare_varlen_num_blocks kernel handles (its grid is ceil(B / this)); with more than
+# one CTA no request is split (flash_prepare_scheduler.cu, PREPARE_VARLEN_MAX_BATCHES_1CTA).
+FA3_CAP_PER_PREPARE_CTA = 992
+
 # A range holding more than this share of all attention launches is a wrapper, not a step.
 WRAPPER_SHARE = 0.5
 
@@ -234,7 +238,15 @@ def _attach(members: list[Kernel]) -> list[Launch]:
 def _decide(launch: Launch, step_name: str | None) -> None:
     k = launch.attention
     signal = SPLIT_SIGNAL.get(k.backend or "")
-    if launch.merges:
+    cap_ctas = max((p.grid[0] for p in launch.prepares if p.backend == "fa3"), default=0)
+    if launch.merges and cap_ctas >= 2:
+        # FA3's prepare kernel runs ceil(B / 992) CTAs: past 992 requests every request keeps one split, though
+        # the combine kernel still runs whenever the static split bound is above 1 (KERNELS.md §5).
+        launch.split_kv = False
+        launch.split_evidence = (f"{launch.merges[0].kernel} follows, but the prepare kernel ran {cap_ctas} CTAs: "
+                                 f"B > {FA3_CAP_PER_PREPARE_CTA} requests, above FA3's dynamic-split cap no request "
+                                 "is cut")
+    elif launch.merges:
         launch.split_kv = True
         launch.split_evidence = f"{launch.merges[0].kernel} follows the launch on stream {k.stream_id}"
     elif signal == "merge":

@@ -26,7 +26,11 @@ class FA3Options:
     fork uses kBlockM 64); max_seqlen_k: tokens the static heuristic assumes (page-table width * page size;
     None: the longest request rounded up to whole pages); sm_margin: SMs left out of the persistent grid;
     variant: 'upstream' or 'fork' heuristic; max_splits: upper bound on splits; sort: order requests longest
-    first (the prepare kernel's Sort=true); causal: causal/local masking (disables the L2 split branch).
+    first (the prepare kernel's Sort=true); causal: causal/local masking (disables the L2 split branch);
+    num_splits: the call's num_splits (0: the heuristic picks the static bound S; k > 0: S = k, the per-request
+    dynamic split still cuts each request into at most k); pack_gqa: the call's pack_gqa (None: as FA3 decides,
+    which packs whenever S > 1 — a tile row then covers a KV head's G query heads; unpacked, every query head is
+    its own tile).
     """
 
     block_m: int = 128
@@ -37,6 +41,8 @@ class FA3Options:
     max_splits: int = 128
     sort: bool = True
     causal: bool = False
+    num_splits: int = 0
+    pack_gqa: bool | None = None
 
 
 def num_splits_heuristic(
@@ -91,7 +97,7 @@ def plan_fa3(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False, options
     m_blocks_static = ceil_div(max_q * g, opt.block_m)
     n_blocks_static = ceil_div(seqlen_k, opt.block_n)
     size_one_kv_head = seqlen_k * 2 * batch.head_dim * batch.kv_dtype_bytes
-    static_s = num_splits_heuristic(
+    static_s = opt.num_splits if opt.num_splits > 0 else num_splits_heuristic(
         h_kv * m_blocks_static,
         num_sms,
         n_blocks_static,
@@ -101,6 +107,11 @@ def plan_fa3(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False, options
         opt.max_splits,
         opt.variant,
     )
+    # PackGQA as the call asks; else FA3's get_pack_gqa: always with a split, and for decode (one query row, G > 1)
+    # should_pack_gqa packs too. Unpacked, each query head is its own tile.
+    packed = opt.pack_gqa if opt.pack_gqa is not None else (static_s > 1 or g > 1)
+    if not packed:
+        g, h_kv = 1, batch.qo_heads
     m_blocks = [ceil_div(q * g, opt.block_m) for q in batch.query_lens]
     n_blocks = [ceil_div(n, opt.block_n) for n in batch.kv_lens]
     dynamic = static_s > 1 and b <= FA3_MAX_DYNAMIC_SPLIT_BATCH
@@ -143,6 +154,8 @@ def plan_fa3(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False, options
             "dynamic_split": dynamic,
             "block_m": opt.block_m,
             "block_n": opt.block_n,
+            "pack_gqa": packed,
+            "forced_num_splits": opt.num_splits or None,
             "cuda_graph": cuda_graph,
         },
     )
