@@ -13,7 +13,8 @@ Checks:
 - `latency-spike`, the sweep read as a time series: hit rate = slow steps it names / slow steps (slow: >= 2x
   the uniform case), false alarms = steps it names that are not slow, cause = split-kv-off for unsplit cases
   and split-kv-starved for split ones on the split-KV backends.
-The serving replays of examples/collected are checked too (truth: the sidecar's planned split_kv per step).
+The serving replays of examples/collected are checked too (truth: the sidecar's planned split_kv per step), and
+our FlashAttention-3 captures (examples/fa3; truth: FA3's scheduler metadata and call arguments per step).
 
     .venv/bin/python benchmarks/validate_diagnostics.py [--traces DIR] [--examples DIR]
 
@@ -165,6 +166,45 @@ def validate_serving(trace: Path, sidecar: Path, with_meta: bool) -> dict[str, A
             "spike_causes": sorted({str(c) for s, c in causes.items() if s in cuda_core})}
 
 
+FA3_TRACES = [
+    ("sweep_q32kv4d128_fa3_torch.pt.trace.json.gz", "sweep_q32kv4d128_fa3_torch.sidecar.json.gz"),
+    ("sweep_q64kv8d128_fa3_torch.pt.trace.json.gz", "sweep_q64kv8d128_fa3_torch.sidecar.json.gz"),
+    ("variants_q32kv4d128_fa3_torch.pt.trace.json.gz", "variants_q32kv4d128_fa3_torch.sidecar.json.gz"),
+    ("variants_q64kv8d128_fa3_torch.pt.trace.json.gz", "variants_q64kv8d128_fa3_torch.sidecar.json.gz"),
+]
+
+
+def validate_fa3(trace: Path, sidecar: Path, with_meta: bool) -> dict[str, Any]:
+    """FA3 (examples/fa3): truth per step from FA3's own scheduler metadata in the sidecar (a request cut or
+    not) and the call's arguments (num_splits forced to 1). split-kv-off must fire exactly for the skewed steps
+    nothing was cut in (B > 992, or num_splits = 1), with the right reason, and never for uniform batches."""
+    doc = json.loads(gzip.decompress(sidecar.read_bytes()))
+    truth = {st["key"]: st for st in doc["steps"]}
+    t0 = time.perf_counter()
+    _, (a,) = analyze([trace], meta=[sidecar] if with_meta else [], cache=False)
+    seconds = round(time.perf_counter() - t0, 2)
+    off = {s: f.evidence.get("why_unsplit") for f in a.findings if f.id == "split-kv-off" for s in f.steps}
+    tp = fp = fn = right = 0
+    for st in a.steps:
+        key = next((k for k in truth if all(t in st.name.split() for t in k.split())), None)
+        if key is None:
+            continue
+        t = truth[key]
+        uncut = not any(x > 1 for x in t["plan"]["splits"])
+        skewed = t.get("dist") != "uniform"
+        expect = uncut and skewed
+        reason = ("batch-cap" if t["batch_size"] > 992 else "forced-num-splits" if t["call"]["num_splits"] == 1
+                  else "static-heuristic")
+        got = st.index in off
+        tp += expect and got
+        fp += got and not expect
+        fn += expect and not got
+        right += got and expect and off[st.index] == reason
+    return {"trace": trace.name, "with_meta": with_meta, "steps": len(a.steps), "analysis_seconds": seconds,
+            "split_kv_off": {"true_positives": tp, "false_positives": fp, "false_negatives": fn,
+                             "reason_correct": right}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces" / "h200")
@@ -211,6 +251,16 @@ def main() -> None:
                 print(f"  {name:20s} vs planned split-off steps: TP {m['true_positives']}  FP {m['false_positives']}  "
                       f"FN {m['false_negatives']}  (recall {m['recall']}, precision {m['precision']})")
             print(f"  spike causes: {r['spike_causes']}")
+    results["fa3"] = []
+    for trace, sidecar in FA3_TRACES:
+        for with_meta in (True, False):
+            r = validate_fa3(REPO / "examples" / "fa3" / trace, REPO / "examples" / "fa3" / sidecar, with_meta)
+            results["fa3"].append(r)
+            m = r["split_kv_off"]
+            mode = "with sidecar" if with_meta else "trace only"
+            print(f"\n== {trace} ({mode}; {r['steps']} steps, {r['analysis_seconds']} s): split-kv-off vs skewed "
+                  f"steps FA3 cut nothing in: TP {m['true_positives']}  FP {m['false_positives']}  "
+                  f"FN {m['false_negatives']}; reason right {m['reason_correct']}/{m['true_positives']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nwrote {args.out}")

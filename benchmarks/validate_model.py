@@ -1,6 +1,7 @@
 """Accuracy of the schedule model on the real H200 captures (shared/traces/h200), every number rerun.
 
-For each backend in the sweeps (FlashInfer CUDA-core `tc=0`, FlashInfer SM90 `tc=1`, FlashInfer FA2):
+For each backend in the sweeps (FlashInfer CUDA-core `tc=0`, FlashInfer SM90 `tc=1`, FlashInfer FA2), and for
+FlashAttention-3 on our own captures (examples/fa3, through benchmarks/validate_fa3.py):
 - planners: padded batch size and split_kv vs the planner's own plan_info, grid vs every traced launch;
 - simulator: kernel time vs measured (median of the 3 steps' attention-kernel durations in the trace).
   The cost model is calibrated on the `uniform` and `two40` cases of the same trace, starting from a generic
@@ -239,10 +240,26 @@ def main() -> None:
             f"{r['ncu_duration_ns'] / 1e3:8.1f} {r['predicted_ns'] / 1e3:8.1f}"
         )
     print(f"MAE {mae:.3f}")
+    # FlashAttention-3 on our own captures (examples/fa3): benchmarks/validate_fa3.py, whose tables print too.
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import validate_fa3
+
+    print("\n== FlashAttention-3 (examples/fa3, benchmarks/validate_fa3.py)")
+    fa3_rows, fa3_samples, fa3_gpu = validate_fa3.per_trace()
+    for r in fa3_rows:
+        print(f"  {r['trace']:34} split state {r['split_state_matches']}/{r['launches']} (trace only "
+              f"{r['split_state_matches_trace_only']}), kernel time |err| median {r['median_abs_error']:.1%}, "
+              f"max {r['max_abs_error']:.1%}")
+    fa3_idle = validate_fa3.sm_idle(fa3_gpu)
+    print(f"  SM idle vs Nsight Compute: MAE {fa3_idle['mae']:.3f} over {len(fa3_idle['rows'])} launches")
     out = {
         "calibration_dists": list(CAL_DISTS),
         "backends": [{k: v for k, v in r.items() if not k.startswith("_")} for r in results],
         "ncu_idle": {"rows": ncu_rows, "mae": mae},
+        "fa3": {"traces": fa3_rows, "default_cost": validate_fa3.default_shape(fa3_samples, fa3_gpu),
+                "ncu_idle": fa3_idle},
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=1, default=str) + "\n")

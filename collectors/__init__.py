@@ -1,5 +1,7 @@
-"""GPU-side collectors: FlashInfer decode-attention runs that produce annotated traces plus a sidecar.
+"""GPU-side collectors: FlashInfer (and, with `--backend fa3`, FlashAttention-3) decode-attention runs that produce
+annotated traces plus a sidecar.
 
 `traceinsight collect sweep|serving|timing|loop --out DIR [options]` (or `python -m collectors ...`). Importing this
-package needs neither torch nor flashinfer; a run does (the [collect] extra and an NVIDIA GPU). See README.md.
+package needs neither torch nor flashinfer nor fa3_fwd_interface; a run does (the [collect] extra or the fa3-fwd
+wheel, and an NVIDIA GPU). See README.md.
 """

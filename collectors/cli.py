@@ -12,17 +12,23 @@ from typing import Any
 import click
 
 from collectors.config import (
+    BACKENDS,
     DEFAULT_BATCH_SIZES,
     DEFAULT_STEPS,
     DEFAULT_WARMUP,
+    FA3_KINDS,
+    FA3_PATH,
     KINDS,
     LOOP_PATHS,
     LOOP_PROFILERS,
     LOOP_SCENARIOS,
     NCU_KERNEL_REGEX,
+    NCU_KERNEL_REGEX_FA3,
     NCU_METRICS,
+    PACK_GQA,
     PATHS,
     PROFILERS,
+    Fa3Config,
     LoopConfig,
     ModelShape,
     RunConfig,
@@ -101,12 +107,53 @@ def _at_least(value: float, minimum: float, option: str) -> None:
         raise CollectError(f"collect: {option} must be at least {minimum}, got {value}")
 
 
+FA3_ONLY = ("num_splits", "scheduler_metadata", "causal", "sm_margin", "pack_gqa")
+BOTH = {"off": (False,), "on": (True,), "both": (False, True)}
+
+
+def fa3_config(kind: str, o: dict[str, Any]) -> Fa3Config:
+    """The `--backend fa3` options, checked: what the fa3-fwd wheel can run (bf16, no pages, eager)."""
+    if kind not in FA3_KINDS:
+        raise CollectError(f"collect: --backend fa3 runs {', '.join(FA3_KINDS)}, not {kind}")
+    if o["paths"] and tuple(_items(o["paths"])) != (FA3_PATH,):
+        other = next((p for p in _items(o["paths"]) if p != FA3_PATH), o["paths"])
+        raise CollectError(f"collect: --paths {other} needs FlashInfer (--backend flashinfer); --backend fa3 runs "
+                           f"the one path {FA3_PATH}")
+    for option in ("kv_dtype", "q_dtype"):
+        if o[option] != "bf16":
+            raise CollectError(f"collect: --backend fa3 runs bf16 only (the fa3-fwd wheel has no fp16 or fp8 "
+                               f"decode here), got --{option.replace('_', '-')} {o[option]}")
+    if o["page_size"] is not None:
+        raise CollectError("collect: --backend fa3 has no paged KV (each request's KV is contiguous, with "
+                           "cu_seqlens_k): drop --page-size")
+    if o["cuda_graph"]:
+        raise CollectError("collect: --backend fa3 runs eager only (no --cuda-graph)")
+    if o["head_dim"] > 256:
+        raise CollectError(f"collect: --backend fa3 runs --head-dim up to 256, got {o['head_dim']}")
+    splits = parse_ints(o["num_splits"] or "0", "--num-splits", minimum=0)
+    if max(splits) > 256:
+        raise CollectError(f"collect: --num-splits: {max(splits)} is above FA3's 256 splits")
+    margins = parse_ints(o["sm_margin"] or "0", "--sm-margin", minimum=0)
+    return Fa3Config(splits, BOTH[o["scheduler_metadata"] or "off"], BOTH[o["causal"] or "off"], margins,
+                     o["pack_gqa"] or "auto")
+
+
 def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
     """Check the options and turn them into a RunConfig; CollectError (one line) on any problem."""
     profiler = o["profiler"] or ("none" if kind == "timing" else "torch")
     if kind == "timing" and profiler != "none":
         raise CollectError("collect: timing runs without a profiler (use 'sweep --profiler ...' to profile)")
-    shape = ModelShape(o["qo_heads"], o["kv_heads"], o["head_dim"], o["page_size"], o["kv_dtype"], o["q_dtype"])
+    backend = o.get("backend") or "flashinfer"
+    fa3 = Fa3Config()
+    if backend == "fa3":
+        fa3 = fa3_config(kind, o)
+        o = {**o, "paths": FA3_PATH}
+    else:
+        given = next((k for k in FA3_ONLY if o.get(k) is not None), None)
+        if given:
+            raise CollectError(f"collect: --{given.replace('_', '-')} needs --backend fa3")
+    page_size = 16 if o["page_size"] is None else o["page_size"]
+    shape = ModelShape(o["qo_heads"], o["kv_heads"], o["head_dim"], page_size, o["kv_dtype"], o["q_dtype"])
     try:
         shape.check()
     except ValueError as exc:
@@ -117,7 +164,8 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
     _at_least(warmup, 0, "--warmup")
     _at_least(o["total_tokens"], 1, "--total-tokens")
     _at_least(o["workspace_mb"], 16, "--workspace-mb")
-    paths = parse_choices(o["paths"] or ("tc-fa2" if kind == "loop" else "cuda-core,tc-fa2"), "--paths", PATHS)
+    paths = (FA3_PATH,) if backend == "fa3" else parse_choices(
+        o["paths"] or ("tc-fa2" if kind == "loop" else "cuda-core,tc-fa2"), "--paths", PATHS)
     loop = LoopConfig()
     if kind == "loop":
         loop = loop_config(o, shape, paths, profiler, steps, warmup)
@@ -140,12 +188,15 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
                             parse_span(o["output_len"], "--output-len"), o["long_every"], o["long_len"],
                             o["initial"], capture)
     metrics = tuple(_items(o["ncu_metrics"])) if o["ncu_metrics"] else NCU_METRICS
-    name = o["name"] or default_name(kind, shape, o["cuda_graph"], profiler, paths[0] if kind == "loop" else None)
+    tag = "fa3" if backend == "fa3" else paths[0] if kind == "loop" else None
+    name = o["name"] or default_name(kind, shape, o["cuda_graph"], profiler, tag)
     if "/" in name or not name.strip():
         raise CollectError(f"collect: --name {name!r} must be a plain file stem")
+    kernels = o["ncu_kernels"] or (NCU_KERNEL_REGEX_FA3 if backend == "fa3" else NCU_KERNEL_REGEX)
     return RunConfig(kind, str(out), name, profiler, shape, paths, o["cuda_graph"], o["seed"], steps, warmup,
-                     batch_sizes, dists, o["total_tokens"], serving, loop, metrics, o["ncu_kernels"],
-                     o["workspace_mb"], not o["drop_nsys_rep"], o["gzip_sidecar"])
+                     batch_sizes, dists, o["total_tokens"], serving, loop, metrics, kernels,
+                     o["workspace_mb"], not o["drop_nsys_rep"], o["gzip_sidecar"], backend, fa3,
+                     "demangled" if backend == "fa3" else "function")
 
 
 def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], profiler: str, steps: int,
@@ -187,7 +238,7 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
 @click.option("--paths", default=None,
               help="Decode paths: cuda-core (use_tensor_cores=False), tc-fa2 (tensor cores, FA2 backend), "
                    "tc-auto (tensor cores, FlashInfer's choice: SM90 on Hopper for bf16). Default cuda-core,tc-fa2; "
-                   "loop: one of cuda-core, tc-fa2 (default tc-fa2).")
+                   "loop: one of cuda-core, tc-fa2 (default tc-fa2); --backend fa3: fa3-varlen.")
 @click.option("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)), show_default=True,
               help="Sweep/timing batch sizes (requests).")
 @click.option("--dists", default=",".join(DISTRIBUTIONS), show_default=True,
@@ -202,7 +253,7 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
 @click.option("--qo-heads", type=int, default=32, show_default=True, help="Query heads per GPU.")
 @click.option("--kv-heads", type=int, default=4, show_default=True, help="KV heads per GPU.")
 @click.option("--head-dim", type=int, default=128, show_default=True, help="Head dimension (elements).")
-@click.option("--page-size", type=int, default=16, show_default=True, help="KV page size (tokens).")
+@click.option("--page-size", type=int, default=None, help="KV page size (tokens; default 16; FlashInfer only).")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "fp16", "fp8_e4m3"]), default="bf16", show_default=True)
 @click.option("--q-dtype", type=click.Choice(["bf16", "fp16"]), default="bf16", show_default=True)
 @click.option("--cuda-graph", is_flag=True, help="Replay each step from a CUDA graph (CUDA-graph wrappers).")
@@ -246,17 +297,33 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
 @click.option("--cpu-ms", type=float, default=0.0, show_default=True, help="Loop: host-cpu stall (0: derived).")
 @click.option("--ncu-metrics", default="",
               help="ncu: comma-separated metrics (default: collectors.config.NCU_METRICS).")
-@click.option("--ncu-kernels", default=NCU_KERNEL_REGEX, show_default=True, help="ncu: kernel name regex.")
+@click.option("--ncu-kernels", default=None,
+              help=f"ncu: kernel name regex (default FlashInfer: {NCU_KERNEL_REGEX}; FA3, matched against demangled "
+                   f"names: {NCU_KERNEL_REGEX_FA3}).")
+@click.option("--backend", type=click.Choice(BACKENDS), default="flashinfer", show_default=True,
+              help="flashinfer: FlashInfer 0.6.1 decode wrappers on a paged KV cache; fa3: FlashAttention-3 varlen "
+                   "forward (fa3-fwd wheel), one query row per request, contiguous KV per request (sweep, serving, "
+                   "timing; bf16; path fa3-varlen).")
+@click.option("--num-splits", default=None,
+              help="FA3: num_splits values to call with, e.g. 0,1,4,16 (0 = FA3's heuristic; default 0).")
+@click.option("--scheduler-metadata", type=click.Choice(list(BOTH)), default=None,
+              help="FA3: pass get_scheduler_metadata()'s plan as scheduler_metadata= (on), not (off, default) or "
+                   "both.")
+@click.option("--causal", type=click.Choice(list(BOTH)), default=None, help="FA3: causal=True (on), False (off, "
+              "default) or both.")
+@click.option("--sm-margin", default=None, help="FA3: sm_margin values, e.g. 0,8 (SMs left free; default 0).")
+@click.option("--pack-gqa", type=click.Choice(list(PACK_GQA)), default=None,
+              help="FA3: pack_gqa=None (auto, default: FA3 decides), True (on) or False (off).")
 @click.option("--workspace-mb", type=int, default=512, show_default=True, help="FlashInfer float workspace (MiB).")
 @click.option("--drop-nsys-rep", is_flag=True, help="nsys: keep only the SQLite export.")
 @click.option("--gzip-sidecar", is_flag=True, help="Write NAME.sidecar.json.gz instead of NAME.sidecar.json.")
 def collect(kind: str, out: Path, **options: Any) -> None:
-    """Run a FlashInfer decode-attention collector on this machine's GPU and write an annotated trace plus a
-    traceinsight.sidecar/1 file.
+    """Run a FlashInfer (or, with --backend fa3, FlashAttention-3) decode-attention collector on this machine's GPU
+    and write an annotated trace plus a traceinsight.sidecar/1 file.
 
     KIND is sweep (paths x distributions x batch sizes at fixed total tokens), serving (continuous-batching
     replay), timing (the sweep's cases timed with CUDA events) or loop (a model-like decode loop with injected,
-    known slow steps). Needs the [collect] extra and an NVIDIA GPU.
+    known slow steps; FlashInfer only). Needs the [collect] extra (FA3: the fa3-fwd wheel) and an NVIDIA GPU.
     """
     cfg = build_config(kind, out, **options)
     from collectors.runner import run

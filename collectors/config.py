@@ -14,6 +14,9 @@ from typing import Any
 from collectors.distributions import DEFAULT_TOTAL_TOKENS
 
 KINDS = ("sweep", "serving", "timing", "loop")
+# Attention libraries: FlashInfer's decode wrappers on a paged KV cache (collectors/flashinfer_decode.py), or
+# FlashAttention-3's varlen forward on contiguous per-request KV (collectors/fa3_decode.py, the fa3-fwd wheel).
+BACKENDS = ("flashinfer", "fa3")
 PROFILERS = ("torch", "nsys", "ncu", "none")
 KV_DTYPES = ("bf16", "fp16", "fp8_e4m3")
 Q_DTYPES = ("bf16", "fp16")
@@ -51,6 +54,10 @@ NCU_METRICS = (
 )
 # Attention and merge kernels of FlashInfer (CUDA-core decode, FA2 and SM90 prefill kernels, merge states).
 NCU_KERNEL_REGEX = "BatchDecodeWithPagedKVCache|PrefillWithKVCache|BatchPrefillWithPagedKVCache|MergeStates"
+# FlashAttention-3's varlen forward: the scheduler's prepare kernel, the persistent main kernel and the split
+# combine. The main and combine kernels are `cutlass::device_kernel<flash::...>` instances, so ncu matches this
+# regex against demangled names (`--kernel-name-base demangled`), not the bare function name `device_kernel`.
+NCU_KERNEL_REGEX_FA3 = "FlashAttnFwdSm90|FlashAttnFwdCombine|prepare_varlen_num_blocks"
 
 
 @dataclass(frozen=True)
@@ -97,11 +104,15 @@ class ModelShape:
         if self.q_dtype not in Q_DTYPES:
             raise ValueError(f"unknown --q-dtype {self.q_dtype!r} (choose from {', '.join(Q_DTYPES)})")
 
-    def to_sidecar(self) -> dict[str, Any]:
-        """The sidecar's `model` object (dtypes by torch's names)."""
-        return {"qo_heads": self.qo_heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
-                "page_size": self.page_size, "kv_dtype": TORCH_DTYPE_NAMES[self.kv_dtype],
-                "q_dtype": TORCH_DTYPE_NAMES[self.q_dtype]}
+    def to_sidecar(self, paged: bool = True) -> dict[str, Any]:
+        """The sidecar's `model` object (dtypes by torch's names); without `page_size` when not `paged` (FA3's
+        varlen KV has no pages)."""
+        out = {"qo_heads": self.qo_heads, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
+               "page_size": self.page_size, "kv_dtype": TORCH_DTYPE_NAMES[self.kv_dtype],
+               "q_dtype": TORCH_DTYPE_NAMES[self.q_dtype]}
+        if not paged:
+            del out["page_size"]
+        return out
 
     @property
     def tag(self) -> str:
@@ -137,6 +148,50 @@ LOOP_PROFILERS = ("torch", "nsys", "none")
 LOOP_EVENTS = ("host-sleep", "host-cpu", "prefill", "chunked-prefill", "long-join")
 LOOP_SCENARIOS = ("default", "host", "prefill", "join", "none")
 PATH_SHORT = {"cuda-core": "core", "tc-fa2": "fa2", "tc-auto": "auto"}
+
+# FlashAttention-3 (`--backend fa3`): one decode path, varlen with contiguous KV per request (no pages).
+FA3_PATH = "fa3-varlen"
+FA3_KINDS = ("sweep", "serving", "timing")
+PACK_GQA = {"auto": None, "on": True, "off": False}
+
+
+@dataclass(frozen=True)
+class Fa3Variant:
+    """One way of calling FA3's varlen forward: the options a server passes (collectors/fa3_decode.py).
+
+    `num_splits` 0 = FA3's heuristic; `scheduler_metadata`: the scheduler's plan is computed beforehand with
+    `get_scheduler_metadata` and passed in (else the forward runs its prepare kernel itself); `sm_margin`: SMs
+    left free (the persistent grid is num_SMs - sm_margin); `pack_gqa` None = FA3 decides.
+    """
+
+    num_splits: int = 0
+    scheduler_metadata: bool = False
+    causal: bool = False
+    sm_margin: int = 0
+    pack_gqa: bool | None = None
+
+    @property
+    def tokens(self) -> str:
+        """What step range names carry: 'path=fa3-varlen splits=0 meta=0 causal=0 margin=0' (+ ' pack=0|1' when
+        pack_gqa is forced)."""
+        out = (f"path={FA3_PATH} splits={self.num_splits} meta={int(self.scheduler_metadata)} "
+               f"causal={int(self.causal)} margin={self.sm_margin}")
+        return out if self.pack_gqa is None else f"{out} pack={int(self.pack_gqa)}"
+
+
+@dataclass(frozen=True)
+class Fa3Config:
+    """The FA3 call variants of a run: the cross product of these lists, in this order (splits outermost)."""
+
+    num_splits: tuple[int, ...] = (0,)
+    scheduler_metadata: tuple[bool, ...] = (False,)
+    causal: tuple[bool, ...] = (False,)
+    sm_margin: tuple[int, ...] = (0,)
+    pack_gqa: str = "auto"
+
+    def variants(self) -> list[Fa3Variant]:
+        return [Fa3Variant(s, m, c, g, PACK_GQA[self.pack_gqa]) for s in self.num_splits
+                for m in self.scheduler_metadata for c in self.causal for g in self.sm_margin]
 
 
 @dataclass(frozen=True)
@@ -197,6 +252,14 @@ class RunConfig:
     workspace_mb: int = 512
     keep_nsys_rep: bool = True
     gzip_sidecar: bool = False
+    backend: str = "flashinfer"
+    fa3: Fa3Config = field(default_factory=Fa3Config)
+    ncu_name_base: str = "function"  # ncu --kernel-name-base: what -k regex: is matched against
+
+    @property
+    def model(self) -> dict[str, Any]:
+        """The sidecar's `model`: no page size for FA3 (contiguous varlen KV)."""
+        return self.shape.to_sidecar(paged=self.backend != "fa3")
 
     @property
     def sidecar_path(self) -> Path:
@@ -222,9 +285,11 @@ class RunConfig:
         serving["capture_sizes"] = tuple(serving["capture_sizes"])
         loop = raw.pop("loop", {})
         loop = {k: tuple(v) if isinstance(v, list) else v for k, v in loop.items()}
+        fa3 = raw.pop("fa3", {})
+        fa3 = {k: tuple(v) if isinstance(v, list) else v for k, v in fa3.items()}
         tuples = {k: tuple(v) for k, v in raw.items() if isinstance(v, list)}
         return cls(**{**raw, **tuples, "shape": ModelShape(**raw.pop("shape")), "serving": ServingConfig(**serving),
-                      "loop": LoopConfig(**loop)})
+                      "loop": LoopConfig(**loop), "fa3": Fa3Config(**fa3)})
 
 
 def default_name(kind: str, shape: ModelShape, cuda_graph: bool, profiler: str, path: str | None = None) -> str:
@@ -255,3 +320,15 @@ def serving_key(path: str, step: int, batch_size: int, live: int | None = None) 
 def range_name(key: str) -> str:
     """The NVTX / record_function range name of a step: 'decode ' + its key."""
     return f"decode {key}"
+
+
+def fa3_sweep_key(variant: Fa3Variant, dist: str, batch_size: int, step: int | None = None) -> str:
+    """The key of an FA3 sweep step ('path=fa3-varlen splits=0 meta=0 causal=0 margin=0 dist=skew80 bs=993
+    step=0'); without `step`, the case key (timing)."""
+    key = f"{variant.tokens} dist={dist} bs={batch_size}"
+    return key if step is None else f"{key} step={step}"
+
+
+def fa3_serving_key(variant: Fa3Variant, step: int, batch_size: int) -> str:
+    """The key of an FA3 serving step: 'path=fa3-varlen splits=0 meta=0 causal=0 margin=0 step=17 bs=990'."""
+    return f"{variant.tokens} step={step} bs={batch_size}"

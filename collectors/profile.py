@@ -8,7 +8,8 @@ under the tool (the child marks its measured region with cudaProfilerStart/Stop)
 - nsys: `nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none --backtrace=none --cuda-graph-trace=node
   --capture-range=cudaProfilerApi`, then, where nsys left only a `.qdstrm` (it cannot convert it on some
   machines), `QdstrmImporter -i NAME.qdstrm`, then `nsys export --type sqlite`: `NAME.sqlite` (+ `NAME.nsys-rep`).
-- ncu: `ncu --profile-from-start off --nvtx --clock-control none --csv --page raw --metrics ... -k regex:...`,
+- ncu: `ncu --profile-from-start off --nvtx --clock-control none --csv --page raw --metrics ... -k regex:...`
+  (FA3: `--kernel-name-base demangled`, its kernels being `cutlass::device_kernel<flash::...>` instances),
   stdout to `NAME.ncu.csv` (the child sends its own stdout to stderr). Graph warm-ups and captures are left
   out with cudaProfilerStop/Start so that only annotated steps are measured.
 
@@ -211,8 +212,9 @@ def run_ncu(cfg: RunConfig) -> list[Path]:
     csv_path = cfg.output(".ncu.csv")
     with csv_path.open("wb") as out:
         _run([ncu, "--profile-from-start", "off", "--nvtx", "--clock-control", "none", "--csv", "--page", "raw",
-              "--print-units", "base", "--metrics", ",".join(cfg.ncu_metrics), "-k", f"regex:{cfg.ncu_kernels}",
-              *_child(cfg_path)],
+              "--print-units", "base", "--metrics", ",".join(cfg.ncu_metrics),
+              *(["--kernel-name-base", cfg.ncu_name_base] if cfg.ncu_name_base != "function" else []),
+              "-k", f"regex:{cfg.ncu_kernels}", *_child(cfg_path)],
              "ncu", stdout=out)
     cfg_path.unlink(missing_ok=True)
     return [p for p in (csv_path, cfg.sidecar_path) if p.exists()]

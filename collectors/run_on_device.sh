@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Run a whole collection on a GPU machine without internet, in one go.
 #
-#   collectors/run_on_device.sh smoke|full|check|loop [full]
+#   collectors/run_on_device.sh smoke|full|check|loop [full]|fa3 [full]
 #
 # loop: the decode-loop captures of ../examples/loop (tiny loops of every mode first, into /tmp/smoke, packed as
 # smoke.tgz; then the five full runs into collected.tgz), each summarized by examples/loop/step_times.py;
 # `loop full` makes the full runs only.
+#
+# fa3: FlashAttention-3 varlen decode (--backend fa3) for ../examples/fa3: the wheel's smoke test
+# (python -m collectors.fa3_decode), tiny runs of every kind and profiler (into /tmp/smoke, packed as smoke.tgz),
+# then the captures (collected.tgz); `fa3 full` skips the smoke test and tiny runs; ONLY=NAME,NAME runs only
+# those jobs. It needs only .whl_fa3/
+# (fa3-fwd 0.0.3 + nvtx wheels) and .debs/, no FlashInfer and no JIT cache.
 #
 # Run from the repository root. Expects (carried beside the checkout, git-ignored):
 #   .whl/    flashinfer-python 0.6.1, apache-tvm-ffi 0.1.9, nvtx, nvidia-cudnn-frontend, einops, tabulate,
@@ -71,6 +77,7 @@ await() {
 # job NAME TIMEOUT ARGS...: one collection into $C
 job() {
   local name=$1 tmo=$2; shift 2
+  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi  # ONLY=job,job: just these
   if (( $(elapsed) > DEADLINE )); then echo "$name skipped at $(elapsed)s" | tee -a "$OUT/summary.txt"; return; fi
   local left=$(( HARD - $(elapsed) ))
   (( tmo > left )) && tmo=$left
@@ -87,7 +94,7 @@ pack() {
     split -b 15m "$OUT/collected.tgz" "$OUT/collected.tgz.part-" && rm "$OUT/collected.tgz"
   fi
   local ops
-  ops=$(ls -d "$FLASHINFER_WORKSPACE_BASE"/.cache/flashinfer/*/*/cached_ops 2>/dev/null | head -1)
+  ops=$(ls -d "${FLASHINFER_WORKSPACE_BASE:-/nonexistent}"/.cache/flashinfer/*/*/cached_ops 2>/dev/null | head -1)
   if [ -n "$ops" ]; then
     (cd "$ops" && ls -la ./*/*.so && tar czf "$OUT/jit_so.tgz" ./*/*.so)
   fi
@@ -101,6 +108,77 @@ BS_A=8,16,32,64,96,128,192,256,296,297,320,384,512
 BS_B=8,16,32,33,48,64,96,128,144,148,149,160,192,256,384
 SERVE=(--max-batch 192 --initial 128 --arrival-rate 1.0 --prompt-len 512:4096 --output-len 64:512
        --long-every 100 --long-len 131072)
+
+setup_fa3() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl_fa3/*.whl || { echo "wheel install failed"; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+  mkdir -p /tmp/dwlibs
+  for f in .debs/*.deb; do [ -f "$f" ] && dpkg -x "$f" /tmp/dwlibs; done
+  export TRACEINSIGHT_EXTRA_LD_LIBRARY_PATH=/tmp/dwlibs/usr/lib/x86_64-linux-gnu:/tmp/dwlibs/lib/x86_64-linux-gnu
+  echo "ncu: $(command -v ncu) $(ncu --version 2>/dev/null | tail -1)"
+  ls /opt/nvidia/nsight-compute/*/host/*/nsys 2>/dev/null && \
+    "$(ls /opt/nvidia/nsight-compute/*/host/*/nsys | head -1)" --version
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+  python3 -c "import torch, fa3_fwd_interface, nvtx; from importlib.metadata import version; \
+print('torch', torch.__version__, 'cuda', torch.version.cuda, 'fa3_fwd', version('fa3_fwd'), 'nvtx', version('nvtx'), \
+torch.cuda.get_device_name())"
+  echo "setup done at $(elapsed)s"
+}
+
+# FA3 (shape A and B, G = 8): batch sizes across the dynamic-split cap of 992 requests
+BS_FA3=64,256,512,896,960,992,993,1024,1280,1536
+SERVE_FA3=(--max-batch 1100 --initial 950 --arrival-rate 2.0 --prompt-len 128:1024 --output-len 64:512
+           --long-every 970 --long-len 131072)
+VARIANTS=(--num-splits 0,1,4,16 --scheduler-metadata both --causal both --sm-margin 0,8)
+
+fa3() {  # fa3 [full]
+  local full=$C fails=0 rc
+  if [ "${1:-}" != full ]; then
+    timeout 120 python3 -m collectors.fa3_decode; rc=$?
+    echo "fa3 smoke rc=$rc at $(elapsed)s" | tee -a "$OUT/summary.txt"; (( rc )) && fails=1
+    C=/tmp/smoke
+    mkdir -p "$C"
+    job t_sweep 60 sweep "${A[@]}" --backend fa3 --dists uniform,skew80 --batch-sizes 64,993 --steps 1 \
+      --num-splits 0,4 --scheduler-metadata both --name t_sweep
+    job t_serving 60 serving "${B[@]}" --backend fa3 --steps 12 "${SERVE_FA3[@]}" --name t_serving
+    job t_timing 60 timing "${B[@]}" --backend fa3 --dists skew80 --batch-sizes 992,993 --steps 5 --warmup 1 \
+      --name t_timing
+    job t_nsys 90 sweep "${A[@]}" --backend fa3 --dists skew80 --batch-sizes 992,993 --steps 1 --profiler nsys \
+      --name t_nsys
+    job t_ncu 90 sweep "${A[@]}" --backend fa3 --dists skew80 --batch-sizes 993 --steps 1 --profiler ncu \
+      --name t_ncu
+    [ -f "$C/t_ncu.ncu.csv" ] && python3 -c "import csv,sys; l=open(sys.argv[1]).read().splitlines(); \
+r=list(csv.reader(l[next(i for i, x in enumerate(l) if x.startswith('\"ID\"')):])); i=r[0].index('Kernel Name'); \
+[print('ncu kernel:', x[i][:300]) for x in r[2:]]" "$C/t_ncu.ncu.csv"
+    grep -h " rc=" "$OUT/summary.txt" | grep "^t_" | grep -vq " rc=0 " && fails=1
+    tar czf "$OUT/smoke.tgz" -C /tmp smoke
+    C=$full
+    if (( fails )); then echo "smoke failed: no captures"; return; fi
+  fi
+  job sweep_A 90 sweep "${A[@]}" --backend fa3 --dists uniform,skew40,skew80 --batch-sizes $BS_FA3 --steps 2
+  job sweep_B 90 sweep "${B[@]}" --backend fa3 --dists uniform,skew40,skew80 --batch-sizes $BS_FA3 --steps 2
+  job timing_A 90 timing "${A[@]}" --backend fa3 --dists uniform,skew40,skew80 --batch-sizes $BS_FA3 --steps 20 \
+    --warmup 3
+  job timing_B 90 timing "${B[@]}" --backend fa3 --dists uniform,skew40,skew80 --batch-sizes $BS_FA3 --steps 20 \
+    --warmup 3
+  job variants_A 90 sweep "${A[@]}" --backend fa3 --dists skew80 --batch-sizes 256,1024 --steps 2 "${VARIANTS[@]}" \
+    --name variants_q32kv4d128_fa3_torch
+  job variants_B 90 sweep "${B[@]}" --backend fa3 --dists skew80 --batch-sizes 256,1024 --steps 2 "${VARIANTS[@]}" \
+    --name variants_q64kv8d128_fa3_torch
+  job timing_variants_A 90 timing "${A[@]}" --backend fa3 --dists uniform,skew80 --batch-sizes 256,1024 --steps 20 \
+    --warmup 3 --num-splits 0,1,4,16 --scheduler-metadata both --sm-margin 0,8 --name timing_variants_q32kv4d128_fa3_none
+  job serving_B 120 serving "${B[@]}" --backend fa3 --steps 200 "${SERVE_FA3[@]}" --scheduler-metadata both \
+    --gzip-sidecar
+  job nsys_A 150 sweep "${A[@]}" --backend fa3 --dists uniform,skew80 --batch-sizes 896,960,992,993,1024 --steps 2 \
+    --profiler nsys
+  job ncu_A 200 sweep "${A[@]}" --backend fa3 --dists uniform,skew80 --batch-sizes 256,992,993,1024 --steps 1 \
+    --num-splits 0,1 --profiler ncu
+  job ncu_B 200 sweep "${B[@]}" --backend fa3 --dists uniform,skew40,skew80 --batch-sizes 960,992,993,1024 --steps 1 \
+    --profiler ncu
+  job ncu_variants_A 200 sweep "${A[@]}" --backend fa3 --dists skew40,skew80 --batch-sizes 256,1024 --steps 1 \
+    --num-splits 4,16 --scheduler-metadata both --profiler ncu --name ncu_variants_q32kv4d128_fa3_ncu
+}
 
 smoke() {
   warm core --paths cuda-core & W1=$!
@@ -215,13 +293,14 @@ loop_full() {
   loop_summary "$C"
 }
 
-setup
+if [ "${1:-full}" = fa3 ]; then setup_fa3; else setup; fi
 case "${1:-full}" in
   smoke) smoke ;;
   full) full ;;
   check) check ;;
   loop) loop "${2:-}" ;;
-  *) echo "usage: $0 smoke|full|check|loop [full]"; exit 2 ;;
+  fa3) fa3 "${2:-}" ;;
+  *) echo "usage: $0 smoke|full|check|loop [full]|fa3 [full]"; exit 2 ;;
 esac
 pack
 sleep 1

@@ -20,15 +20,21 @@ from collectors.runtime import gpu_info, require_gpu, software_info
 def run(cfg: RunConfig) -> list[Path]:
     """Collect as `cfg` says; return the files written."""
     if cfg.profiler in ("nsys", "ncu"):
-        require_gpu()  # the one-line error here rather than from inside the tool's child
+        require_gpu(cfg.backend)  # the one-line error here rather than from inside the tool's child
         return run_nsys(cfg) if cfg.profiler == "nsys" else run_ncu(cfg)
     return run_direct(cfg)
 
 
 def _run_record(cfg: RunConfig) -> dict[str, Any]:
     rec = asdict(cfg)
-    for noisy in ("out", "ncu_metrics", "ncu_kernels", "keep_nsys_rep", "gzip_sidecar"):
+    for noisy in ("out", "ncu_metrics", "ncu_kernels", "keep_nsys_rep", "gzip_sidecar", "ncu_name_base"):
         rec.pop(noisy)
+    if cfg.backend != "fa3":
+        rec.pop("fa3")
+    else:
+        for unused in ("cuda_graph", "workspace_mb"):
+            rec.pop(unused)
+        rec["shape"].pop("page_size")
     if cfg.kind != "serving":
         rec.pop("serving")
     if cfg.kind != "loop":
@@ -42,7 +48,7 @@ def _run_record(cfg: RunConfig) -> dict[str, Any]:
 
 def run_direct(cfg: RunConfig) -> list[Path]:
     """The run itself, in this process."""
-    rt = require_gpu()
+    rt = require_gpu(cfg.backend)
     rt.torch.manual_seed(cfg.seed)
     session = Session(rt, cfg)
     times: list[Any] = []
@@ -62,7 +68,7 @@ def run_direct(cfg: RunConfig) -> list[Path]:
     else:
         steps, times = timing.run_timing(rt, cfg)
     gpu, software = gpu_info(rt), software_info(rt)
-    doc = sidecar.document(gpu, software, cfg.shape.to_sidecar(), steps, run={**_run_record(cfg), **extra})
+    doc = sidecar.document(gpu, software, cfg.model, steps, run={**_run_record(cfg), **extra})
     made = [sidecar.write(cfg.sidecar_path, doc)]
     if session.trace_path is not None:
         made.insert(0, session.trace_path)

@@ -37,6 +37,10 @@ def _graphs(rt: Runtime, bench: DecodeBench, path: str, sizes: set[int]) -> dict
 
 def run_serving(rt: Runtime, cfg: RunConfig, session: Session) -> list[StepRecord]:
     """Replay the schedule once per path inside `session`; return one sidecar step per decode step."""
+    if cfg.backend == "fa3":
+        from collectors.fa3_decode import run_serving_fa3
+
+        return run_serving_fa3(rt, cfg, session)
     t, sc, page = rt.torch, cfg.serving, cfg.shape.page_size
     requests = make_requests(sc, cfg.steps, cfg.seed)
     steps: list[Step] = schedule(requests, sc, cfg.steps)

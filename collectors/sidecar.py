@@ -1,4 +1,5 @@
-"""Writing the `traceinsight.sidecar/1` file of a run (docs/SIDECAR.md is the specification).
+"""Writing the `traceinsight.sidecar/1` file of a run (docs/SIDECAR.md is the specification; `/1.1` adds a
+step's `qo_lens`, `/1.2` a step's `call` and FA3's plan fields, docs/COLLECTORS.md).
 
 Stdlib only, because it also runs on the GPU machine, where traceinsight's analyzer dependencies (duckdb) are
 absent. Where `traceinsight.ingest.sidecar` imports, the document is checked with its `validate()` before it is
@@ -17,6 +18,7 @@ from typing import Any
 
 SCHEMA = "traceinsight.sidecar/1"
 SCHEMA_QO = "traceinsight.sidecar/1.1"  # the minor version that adds a step's `qo_lens` (docs/SIDECAR.md)
+SCHEMA_CALL = "traceinsight.sidecar/1.2"  # adds a step's `call` and FA3's plan fields (docs/COLLECTORS.md)
 
 
 @dataclass
@@ -25,17 +27,22 @@ class PlanRecord:
 
     `padded_batch_size`: CTAs along grid x (None for the SM90 backend, which does not record it);
     `split_kv`: whether KV was split into chunks (a merge kernel follows); `chunk_tokens`: the KV chunk length
-    in tokens (None where the backend has none); `plan_info`: the raw integers.
+    in tokens (None where the backend has none); `plan_info`: the raw integers (None: left out of the file);
+    `extra`: further plan fields of a backend (FA3: `num_splits_static`, `splits`), written after the others.
     """
 
     padded_batch_size: int | None
     split_kv: bool
     chunk_tokens: int | None
-    plan_info: list[int]
+    plan_info: list[int] | None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"padded_batch_size": self.padded_batch_size, "split_kv": self.split_kv,
-                "chunk_tokens": self.chunk_tokens, "plan_info": self.plan_info}
+        out = {"padded_batch_size": self.padded_batch_size, "split_kv": self.split_kv,
+               "chunk_tokens": self.chunk_tokens, "plan_info": self.plan_info}
+        if self.plan_info is None:
+            del out["plan_info"]
+        return {**out, **self.extra}
 
 
 @dataclass
@@ -58,7 +65,8 @@ class StepRecord:
 def document(gpu: dict[str, Any], software: dict[str, str], model: dict[str, Any], steps: list[StepRecord],
              run: dict[str, Any] | None = None) -> dict[str, Any]:
     """The sidecar document. `run` (optional) records how the collection was made (kind, command, profiler)."""
-    schema = SCHEMA_QO if any("qo_lens" in s.extra for s in steps) else SCHEMA
+    schema = (SCHEMA_CALL if any("call" in s.extra for s in steps)
+              else SCHEMA_QO if any("qo_lens" in s.extra for s in steps) else SCHEMA)
     doc: dict[str, Any] = {"schema": schema, "gpu": gpu, "software": software, "model": model}
     if run:
         doc["run"] = run

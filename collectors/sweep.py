@@ -8,7 +8,7 @@ timed with CUDA events (median per case in NAME.timing.json).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +37,9 @@ class Case:
     @property
     def key(self) -> str:
         return case_key(self.path, self.dist, self.batch_size)
+
+    def step_key(self, step: int) -> str:
+        return sweep_key(self.path, self.dist, self.batch_size, step)
 
     def record(self, key: str, cuda_graph: bool) -> StepRecord:
         return StepRecord(key, self.kv_lens, PATHS[self.path].sidecar_path, self.backend, cuda_graph, self.plan,
@@ -104,6 +107,19 @@ def cases(rt: Runtime, bench: DecodeBench, cfg: RunConfig, session: Session | No
         yield prepare(rt, bench, cfg, path, dist, b, wrappers, session)
 
 
+def case_source(rt: Runtime, cfg: RunConfig, session: Session | None) -> Iterable[Any]:
+    """The cases of `cfg`, ready to run (each has key, step_key(), record(), run): FlashInfer's are planned one
+    by one as they are iterated (inside the session, quietly), after a warm-up of every path; FA3's
+    (collectors/fa3_decode.py) are all planned and run once here, before the session."""
+    if cfg.backend == "fa3":
+        from collectors.fa3_decode import sweep_cases
+
+        return sweep_cases(rt, cfg)
+    bench = new_bench(rt, cfg)
+    warm_up(rt, bench, cfg.paths)
+    return cases(rt, bench, cfg, session)
+
+
 Timed = list[tuple[str, StepRecord, list[float]]]  # (case key, the case's first step, step times in ms)
 
 
@@ -111,17 +127,16 @@ def run_sweep(rt: Runtime, cfg: RunConfig, session: Session) -> tuple[list[StepR
     """Run the sweep inside `session`; return the sidecar steps and, under --profiler none, each case's step
     times in milliseconds (CUDA events)."""
     t = rt.torch
-    bench = new_bench(rt, cfg)
-    warm_up(rt, bench, cfg.paths)
+    source = case_source(rt, cfg, session)
     ann = Annotator(t)
     timed = cfg.profiler == "none"
     records: list[StepRecord] = []
     times: Timed = []
     with session:
-        for case in cases(rt, bench, cfg, session):
+        for case in source:
             samples = []
             for s in range(cfg.steps):
-                key = sweep_key(case.path, case.dist, case.batch_size, s)
+                key = case.step_key(s)
                 if timed:
                     start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
                     start.record()

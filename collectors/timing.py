@@ -14,7 +14,7 @@ from typing import Any
 from collectors.config import RunConfig
 from collectors.runtime import Runtime
 from collectors.sidecar import StepRecord
-from collectors.sweep import Timed, cases, new_bench, warm_up
+from collectors.sweep import Timed, case_source
 
 TIMING_SCHEMA = "traceinsight.timing/1"
 
@@ -33,11 +33,9 @@ def summarize(samples_ms: list[float]) -> dict[str, float]:
 def run_timing(rt: Runtime, cfg: RunConfig) -> tuple[list[StepRecord], Timed]:
     """Time every case; return one sidecar step per case (key without a step token) and the samples."""
     t = rt.torch
-    bench = new_bench(rt, cfg)
-    warm_up(rt, bench, cfg.paths)
     records: list[StepRecord] = []
     times: Timed = []
-    for case in cases(rt, bench, cfg, None):
+    for case in case_source(rt, cfg, None):
         for _ in range(cfg.warmup):
             case.run()
         events = [(t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)) for _ in range(cfg.steps)]
@@ -52,6 +50,15 @@ def run_timing(rt: Runtime, cfg: RunConfig) -> tuple[list[StepRecord], Timed]:
     return records, times
 
 
+def _fa3_fields(rec: StepRecord) -> dict[str, Any]:
+    """FA3 cases add the call and the static and largest per-request split counts."""
+    if "call" not in rec.extra:
+        return {}
+    splits = rec.plan.extra.get("splits") or [None]
+    return {"call": rec.extra["call"], "num_splits_static": rec.plan.extra.get("num_splits_static"),
+            "max_splits": max(splits)}
+
+
 def document(cfg: RunConfig, gpu: dict[str, Any], software: dict[str, str], times: Timed) -> dict[str, Any]:
     """The timing JSON: one row per case with its plan, batch shape and the step-time statistics."""
     rows = []
@@ -61,11 +68,11 @@ def document(cfg: RunConfig, gpu: dict[str, Any], software: dict[str, str], time
             "batch_size": len(rec.kv_lens), "total_tokens": sum(rec.kv_lens), "max_kv_len": max(rec.kv_lens),
             "cuda_graph": rec.cuda_graph, "split_kv": rec.plan.split_kv,
             "padded_batch_size": rec.plan.padded_batch_size, "chunk_tokens": rec.plan.chunk_tokens,
-            **summarize(samples), "samples_ms": [round(s, 5) for s in samples],
+            **_fa3_fields(rec), **summarize(samples), "samples_ms": [round(s, 5) for s in samples],
         })
     method = ("CUDA events around each run after warm-up, no profiler" if cfg.kind == "timing"
               else "CUDA events around each annotated sweep step (synchronized after each), no profiler")
-    return {"schema": TIMING_SCHEMA, "gpu": gpu, "software": software, "model": cfg.shape.to_sidecar(),
+    return {"schema": TIMING_SCHEMA, "gpu": gpu, "software": software, "model": cfg.model,
             "method": {"clock": method, "warmup": cfg.warmup if cfg.kind == "timing" else 0,
                        "repeats": cfg.steps}, "cases": rows}
 

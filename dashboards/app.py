@@ -285,7 +285,7 @@ def thresholds(doc: dict[str, Any]) -> None:
     st.header("Split-KV thresholds")
     panels = sections.sweep(doc)
     if panels:
-        st.altair_chart(charts.sweep_chart(panels), key="sweep_chart")
+        st.altair_chart(charts.sweep_chart(sections.plotted_panels(panels)), key="sweep_chart")
         st.caption("Median attention time per case over its repeated steps; dashed: B_th, the batch size from "
                    "which the planner turns split-KV off.")
     else:

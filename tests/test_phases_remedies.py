@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from traceinsight.diagnose import remedies
+from traceinsight.diagnose import fa3, remedies
 from traceinsight.diagnose.attribution import COMPONENT_CAUSES, HOST_LAUNCH_BOUND, HOST_STALL
 from traceinsight.diagnose.rules.latency_spike import ATTENTION_CAUSES
 from traceinsight.model.phases import phase_from_query_lengths, tile_padding
@@ -39,7 +39,8 @@ FACTS = {
 
 
 @pytest.mark.parametrize("cause", sorted({*ATTENTION_CAUSES, *COMPONENT_CAUSES.values(), HOST_STALL,
-                                           HOST_LAUNCH_BOUND, "attention", "kernels:gemm", "kernels:norm"}
+                                           HOST_LAUNCH_BOUND, "attention", "kernels:gemm", "kernels:norm",
+                                           *fa3.REMEDY.values()}
                                           - {"wave-quantization", "slow-path", "kv-bandwidth"}))
 def test_every_cause_has_a_remedy_that_fits_the_trace(cause: str) -> None:
     for name, facts in FACTS.items():

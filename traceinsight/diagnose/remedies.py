@@ -104,4 +104,4 @@ class _Defaults(dict[str, Any]):
             return self.cause.removeprefix("kernels:").capitalize()
         if key == "ops":
             return "the trace names no host operation that grew"
-        return {"b_th": "B_th", "cap": "B_th - 1"}.get(key, key)
+        return {"b_th": "B_th", "cap": "B_th - 1", "splits": "more"}.get(key, key)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.model.attach import KernelThreshold, LaunchModel, Measured, StepBatch
+from traceinsight.model.occupancy import FA3
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.steps import Launch, Step
 
@@ -139,10 +140,19 @@ def step_ranges(steps: list[int], max_runs: int = MAX_STEP_RUNS) -> str:
     return ", ".join(parts)
 
 
+def kernel_family(v: LaunchView) -> str:
+    """What launches are compared with: the kernel by name, except FlashAttention-3, whose split and unsplit
+    launches are two template instances of one kernel (its Split flag): there the kernel and its tile."""
+    if v.backend == FA3:
+        p = v.launch.attention.params
+        return f"{v.kernel}<{p.get('kBlockM')}, {p.get('kBlockN')}, {p.get('head_dim')}>"
+    return v.name
+
+
 def typical_reference_ns(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView]) -> tuple[float, str]:
     """The kernel's typical balanced time in this trace (ns, source): the median of its launches whose split-KV
     was on ('split-on median'), else of all its launches ('median')."""
-    key = ("typical", v.name)
+    key = ("typical", kernel_family(v))
     s = ctx.schedule
     cache: dict[object, object] = s.cache if s is not None else {}
     if key not in cache:
@@ -208,9 +218,13 @@ def slow_launches(
     """Per attention kernel of `backends`, its launches whose split-KV state is `split_kv` and that are slow
     against their balanced reference (`Slowdown.slow`); kernels without such a launch are left out."""
     groups = []
-    for same in by_kernel(v for v in launch_views(ctx) if v.backend in backends).values():
+    mine = [v for v in launch_views(ctx) if v.backend in backends]
+    family: dict[str, list[LaunchView]] = defaultdict(list)
+    for v in mine:
+        family[kernel_family(v)].append(v)
+    for same in by_kernel(mine).values():
         hits = [h for v in same if v.launch.split_kv is split_kv
-                and (h := slowdown(ctx, v, same)).slow(ratio_min, excess_min_ns)]
+                and (h := slowdown(ctx, v, family[kernel_family(v)])).slow(ratio_min, excess_min_ns)]
         if hits:
             groups.append(hits)
     return groups

@@ -6,7 +6,8 @@
 - fa3-dynamic-split: FlashAttention-3's persistent scheduler with per-request dynamic splits;
 - the other decode paths: FlashInfer CUDA-core, FA2 tensor-core, SM90 tensor-core;
 - batch-capped: at most B_th - 1 requests per step (the rest in further steps), so the planner keeps
-  splitting; predicted_ns is the slowest of those steps, total_ns their sum.
+  splitting; predicted_ns is the slowest of those steps, total_ns their sum (FA3: at most 992, its cap);
+- fa3-heuristic-split (an FA3 launch that forced num_splits): the same call with num_splits = 0.
 
 Cost models: the backend's model calibrated on this trace when it has one; else the model's uncalibrated
 default (`traceinsight.model.default_cost`, measured on an H200, scaled by bandwidth), and the alternative says
@@ -19,9 +20,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from traceinsight.model import default_cost
-from traceinsight.model.attach import Schedule, StepBatch, cached_plan, cached_sim, planner_batch
+from traceinsight.model.attach import Schedule, StepBatch, cached_plan, cached_sim, fa3_options, planner_batch
 from traceinsight.model.gpus import GPU
-from traceinsight.model.occupancy import BACKENDS, CUDA_CORE, FA2, FA2_CTAS_PER_SM, FA3, SM90, occupancy, threshold
+from traceinsight.model.occupancy import (
+    BACKENDS,
+    CUDA_CORE,
+    FA2,
+    FA2_CTAS_PER_SM,
+    FA3,
+    FA3_MAX_DYNAMIC_SPLIT_BATCH,
+    SM90,
+    occupancy,
+    threshold,
+)
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.planners import Batch, Plan, plan
 from traceinsight.model.planners.types import ceil_div
@@ -199,12 +210,15 @@ def alternatives(sched: Schedule, launch: Launch, sb: StepBatch, cuda_graph: boo
     out: list[Alternative] = []
     occ, occ_note = occupancy_for(sched, backend, batch)
     cost, cost_note = cost_for(sched, backend)
-    p = cached_plan(sched.cache, backend, batch, gpu, occ, cuda_graph)
+    opts = fa3_options(launch.attention, sb) if backend == FA3 else {}
+    p = cached_plan(sched.cache, backend, batch, gpu, occ, cuda_graph, **opts)
     out.append(_run(sched, "as-run", f"{PATHS[backend]} as run", backend, p, gpu, occ, cost,
                     _join(occ_note, cost_note)))
     kept = split_kept_on(sched, launch, sb, cuda_graph)
     if kept is not None:
         out.append(kept)
+    if backend == FA3:
+        out.extend(_fa3_alternatives(sched, batch, opts, occ, cost, _join(occ_note, cost_note)))
     for alt in (FA3, CUDA_CORE, FA2, SM90):
         if alt != backend:
             a = path_alternative(sched, alt, sb)
@@ -216,6 +230,34 @@ def alternatives(sched: Schedule, launch: Launch, sb: StepBatch, cuda_graph: boo
             c = capped(sched, backend, batch, thr.b_threshold - 1, cuda_graph)
             if c is not None:
                 out.append(c)
+    return out
+
+
+def _fa3_alternatives(sched: Schedule, batch: Batch, opts: dict[str, Any], occ: int, cost: CostModel,
+                      note: str | None) -> list[Alternative]:
+    """FA3's own levers: its heuristic split instead of a forced num_splits, and the batch served in steps of at
+    most 992 requests (its dynamic-split cap) when it was above it."""
+    gpu = sched.gpu
+    assert gpu is not None
+    out = []
+    if opts.get("num_splits"):
+        free = {**opts, "num_splits": 0}
+        p = cached_plan(sched.cache, FA3, batch, gpu, occ, False, **free)
+        out.append(_run(sched, "fa3-heuristic-split", f"{PATHS[FA3]} with num_splits = 0 (its heuristic) instead of "
+                        f"{opts['num_splits']}", FA3, p, gpu, occ, cost, note))
+    if batch.batch_size > FA3_MAX_DYNAMIC_SPLIT_BATCH:
+        times, idle, items = [], [], 0
+        for i in range(0, batch.batch_size, FA3_MAX_DYNAMIC_SPLIT_BATCH):
+            part = replace(batch, kv_lens=batch.kv_lens[i:i + FA3_MAX_DYNAMIC_SPLIT_BATCH], qo_lens=None)
+            p = cached_plan(sched.cache, FA3, part, gpu, occ, False, **opts)
+            sim = cached_sim(sched.cache, p, gpu, occ, cost)
+            times.append(sim.predicted_ns)
+            idle.append(sim.sm_idle_fraction)
+            items += len(p.work_items)
+        worst = max(range(len(times)), key=lambda j: times[j])
+        out.append(Alternative("batch-capped", f"{PATHS[FA3]} with at most {FA3_MAX_DYNAMIC_SPLIT_BATCH} requests per "
+                               f"step, its dynamic-split cap ({len(times)} steps)", FA3, round(times[worst]),
+                               round(sum(times)), None, items, None, idle[worst], len(times), note))
     return out
 
 

@@ -38,8 +38,9 @@ class Shape:
 
 
 # Cost models calibrate() fitted on the H200 sweeps' uniform + two40 cases only (benchmarks/validate_model.py
-# reports on the held-out skew40/60/80 cases); rates in KV tokens per ns. FA3 borrows SM90's (both persistent
-# one-CTA-per-SM Hopper kernels; no FA3 capture exists yet). They give the default shapes and default_cost.
+# reports on the held-out skew40/60/80 cases); rates in KV tokens per ns. FA3's on our own FA3 sweeps' uniform
+# + skew40 launches of both shapes (examples/fa3; benchmarks/validate_fa3.py reports the held-out skew80, call
+# variants and serving replay). They give the default shapes and default_cost.
 H200_COSTS: dict[str, CostModel] = {
     CUDA_CORE: CostModel(
         cta_rate=0.017138, sm_rate=0.024482, gpu_rate=None, item_overhead_tokens=0.0, launch_ns=2455.0, sharpness=3.0
@@ -56,7 +57,9 @@ H200_COSTS: dict[str, CostModel] = {
         cta_rate=0.086815, sm_rate=0.133562, gpu_rate=8.98383, item_overhead_tokens=256.0, launch_ns=0.0, sharpness=3.0
     ),
 }
-H200_COSTS[FA3] = H200_COSTS[SM90]
+H200_COSTS[FA3] = CostModel(
+    cta_rate=0.102789, sm_rate=0.158137, gpu_rate=9.08511, item_overhead_tokens=187.4, launch_ns=10000.0, sharpness=3.0
+)
 H200_NUM_SMS = 132
 H200_HBM_BYTES_PER_S = 4.8e12
 GENERIC_SHAPE = Shape(cta_ratio=0.65, sharpness=3.0)  # a start that knows nothing about the backend

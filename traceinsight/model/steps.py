@@ -251,7 +251,9 @@ def _decide(launch: Launch, step_name: str | None) -> None:
         launch.split_evidence = f"{launch.merges[0].kernel} follows the launch on stream {k.stream_id}"
     elif signal == "merge":
         launch.split_kv = False
-        launch.split_evidence = f"no merge/combine kernel follows the launch on stream {k.stream_id}"
+        launch.split_evidence = f"no merge/combine kernel follows the launch on stream {k.stream_id}" + (
+            f" (and the prepare kernel ran {cap_ctas} CTAs: B > {FA3_CAP_PER_PREPARE_CTA}, above FA3's "
+            "dynamic-split cap)" if cap_ctas >= 2 else "")
     elif signal == "never":
         launch.split_kv = False
         launch.split_evidence = f"the {k.backend} backend never splits along KV"

@@ -251,10 +251,12 @@ def sweep_html(doc: dict[str, Any]) -> str:
                else "split-KV state does not change with B")
         th = p.threshold_text
         notes.append(f"<li><b>{esc(p.key)}</b>: {esc(th)}; {esc(obs)}.</li>")
-    return (_svg(_figures().sweep_figure(panels), "latency vs batch size per distribution")
+    return (_svg(_figures().sweep_figure(sections.plotted_panels(panels)), "latency vs batch size per distribution")
             + f'<ul class="note">{"".join(notes)}</ul>'
             + '<p class="caption">Median attention time (attention + merge kernels) over the repeated steps of each '
-              "case; crosses: split-KV off in every launch of the case.</p>")
+              "case; crosses: split-KV off in every launch of the case"
+            + (f"; the figure draws {sections.MAX_SWEEP_PANELS} of the {len(panels)} sweeps listed"
+               if len(panels) > sections.MAX_SWEEP_PANELS else "") + ".</p>")
 
 
 def schedule_html(doc: dict[str, Any], sched: Gantt | str | None) -> str:

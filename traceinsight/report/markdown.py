@@ -131,7 +131,7 @@ def sweep_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
     panels = sections.sweep(doc)
     if not panels:
         return _na(sections.missing(doc, "sweep"))
-    link = figs.save(_figures().sweep_figure(panels), f"{prefix}sweep")
+    link = figs.save(_figures().sweep_figure(sections.plotted_panels(panels)), f"{prefix}sweep")
     lines = [f"![latency vs batch size per distribution]({link})", ""]
     for p in panels:
         last_on, first_off = sections.observed_switch(p)

@@ -107,13 +107,16 @@ class FindingGroup:
 
 
 def finding_groups(doc: dict[str, Any]) -> list[FindingGroup]:
-    """One group per rule id, worst first: by severity, then by the group's total saving."""
-    groups: dict[str, FindingGroup] = {}
+    """One group per rule id (and per named reason within a rule, e.g. FA3's batch cap vs a forced num_splits:
+    different causes with different remedies), worst first: by severity, then by the group's total saving."""
+    groups: dict[tuple[str, str | None], FindingGroup] = {}
     for f in sorted_findings(doc):
         fid = f.get("id", "?")
-        g = groups.get(fid)
+        ev = f.get("evidence") or {}
+        key = (fid, ev.get("why_unsplit") or ev.get("why_starved"))
+        g = groups.get(key)
         if g is None:
-            g = groups[fid] = FindingGroup(fid, f.get("severity", "info"), None, [], [])
+            g = groups[key] = FindingGroup(fid, f.get("severity", "info"), None, [], [])
         g.findings.append(f)
         if f.get("saving_ns") is not None:
             g.saving_ns = (g.saving_ns or 0) + int(f["saving_ns"])
@@ -359,6 +362,20 @@ def sweep(doc: dict[str, Any]) -> list[SweepPanel]:
         b_th, src = _threshold_for(doc, kernel, backend)
         panels.append(SweepPanel(key or "sweep", kernel, backend, series, b_th, src))
     return panels
+
+
+# Sweeps drawn side by side at most (a trace of call variants has dozens; the notes list them all).
+MAX_SWEEP_PANELS = 4
+
+
+def plotted_panels(panels: list[SweepPanel]) -> list[SweepPanel]:
+    """The sweeps a figure draws: at most MAX_SWEEP_PANELS, those with the most batch sizes and distributions
+    (in their own order)."""
+    if len(panels) <= MAX_SWEEP_PANELS:
+        return panels
+    keep = set(sorted(range(len(panels)), key=lambda i: (-len(panels[i].batch_sizes), -len(panels[i].series),
+                                                         i))[:MAX_SWEEP_PANELS])
+    return [p for i, p in enumerate(panels) if i in keep]
 
 
 def _dist_order(dist: str) -> tuple[int, str]:

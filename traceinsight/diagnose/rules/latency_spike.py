@@ -232,8 +232,12 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         rows = _sum_parts(atts + onset_atts)
         all_steps = inc.onset + inc.steps
         methods = sorted({a.method for a in atts})
+        detail = None
+        if inc.finding is not None:
+            detail = inc.finding.evidence.get("why_unsplit") or inc.finding.evidence.get("why_starved")
         evidence: dict[str, Any] = {
             "cause": inc.cause,
+            "cause_detail": detail,
             "cause_component": inc.component,
             "spike_steps": len(inc.steps),
             "first_step": all_steps[0],

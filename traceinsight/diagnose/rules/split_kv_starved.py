@@ -5,16 +5,19 @@ max_grid / H_kv work items in all, one per request at least: at B = 296 of B_th 
 exists, so a 210K-token request is cut in two at most and the step takes 6.8 ms instead of 0.4 ms even though
 split_kv == 1. Detected from the trace alone: a merge kernel follows (split on), the grid fills the budget, and
 the launch is far slower than the kernel's balanced launches.
+
+FlashAttention-3 is starved when its longest request was cut, but into too few splits: the call forced a small
+num_splits, or the request reached the static bound S (`traceinsight.diagnose.fa3`).
 """
 
 from __future__ import annotations
 
-from traceinsight.diagnose import remedies
+from traceinsight.diagnose import fa3, remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
-from traceinsight.diagnose.views import fmt_ms, slow_launches, step_ranges, steps_of, worst
-from traceinsight.model.occupancy import CUDA_CORE, FA2
+from traceinsight.diagnose.views import Slowdown, fmt_ms, slow_launches, step_ranges, steps_of, worst
+from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
 
 ID = "split-kv-starved"
 NAME = "Split-KV starved"
@@ -23,7 +26,7 @@ PASSED = "every split launch ran close to the kernel's balanced time"
 NEEDS = (Input.STEPS, Input.THRESHOLDS)
 OPTIONAL = (Input.SIDECAR, Input.SCHEDULE)
 
-BACKENDS = (CUDA_CORE, FA2)
+BACKENDS = (CUDA_CORE, FA2, FA3)
 # A split launch is starved when it takes at least this many times its balanced reference...
 SLOWDOWN_MIN_RATIO = 2.0
 # ...and at least this much longer (ns).
@@ -35,6 +38,12 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     excess_min = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
     out = []
     for hits in slow_launches(ctx, BACKENDS, True, ratio_min, excess_min):
+        if hits[0].view.backend == FA3:
+            by_reason: dict[str, list[Slowdown]] = {}
+            for h in hits:
+                by_reason.setdefault(fa3.why_starved(h.view), []).append(h)
+            out.extend(_fa3_finding(ctx, reason, group) for reason, group in by_reason.items())
+            continue
         w = worst(hits)
         wv = w.view
         thr = wv.threshold
@@ -90,3 +99,50 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             saving_ns=round(sum(h.excess_ns for h in hits)),
         ))
     return out
+
+
+def _fa3_finding(ctx: TraceAnalysis, reason: str, hits: list[Slowdown]) -> Finding:
+    """FA3 launches whose longest request was cut into too few splits, for one reason (fa3.why_starved)."""
+    w = worst(hits)
+    wv = w.view
+    steps = steps_of(h.view for h in hits)
+    got = fa3.longest_splits(wv)
+    s_bound = fa3.static_bound(wv)
+    heuristic = fa3.heuristic_splits(wv, ctx.schedule.gpu if ctx.schedule else None)
+    call = (wv.batch.call if wv.batch is not None else None) or {}
+    evidence = {
+        "kernel": wv.kernel,
+        "backend": wv.backend,
+        "launches": len(hits),
+        "why_starved": reason,
+        "num_splits_static": s_bound,
+        "call_num_splits": call.get("num_splits"),
+        "worst_longest_request_splits": got,
+        "heuristic_longest_request_splits": heuristic,
+        "worst_step": wv.step.index,
+        "worst_dur_ns": wv.dur_ns,
+        "worst_reference_ns": round(w.reference_ns),
+        "worst_slowdown": round(w.ratio, 2),
+        "worst_batch_size": fa3.batch_size(wv),
+        "worst_max_kv_len": wv.batch.max_kv_len if wv.batch else None,
+        "reference": w.reference,
+    }
+    why = fa3.WORDS[reason] + (f" = {call.get('num_splits')}" if reason == fa3.FORCED else
+                               f" = {s_bound}" if reason == fa3.BOUND and s_bound else "")
+    cut = f"cut into only {got} split{'s' if got != 1 else ''}" if got else "cut into too few splits"
+    return Finding(
+        id=ID,
+        severity=Severity.WARNING if w.ratio < 5 else Severity.CRITICAL,
+        steps=tuple(steps),
+        summary=(f"split-KV starved in {len(hits)} launches of {wv.kernel} (steps {step_ranges(steps)}): {why}; "
+                 f"the longest request {cut}, up to {fmt_ms(wv.dur_ns)} vs {fmt_ms(w.reference_ns)} balanced "
+                 f"({w.ratio:.0f}x)"),
+        evidence=evidence,
+        explanation=(
+            f"FlashAttention-3 cut the longest request of step {wv.step.index}, but {why}: it was {cut}, and those "
+            f"few CTAs ran long after the rest of the GPU had finished, {fmt_ms(wv.dur_ns)} instead of about "
+            f"{fmt_ms(w.reference_ns)} (reference: {w.reference})"
+            + (f"; FA3's own heuristic would cut it into {heuristic}." if heuristic else ".")),
+        remedy=remedies.remedy(fa3.REMEDY[reason], remedies.facts(ctx), backends=[FA3], splits=heuristic),
+        saving_ns=round(sum(h.excess_ns for h in hits)),
+    )

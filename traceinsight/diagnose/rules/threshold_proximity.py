@@ -15,7 +15,8 @@ from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
 from traceinsight.diagnose.views import LaunchView, by_kernel, fmt_ms, launch_views, step_ranges, steps_of
 from traceinsight.diagnose.whatif import cost_for, occupancy_for
-from traceinsight.model.attach import planner_batch
+from traceinsight.model.attach import fa3_options, planner_batch
+from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
 from traceinsight.model.planners import plan
 from traceinsight.model.simulate import simulate
 
@@ -26,6 +27,8 @@ PASSED = "no step's batch was close below its kernel's split-KV threshold"
 NEEDS = (Input.STEPS, Input.THRESHOLDS)
 OPTIONAL = (Input.SIDECAR, Input.SCHEDULE)
 
+# Backends whose split threshold is modeled (FlashInfer's CTA budgets; FA3's dynamic-split cap of 992 requests).
+BACKENDS = (CUDA_CORE, FA2, FA3)
 # A batch is close when B_th - B is at most max(MARGIN_MIN_REQUESTS, MARGIN_FRACTION x B_th).
 MARGIN_MIN_REQUESTS = 4
 MARGIN_FRACTION = 0.1
@@ -47,13 +50,15 @@ def _at_threshold_ns(ctx: TraceAnalysis, v: LaunchView, b_th: int) -> float | No
         grown = replace(batch, kv_lens=batch.kv_lens + (med,) * (b_th - batch.batch_size), qo_lens=None)
         occ, _ = occupancy_for(s, v.backend or "", grown)
         cost, _ = cost_for(s, v.backend or "")
-        p = plan(v.backend or "", grown, s.gpu, occ, cuda_graph=v.cuda_graph)
+        opts = fa3_options(v.launch.attention, v.batch) if v.backend == FA3 else {}
+        p = plan(v.backend or "", grown, s.gpu, occ, cuda_graph=v.cuda_graph, **opts)
         s.cache[key] = simulate(p, s.gpu, occ, cost).predicted_ns
     return float(s.cache[key])
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
-    views = [v for v in launch_views(ctx) if v.threshold is not None and v.threshold.b_threshold]
+    views = [v for v in launch_views(ctx) if v.backend in BACKENDS and v.threshold is not None
+             and v.threshold.b_threshold]
     if not any(v.batch_size is not None and v.launch.split_kv is True for v in views):
         raise NotApplicable("the batch size of split launches is unknown without a sidecar (--meta SIDECAR)")
     m_req = limit(ctx, ID, "MARGIN_MIN_REQUESTS", MARGIN_MIN_REQUESTS)
@@ -100,13 +105,19 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                      + priced_text),
             evidence=evidence,
             explanation=(
-                f"{wv.backend}'s planner splits long requests only while B x H_kv < max_grid = {thr.max_grid}, "
-                f"i.e. for B < {b_th} with {thr.kv_heads} KV heads. Step {wv.step.index} ran with B = "
+                (f"FlashAttention-3's prepare kernel cuts long requests only while B <= {b_th - 1} (past that it runs "
+                 "on more than one CTA and cuts none, whatever num_splits says)"
+                 if wv.backend == FA3 else
+                 f"{wv.backend}'s planner splits long requests only while B x H_kv < max_grid = {thr.max_grid}, "
+                 f"i.e. for B < {b_th} with {thr.kv_heads} KV heads")
+                + f". Step {wv.step.index} ran with B = "
                 f"{wv.batch_size}, {headroom} below that line. It was fine, but as soon as the scheduler admits "
                 f"{headroom} more request{'s' if headroom != 1 else ''} nothing is split any more, and if one "
                 f"request is much longer than the rest the step time jumps{priced_text}."),
             remedy=(f"Cap the running batch at {b_th - 1} (or lower, leaving spare CTAs for splitting) for this "
-                    "model and GPU, or use a backend whose split does not switch off with batch size."),
+                    "model and GPU" + (", FA3's dynamic-split cap; long requests above it are walked by one CTA per "
+                                       "KV head." if wv.backend == FA3 else
+                                       ", or use a backend whose split does not switch off with batch size.")),
             saving_ns=None,
         ))
     return out

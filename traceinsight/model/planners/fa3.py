@@ -122,9 +122,14 @@ def plan_fa3(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False, options
         splits = [min(max(ceil_div(n, blocks_per_sm), 1), static_s) for n in n_blocks]
     else:
         splits = [1] * b
-    order = list(range(b))
-    if opt.sort and b <= FA3_MAX_DYNAMIC_SPLIT_BATCH:
-        order.sort(key=lambda i: -(m_blocks[i] * n_blocks[i]))
+    # The prepare kernel sorts the requests of each of its CTAs (992 requests apiece) by KV blocks per split,
+    # most first (a stable merge sort): the "virtual batch" order in which the persistent CTAs pull tiles.
+    order: list[int] = []
+    for lo in range(0, b, FA3_MAX_DYNAMIC_SPLIT_BATCH):
+        chunk = list(range(lo, min(b, lo + FA3_MAX_DYNAMIC_SPLIT_BATCH)))
+        if opt.sort:
+            chunk.sort(key=lambda i: -ceil_div(n_blocks[i], splits[i]))
+        order.extend(chunk)
     items: list[WorkItem] = []
     for req in order:
         kv_len = batch.kv_lens[req]
