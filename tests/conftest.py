@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -23,6 +26,20 @@ EXAMPLES = REPO / "examples"
 
 # Tests never read or write the user's cache (~/.cache/traceinsight): each run gets a fresh one.
 os.environ["TRACEINSIGHT_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceinsight-test-cache-")
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file, plain or gzipped (told by its magic bytes)."""
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def sidecar_in(folder: Path, stem: str) -> dict[str, Any]:
+    """The sidecar `stem`.sidecar.json[.gz] in `folder`."""
+    for suffix in (".sidecar.json", ".sidecar.json.gz"):
+        if (folder / f"{stem}{suffix}").exists():
+            return read_json(folder / f"{stem}{suffix}")  # type: ignore[no-any-return]
+    raise AssertionError(f"no sidecar for {stem} in {folder}")
 
 
 def sha256(path: Path) -> str:

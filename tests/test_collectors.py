@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import bisect
 import csv
-import gzip
 import importlib.util
-import json
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +22,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import read_json, sidecar_in
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,16 +40,11 @@ COLLECTED = REPO / "examples" / "collected"
 MERGE = "MergeStates"
 
 
-def _json(path: Path) -> Any:
-    raw = path.read_bytes()
-    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+_json = read_json
 
 
 def _sidecar(stem: str) -> dict[str, Any]:
-    for suffix in (".sidecar.json", ".sidecar.json.gz"):
-        if (COLLECTED / f"{stem}{suffix}").exists():
-            return _json(COLLECTED / f"{stem}{suffix}")
-    raise AssertionError(f"no sidecar for {stem}")
+    return sidecar_in(COLLECTED, stem)
 
 
 # ---------------------------------------------------------------------------------------------- distributions

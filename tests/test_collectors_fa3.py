@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import bisect
 import csv
-import gzip
 import importlib.util
 import json
 import math
@@ -29,6 +28,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import read_json, sidecar_in
 
 from collectors import sidecar as writer
 from collectors.cli import build_config, collect
@@ -62,16 +62,11 @@ BLOCK_N = 176  # kBlockN of FA3's D = 128 bf16 non-causal SM90 tile (the kernel 
 NUM_SMS = 132
 
 
-def _json(path: Path) -> Any:
-    raw = path.read_bytes()
-    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+_json = read_json
 
 
 def _sidecar(stem: str) -> dict[str, Any]:
-    for suffix in (".sidecar.json", ".sidecar.json.gz"):
-        if (FA3 / f"{stem}{suffix}").exists():
-            return _json(FA3 / f"{stem}{suffix}")
-    raise AssertionError(f"no sidecar for {stem}")
+    return sidecar_in(FA3, stem)
 
 
 def _config(args: list[str]) -> RunConfig:
