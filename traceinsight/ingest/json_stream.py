@@ -209,40 +209,61 @@ class NotAnArray(Exception):
     """The document is not an object whose key holds an array (raised before any batch was produced)."""
 
 
-def _scan_header(buf: bytes, key: bytes) -> int | str:
-    """Index just after the `[` of top-level `key` in `buf`; or 'more' (need more bytes), 'absent' (not a JSON
-    object, or the object ends without the key), 'not_array' (the key holds something else)."""
-    i = 0
-    n = len(buf)
-    while i < n and buf[i] in _WS:
-        i += 1
-    if i == n:
-        return "more"
-    if buf[i] != 0x7B:  # '{'
-        return "absent"
-    depth = 0
-    quoted = b'"' + key + b'"'
-    for m in _TOKEN.finditer(buf, i):
-        tok = m.group()
-        c = tok[0]
-        if c == 0x22:  # '"'
-            if len(tok) == 1:
+# Tokens that matter to the header scan: strings (a lone quote: one cut by the buffer's end) and brackets.
+_HEADER_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[\]{}]')
+
+
+class _HeaderScan:
+    """Finds the `[` of top-level `key` in a buffer that grows at its end, resuming where the last call stopped
+    (a document without the key, such as a large sidecar, is scanned once, not once per chunk)."""
+
+    def __init__(self, key: bytes) -> None:
+        self.quoted = b'"' + key + b'"'
+        self.pos: int | None = None  # where to resume (None: the object's `{` not seen yet)
+        self.depth = 0
+
+    def __call__(self, buf: bytes) -> int | str:
+        """Index just after the `[` of `key` in `buf`; or 'more' (need more bytes), 'absent' (not a JSON
+        object, or the object ends without the key), 'not_array' (the key holds something else)."""
+        n = len(buf)
+        if self.pos is None:
+            i = 0
+            while i < n and buf[i] in _WS:
+                i += 1
+            if i == n:
                 return "more"
-            if depth == 1 and tok == quoted:
-                colon = _KEY_COLON.match(buf, m.end())
-                if colon is None:
-                    continue
-                j = colon.end()
-                if j >= n:
-                    return "more"
-                return j + 1 if buf[j] == 0x5B else "not_array"  # '['
-        elif c in (0x7B, 0x5B):
-            depth += 1
-        elif c in (0x7D, 0x5D):
-            depth -= 1
-            if depth == 0:
+            if buf[i] != 0x7B:  # '{'
                 return "absent"
-    return "more"
+            self.pos = i
+        for m in _HEADER_TOKEN.finditer(buf, self.pos):
+            tok = m.group()
+            c = tok[0]
+            if c == 0x22:  # '"'
+                if len(tok) == 1:
+                    self.pos = m.start()  # a string cut by the buffer's end: rescan it with more bytes
+                    return "more"
+                if self.depth == 1 and tok == self.quoted:
+                    colon = _KEY_COLON.match(buf, m.end())
+                    if colon is None:
+                        continue
+                    j = colon.end()
+                    if j >= n:
+                        self.pos = m.start()
+                        return "more"
+                    return j + 1 if buf[j] == 0x5B else "not_array"  # '['
+            elif c in (0x7B, 0x5B):
+                self.depth += 1
+            elif c in (0x7D, 0x5D):
+                self.depth -= 1
+                if self.depth == 0:
+                    return "absent"
+            self.pos = m.end()
+        return "more"
+
+
+def _scan_header(buf: bytes, key: bytes) -> int | str:
+    """`_HeaderScan` of `buf` in one call (the whole buffer at once)."""
+    return _HeaderScan(key)(buf)
 
 
 def _elements_end(data: bytes) -> tuple[int, int | None]:
@@ -333,8 +354,9 @@ class ArrayStream:
 
     def _batches(self) -> Iterator[Batch]:
         buf = b""
+        scan = _HeaderScan(self.key)
         while True:
-            found = _scan_header(buf, self.key)
+            found = scan(buf)
             if isinstance(found, int):
                 break
             if found != "more" or len(buf) > MAX_HEADER_BYTES:
