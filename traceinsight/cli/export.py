@@ -1,4 +1,5 @@
-"""`traceinsight export PATH... --parquet DIR`: the normalized tables of many traces as one Parquet dataset."""
+"""`traceinsight export PATH... --parquet DIR [--analysis]`: the normalized tables (and the analysis tables) of
+many traces as one Parquet dataset."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from traceinsight.cli.main import user_errors
 @click.option("--no-cache", is_flag=True, help="Read every file again instead of reusing its cached database.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="What to print: one line per trace, or the manifest entries as JSON.")
+@click.option("--analysis", is_flag=True,
+              help="Analyze each trace and write the analysis tables too (steps, step_breakdown, "
+                   "attention_launches, launch_models, findings, rule_checks; docs/SCHEMA.md).")
 @user_errors
-def command(paths: tuple[str, ...], out_dir: Path, no_cache: bool, fmt: str) -> None:
+def command(paths: tuple[str, ...], out_dir: Path, no_cache: bool, fmt: str, analysis: bool) -> None:
     """Write the normalized tables (docs/SCHEMA.md) and kernel labels of trace files as a Parquet dataset
     partitioned by trace, to query a fleet's traces together with DuckDB, Spark or Trino (docs/FLEET.md).
 
@@ -35,9 +39,16 @@ def command(paths: tuple[str, ...], out_dir: Path, no_cache: bool, fmt: str) -> 
     written = []
     for f in files:  # one trace at a time: memory holds one trace's rows, whatever the number of files
         with TraceDB() as db:
-            trace_id = add_trace(db, f, cache=False if no_cache else None)
+            if analysis:
+                from traceinsight.pipeline import analyze_trace
+                from traceinsight.report.tables import write_tables
+
+                trace_id = add_trace(db, f, cache=False if no_cache else None)
+                write_tables(db, [analyze_trace(db, trace_id)])
+            else:
+                trace_id = add_trace(db, f, cache=False if no_cache else None)
             ensure_labels(db)
-            done = export_parquet(db, [trace_id], out_dir, options={"no_cache": no_cache})
+            done = export_parquet(db, [trace_id], out_dir, options={"no_cache": no_cache, "analysis": analysis})
             written.extend(done.traces)
             if fmt == "text":
                 t = done.traces[0]

@@ -175,12 +175,21 @@ def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int) -> Non
 @user_errors
 def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
     """Run QUERY on the normalized tables of the traces (see docs/SCHEMA.md): traces, devices, kernels,
-    kernel_labels, launches, ranges, memops, ncu_kernels, ncu_metrics, batches."""
+    kernel_labels, launches, ranges, memops, ncu_kernels, ncu_metrics, batches; and on the analysis when the
+    query names its tables: steps, step_breakdown, attention_launches, launch_models, findings, rule_checks
+    (the traces are then analyzed first; sidecars and ncu CSVs given among PATHS attach to the first trace)."""
     from traceinsight.ingest import load
     from traceinsight.ingest.paths import expand_paths
     from traceinsight.model.kernel_table import ensure_labels
+    from traceinsight.report.tables import mentions_analysis, write_tables
 
-    db, _ = load(expand_paths(paths))
+    if mentions_analysis(query):
+        from traceinsight.pipeline import analyze as run_analysis
+
+        db, analyses = run_analysis(expand_paths(paths))
+        write_tables(db, analyses)
+    else:
+        db, _ = load(expand_paths(paths))
     ensure_labels(db)
     from traceinsight.ingest.safe_sql import readonly_query
 

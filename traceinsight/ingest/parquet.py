@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight import __version__
-from traceinsight.ingest.store import TraceDB, schema_sql, table_names
+from traceinsight.ingest.store import TraceDB, analysis_table_names, schema_sql, table_names
 
 MANIFEST = "manifest.json"
 SCHEMA = "traceinsight.parquet/1"
@@ -80,12 +80,11 @@ def export_parquet(db: TraceDB, trace_ids: list[int], out_dir: Path, options: di
     manifest_path = out_dir / MANIFEST
     old = _read_manifest(manifest_path)
     taken = {t["trace"]: t["path"] for t in old.get("traces", [])}
-    tables = list(table_names())
-    has_labels = bool(
-        db.con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = $t", {"t": LABELS_TABLE}
-        ).fetchone()[0]
-    )
+    tables = list(table_names()) + (list(analysis_table_names()) if (options or {}).get("analysis") else [])
+    row = db.con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = $t", {"t": LABELS_TABLE}
+    ).fetchone()
+    has_labels = bool(row and row[0])
     if has_labels:
         tables.append(LABELS_TABLE)
     written: list[dict[str, Any]] = []

@@ -166,3 +166,99 @@ CREATE TABLE IF NOT EXISTS batches (
     call_scheduler_metadata BOOLEAN,    -- precomputed scheduler metadata was passed
     call_max_seqlen_k BIGINT            -- the max_seqlen_k argument (tokens; FA3's static split heuristic reads it)
 );
+
+-- ---------------------------------------------------------------------------------------------------------------
+-- The analysis as tables: filled by `traceinsight.report.tables.write_tables` after a trace is analyzed (`sql`
+-- over these names, `export --parquet --analysis`); empty in a database that was only ingested.
+
+-- One row per decode step.
+CREATE TABLE IF NOT EXISTS steps (
+    trace_id        INTEGER NOT NULL,
+    step            INTEGER NOT NULL,   -- the step's index (findings name steps by it), 0.. in time order
+    name            VARCHAR NOT NULL,   -- the range name, or '<kernel> launch <i>'
+    source          VARCHAR NOT NULL,   -- 'range:<kind>' | 'launch'
+    range_id        BIGINT,             -- `ranges.range_id` of the step's range
+    phase           VARCHAR NOT NULL,   -- 'decode' | 'prefill' | 'mixed' | 'unknown'
+    split_kv        BOOLEAN,            -- every attention launch agrees on split-KV on/off; NULL if mixed/unknown
+    start_ns        BIGINT NOT NULL,    -- first kernel start of the step
+    dur_ns          BIGINT NOT NULL,    -- GPU span of the step's kernels
+    attention_ns    BIGINT NOT NULL,    -- attention launches with their merge/prepare kernels
+    kernel_count    INTEGER NOT NULL,   -- kernels in the step
+    wall_ns         BIGINT NOT NULL,    -- what the step took as the engine waits for it (its window)
+    window_start_ns BIGINT,             -- the window (docs/DIAGNOSTICS.md, latency-spike)
+    window_end_ns   BIGINT,             -- end of the window
+    window_source   VARCHAR,            -- 'cpu-range' | 'gpu-range' | 'gpu-span'
+    host_gap_max_ns BIGINT,             -- the longest stretch the GPU waited for the host
+    host_long_ns    BIGINT              -- idle-host time in stretches of at least 100 us
+);
+
+-- One row per step and component of its breakdown: the components of a step add up to its wall_ns.
+CREATE TABLE IF NOT EXISTS step_breakdown (
+    trace_id        INTEGER NOT NULL,
+    step            INTEGER NOT NULL,   -- `steps.step`
+    component       VARCHAR NOT NULL,   -- 'attention' | 'prefill' | a kernel family | 'idle-host' | 'idle-wait' | 'idle-unknown'
+    ns              BIGINT NOT NULL     -- time of the component in the step's window
+);
+
+-- One row per attention launch of a step, with the merge/combine and prepare kernels attached to it.
+CREATE TABLE IF NOT EXISTS attention_launches (
+    trace_id        INTEGER NOT NULL,
+    step            INTEGER NOT NULL,   -- `steps.step`
+    kernel_id       BIGINT NOT NULL,    -- `kernels.kernel_id` of the attention kernel
+    kernel          VARCHAR NOT NULL,   -- short name
+    backend         VARCHAR,            -- backend id of the label ('flashinfer-fa2', 'fa3', ...)
+    phase           VARCHAR NOT NULL,   -- 'decode' | 'prefill' | 'mixed' | 'unknown' in context
+    phase_evidence  VARCHAR,            -- why that phase
+    split_kv        BOOLEAN,            -- NULL: not visible for this backend
+    split_evidence  VARCHAR,            -- why that split state
+    start_ns        BIGINT NOT NULL,    -- the attention kernel's start
+    dur_ns          BIGINT NOT NULL,    -- the attention kernel alone
+    merge_kernel_ids BIGINT[],          -- merge/combine kernels attached to the launch
+    merge_ns        BIGINT NOT NULL,    -- their time
+    prepare_kernel_ids BIGINT[],        -- prepare kernels attached to the launch
+    prepare_ns      BIGINT NOT NULL,    -- their time
+    tile_padding_share DOUBLE           -- padded share of the query tiles (sidecar qo_lens, tensor-core kernels)
+);
+
+-- One row per attention launch the schedule model describes.
+CREATE TABLE IF NOT EXISTS launch_models (
+    trace_id        INTEGER NOT NULL,
+    kernel_id       BIGINT NOT NULL,    -- the launch (`attention_launches.kernel_id`)
+    source          VARCHAR NOT NULL,   -- 'sidecar' (planned from the batch) | 'trace' (what the grid says)
+    work_items      INTEGER,            -- CTAs (or persistent tiles) that do work
+    chunk_tokens    INTEGER,            -- KV chunk length (tokens); NULL when not split or varying
+    split_kv        BOOLEAN,            -- the planner's split decision
+    predicted_ns    BIGINT,             -- simulated kernel time
+    sm_idle         DOUBLE,             -- simulated 1 - mean/max SM busy time
+    tail_ns         BIGINT,             -- simulated time with fewer than half the SMs busy
+    balanced_ns     BIGINT,             -- the same work at full-GPU throughput
+    grid_matches    BOOLEAN,            -- the planned grid equals the traced one
+    longest_item_tokens BIGINT,         -- the longest work item (KV tokens)
+    measured_sm_idle DOUBLE,            -- Nsight Compute's 1 - avg/max sm__cycles_active, when matched
+    note            VARCHAR             -- what could not be modelled
+);
+
+-- One row per finding.
+CREATE TABLE IF NOT EXISTS findings (
+    trace_id        INTEGER NOT NULL,
+    finding         INTEGER NOT NULL,   -- 0.. in report order (most severe, then largest saving, first)
+    rule_id         VARCHAR NOT NULL,   -- 'split-kv-off', 'latency-spike', ...
+    severity        VARCHAR NOT NULL,   -- 'critical' | 'warning' | 'info'
+    steps           INTEGER[],          -- the steps it concerns
+    summary         VARCHAR NOT NULL,   -- one line
+    cause           VARCHAR,            -- latency-spike: the cause id; else NULL
+    saving_ns       BIGINT,             -- estimated saving; NULL when it cannot be computed
+    evidence_json   VARCHAR,            -- the numbers behind it (docs/JSON.md), as JSON
+    remedy          VARCHAR,            -- what to change
+    explanation     VARCHAR             -- one paragraph
+);
+
+-- One row per rule run on the trace.
+CREATE TABLE IF NOT EXISTS rule_checks (
+    trace_id        INTEGER NOT NULL,
+    rule_id         VARCHAR NOT NULL,   -- the rule's id
+    name            VARCHAR NOT NULL,   -- the rule's human name
+    status          VARCHAR NOT NULL,   -- 'fired' | 'passed' | 'not-applicable'
+    reason          VARCHAR,            -- why not applicable, or what passing means and what was examined
+    findings        INTEGER NOT NULL    -- findings it made
+);

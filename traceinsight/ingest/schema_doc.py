@@ -19,6 +19,10 @@ every table has `trace_id`, so many traces can share one database or one Parquet
 cannot provide is NULL. `traceinsight sql TRACE "select ..."` queries them; `kernel_labels` (one row per
 distinct kernel name, added by the labels stage) joins on `kernels.name`.
 
+The analysis itself is in tables too (`steps`, `step_breakdown`, `attention_launches`, `launch_models`,
+`findings`, `rule_checks`, at the end): `traceinsight sql` fills them when a query names them, and
+`traceinsight export --parquet DIR --analysis` writes them out.
+
 Generated from `traceinsight/ingest/schema.sql` by `python -m traceinsight.ingest.schema_doc`.
 """
 

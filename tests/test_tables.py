@@ -1,0 +1,87 @@
+"""The analysis as tables (report/tables.py) agrees with the JSON document on every shared trace, and
+`traceinsight sql` / `export --parquet --analysis` reach them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from conftest import TRACES
+
+from traceinsight.cli.main import main
+from traceinsight.pipeline import analyze
+from traceinsight.report.json_doc import to_json
+from traceinsight.report.tables import ANALYSIS_TABLES, mentions_analysis, write_tables
+
+SHARED = [
+    ("h200/flashinfer_decode_sweep.pt.trace.json.gz", "h200/flashinfer_decode_sweep.meta.json.gz"),
+    ("h200/flashinfer_fa2_decode_sweep.pt.trace.json.gz", "h200/flashinfer_fa2_decode_sweep.meta.json.gz"),
+    ("h200/flashinfer_decode_small.pt.trace.json.gz", None),
+    ("h200/flashinfer_decode.sqlite", "h200/flashinfer_decode.nsys.meta.json"),
+    ("foreign/tracelens_h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", None),
+    ("foreign/hta_a100_alexnet_critical_path_trace.json.gz", None),
+    ("foreign/fuser_h200_report1.sqlite", None),
+    ("foreign/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite", None),
+    ("foreign/kineto_tbplugin_v100_resnet50_worker0.1623143089861.pt.trace.json.gz", None),
+]
+
+
+def _rows(db: Any, query: str) -> list[dict[str, Any]]:
+    return db.rows(query)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("trace", "meta"), SHARED, ids=[t.split("/")[-1] for t, _ in SHARED])
+def test_tables_agree_with_the_json(trace: str, meta: str | None) -> None:
+    db, (a,) = analyze([TRACES / trace], meta=[TRACES / meta] if meta else [], cache=False)
+    write_tables(db, [a])
+    doc = to_json(a)
+    steps = _rows(db, "SELECT * FROM steps ORDER BY step")
+    assert [(s["step"], s["name"], s["wall_ns"], s["dur_ns"], s["split_kv"], s["phase"], s["attention_ns"])
+            for s in steps] == [(s["index"], s["name"], s["wall_ns"], s["dur_ns"], s["split_kv"], s["phase"],
+                                 s["attention_ns"]) for s in doc["steps"]]
+    parts: dict[int, dict[str, int]] = {}
+    for r in _rows(db, "SELECT step, component, ns FROM step_breakdown"):
+        parts.setdefault(r["step"], {})[r["component"]] = r["ns"]
+    assert parts == {s["index"]: s["breakdown"]["components"] for s in doc["steps"] if s["breakdown"]}
+    launches = _rows(db, "SELECT * FROM attention_launches ORDER BY step, start_ns")
+    want = [(s["index"], x) for s in doc["steps"] for x in s["launches"]]
+    assert [(r["step"], r["kernel"], r["split_kv"], r["phase"], r["dur_ns"], len(r["merge_kernel_ids"]))
+            for r in launches] == [(i, x["kernel"], x["split_kv"], x["phase"], x["dur_ns"], len(x["merges"]))
+                                   for i, x in want]
+    models = {r["kernel_id"]: r["predicted_ns"] for r in _rows(db, "SELECT kernel_id, predicted_ns FROM launch_models")}
+    by_id = {r["kernel_id"]: (i, x) for r, (i, x) in zip(launches, want, strict=True)}
+    assert {kid: by_id[kid][1]["model"]["predicted_ns"] for kid in models} == models
+    assert len(models) == sum(1 for _, x in want if "model" in x)
+    found = _rows(db, "SELECT * FROM findings ORDER BY finding")
+    assert [(f["rule_id"], f["severity"], f["steps"], f["saving_ns"], json.loads(f["evidence_json"]))
+            for f in found] == [(f["id"], f["severity"], f["steps"], f["saving_ns"], f["evidence"])
+                                for f in json.loads(json.dumps(doc["findings"]))]
+    checks = _rows(db, "SELECT rule_id, status, reason, findings FROM rule_checks")
+    assert [(c["rule_id"], c["status"], c["reason"], c["findings"]) for c in checks] == [
+        (c["id"], c["status"], c["reason"], c["findings"]) for c in doc["checks"]]
+
+
+def test_sql_analyzes_when_a_query_names_an_analysis_table(h200: Path) -> None:
+    assert mentions_analysis("select * from Findings") and not mentions_analysis("select * from kernels")
+    r = CliRunner().invoke(main, ["sql", str(h200 / "flashinfer_decode_sweep.pt.trace.json.gz"),
+                                  str(h200 / "flashinfer_decode_sweep.meta.json.gz"),
+                                  "select rule_id, count(*) as n from findings join steps on list_contains("
+                                  "findings.steps, steps.step) where steps.split_kv = false group by all "
+                                  "order by rule_id", "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    rows = {x["rule_id"]: x["n"] for x in json.loads(r.stdout)}
+    assert rows["split-kv-off"] > 0 and rows["latency-spike"] > 0
+
+
+def test_export_writes_the_analysis_tables(h200: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    r = CliRunner().invoke(main, ["export", str(h200 / "flashinfer_decode_small.pt.trace.json.gz"), "--parquet",
+                                  str(out), "--analysis", "--no-cache"])
+    assert r.exit_code == 0, r.stderr
+    for name in ANALYSIS_TABLES:
+        ((n,),) = duckdb.sql(f"SELECT count(*) FROM read_parquet('{out}/{name}/*/*.parquet')").fetchall()
+        assert n > 0, name

@@ -1,0 +1,136 @@
+"""The analysis as tables: one trace's steps, their breakdowns, attention launches, launch models, findings and
+rule checks, written into its DuckDB database (the tables of `ingest/schema.sql` below "The analysis as tables";
+docs/SCHEMA.md). `traceinsight sql` queries them and `export --parquet --analysis` writes them out: the same
+numbers the JSON document holds, in rows (tests/test_tables.py holds the two together)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.ingest.store import TraceDB, analysis_table_names
+
+# The tables this module fills (schema.sql's analysis tables), in the order they are written.
+ANALYSIS_TABLES = analysis_table_names()
+
+
+def _step_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {c: [] for c in (
+        "trace_id", "step", "name", "source", "range_id", "phase", "split_kv", "start_ns", "dur_ns", "attention_ns",
+        "kernel_count", "wall_ns", "window_start_ns", "window_end_ns", "window_source", "host_gap_max_ns",
+        "host_long_ns")}
+    for s in a.steps:
+        b = s.breakdown
+        for c, v in (("trace_id", a.trace_id), ("step", s.index), ("name", s.name), ("source", s.source),
+                     ("range_id", s.range_id), ("phase", s.phase), ("split_kv", s.split_kv),
+                     ("start_ns", s.start_ns), ("dur_ns", s.dur_ns), ("attention_ns", s.attention_ns),
+                     ("kernel_count", len(s.kernels)), ("wall_ns", s.wall_ns),
+                     ("window_start_ns", b.start_ns if b else None), ("window_end_ns", b.end_ns if b else None),
+                     ("window_source", b.source if b else None), ("host_gap_max_ns", b.host_gap_max_ns if b else None),
+                     ("host_long_ns", b.host_long_ns if b else None)):
+            cols[c].append(v)
+    return cols
+
+
+def _breakdown_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {"trace_id": [], "step": [], "component": [], "ns": []}
+    for s in a.steps:
+        if s.breakdown is None:
+            continue
+        for comp, ns in s.breakdown.components.items():
+            cols["trace_id"].append(a.trace_id)
+            cols["step"].append(s.index)
+            cols["component"].append(comp)
+            cols["ns"].append(ns)
+    return cols
+
+
+def _launch_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {c: [] for c in (
+        "trace_id", "step", "kernel_id", "kernel", "backend", "phase", "phase_evidence", "split_kv", "split_evidence",
+        "start_ns", "dur_ns", "merge_kernel_ids", "merge_ns", "prepare_kernel_ids", "prepare_ns",
+        "tile_padding_share")}
+    for s in a.steps:
+        for x in s.launches:
+            k = x.attention
+            for c, v in (("trace_id", a.trace_id), ("step", s.index), ("kernel_id", k.kernel_id),
+                         ("kernel", k.kernel), ("backend", k.backend), ("phase", x.phase),
+                         ("phase_evidence", x.phase_evidence), ("split_kv", x.split_kv),
+                         ("split_evidence", x.split_evidence), ("start_ns", k.start_ns), ("dur_ns", k.dur_ns),
+                         ("merge_kernel_ids", [m.kernel_id for m in x.merges]),
+                         ("merge_ns", sum(m.dur_ns for m in x.merges)),
+                         ("prepare_kernel_ids", [p.kernel_id for p in x.prepares]),
+                         ("prepare_ns", sum(p.dur_ns for p in x.prepares)),
+                         ("tile_padding_share", x.tiles["padding_share"] if x.tiles else None)):
+                cols[c].append(v)
+    return cols
+
+
+def _model_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {c: [] for c in (
+        "trace_id", "kernel_id", "source", "work_items", "chunk_tokens", "split_kv", "predicted_ns", "sm_idle",
+        "tail_ns", "balanced_ns", "grid_matches", "longest_item_tokens", "measured_sm_idle", "note")}
+    sched = a.schedule
+    if sched is None:
+        return cols
+    for kid, m in sorted(sched.models.items()):
+        meas = sched.measured.get(kid)
+        for c, v in (("trace_id", a.trace_id), ("kernel_id", kid), ("source", m.source),
+                     ("work_items", m.work_items), ("chunk_tokens", m.chunk_tokens), ("split_kv", m.split_kv),
+                     ("predicted_ns", m.predicted_ns), ("sm_idle", m.sm_idle), ("tail_ns", m.tail_ns),
+                     ("balanced_ns", m.balanced_ns), ("grid_matches", m.grid_matches),
+                     ("longest_item_tokens", m.longest_item_tokens),
+                     ("measured_sm_idle", meas.sm_idle if meas is not None else None), ("note", m.note)):
+            cols[c].append(v)
+    return cols
+
+
+def _finding_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {c: [] for c in (
+        "trace_id", "finding", "rule_id", "severity", "steps", "summary", "cause", "saving_ns", "evidence_json",
+        "remedy", "explanation")}
+    for i, f in enumerate(a.findings):
+        j = f.to_json()
+        for c, v in (("trace_id", a.trace_id), ("finding", i), ("rule_id", j["id"]), ("severity", j["severity"]),
+                     ("steps", j["steps"]), ("summary", j["summary"]), ("cause", j["evidence"].get("cause")),
+                     ("saving_ns", j["saving_ns"]), ("evidence_json", orjson.dumps(j["evidence"]).decode()),
+                     ("remedy", j["remedy"]), ("explanation", j["explanation"])):
+            cols[c].append(v)
+    return cols
+
+
+def _check_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {c: [] for c in ("trace_id", "rule_id", "name", "status", "reason", "findings")}
+    for c in a.checks:
+        j = c.to_json()
+        for col, v in (("trace_id", a.trace_id), ("rule_id", j["id"]), ("name", j["name"]), ("status", j["status"]),
+                       ("reason", j["reason"]), ("findings", j["findings"])):
+            cols[col].append(v)
+    return cols
+
+
+BUILDERS = {"steps": _step_rows, "step_breakdown": _breakdown_rows, "attention_launches": _launch_rows,
+            "launch_models": _model_rows, "findings": _finding_rows, "rule_checks": _check_rows}
+
+
+def write_tables(db: TraceDB, analyses: Iterable[TraceAnalysis]) -> None:
+    """Write (or rewrite) the analysis tables of these analyses into `db`, typed by schema.sql."""
+    for a in analyses:
+        for name in ANALYSIS_TABLES:
+            db.con.execute(f"DELETE FROM {name} WHERE trace_id = ?", [a.trace_id])
+            cols = BUILDERS[name](a)
+            if not cols["trace_id"]:
+                continue
+            rows = pa.table(cols)  # noqa: F841 (scanned by name below)
+            db.con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM rows")
+
+
+def mentions_analysis(query: str) -> bool:
+    """Whether a user's SQL names one of the analysis tables (then the traces must be analyzed first)."""
+    import re
+
+    return re.search(r"\b(" + "|".join(ANALYSIS_TABLES) + r")\b", query, re.IGNORECASE) is not None
