@@ -36,6 +36,8 @@ def user_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except TraceInsightError as exc:
             _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code)
+        except (MemoryError, _oom_errors()) as exc:
+            _fail(out_of_memory_message(exc, kwargs.get("paths") or kwargs.get("path")), EXIT_USAGE)
         except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt, BrokenPipeError):
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
@@ -46,6 +48,41 @@ def user_errors(fn: F) -> F:
                   EXIT_INTERNAL)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _oom_errors() -> type[BaseException]:
+    import duckdb
+
+    return duckdb.OutOfMemoryException
+
+
+# What analyze needs, per input (docs/SCALE.md, benchmarks/ingest_scale.py): peak memory per byte of Kineto JSON
+# (uncompressed), and per Nsight Systems SQLite byte.
+MEMORY_PER_KINETO_BYTE = 0.6
+MEMORY_PER_SQLITE_BYTE = 10.0
+
+
+def out_of_memory_message(exc: BaseException, paths: Any) -> str:
+    """One line: out of memory, the limit in force, what this input needs, what to do."""
+    from traceinsight.ingest.store import MEMORY_LIMIT_ENV, memory_limit
+
+    files = [Path(p) for p in ([paths] if isinstance(paths, str) else list(paths or []))]
+    sizes = []
+    for f in files:
+        try:
+            raw = f.stat().st_size
+        except OSError:
+            continue
+        gz = f.name.endswith(".gz")
+        per = MEMORY_PER_SQLITE_BYTE if f.suffix in (".sqlite", ".nsys-rep") else MEMORY_PER_KINETO_BYTE * (10 if gz
+                                                                                                             else 1)
+        sizes.append(raw * per)
+    total = sum(sizes)
+    need = (f"; this input needs about {total / 2**30:.1f} GB" if total >= 2**30 else
+            f"; this input needs about {max(total / 2**20, 1):.0f} MB") if sizes else ""
+    limit = memory_limit() or "DuckDB's default, 80% of RAM"
+    return (f"out of memory (limit: {limit}){need}: raise it with --memory-limit or ${MEMORY_LIMIT_ENV}, "
+            "or capture a shorter window (docs/SCALE.md)")
 
 
 def console(no_color: bool = False) -> Any:
@@ -62,8 +99,23 @@ def _paths(values: tuple[str, ...]) -> list[Path]:
 path_arg = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 
 
+def _set_memory_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value:
+        from traceinsight.ingest.store import MEMORY_LIMIT_ENV
+
+        os.environ[MEMORY_LIMIT_ENV] = value
+    return value
+
+
+memory_option = click.option(
+    "--memory-limit", default=None, metavar="SIZE", expose_value=False, callback=_set_memory_limit,
+    help="Cap DuckDB's memory (e.g. 8GB; default 80% of RAM; also $TRACEINSIGHT_MEMORY_LIMIT). What does not fit "
+         "spills to the cache folder.")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="traceinsight")
+@memory_option
 def main() -> None:
     """Analyze LLM decode-attention profiling traces: find split-KV cliffs, tail CTAs, SM idle and spikes.
 
@@ -94,6 +146,7 @@ def main() -> None:
 @click.option("--no-cache", is_flag=True,
               help="Read every file again and write no cache (default: reuse the cached database of an unchanged "
                    "file, kept under $TRACEINSIGHT_CACHE_DIR or ~/.cache/traceinsight).")
+@memory_option
 @user_errors
 def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[str, ...],
             step_pattern: str | None, fail_on: str | None, max_steps: int, out: str | None, quiet: bool,

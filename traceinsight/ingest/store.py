@@ -50,12 +50,41 @@ def analysis_table_names() -> tuple[str, ...]:
     return tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql().split(ANALYSIS_MARKER)[1]))
 
 
+# The environment variable (set by `--memory-limit` too) that caps DuckDB's memory, e.g. '8GB'.
+MEMORY_LIMIT_ENV = "TRACEINSIGHT_MEMORY_LIMIT"
+_MEMORY = re.compile(r"^\s*\d+(?:\.\d+)?\s*(?:[KMGT]i?B|B)\s*$", re.IGNORECASE)
+
+
+def memory_limit() -> str | None:
+    """The memory limit asked for ($TRACEINSIGHT_MEMORY_LIMIT), checked; None for DuckDB's default (80 % of RAM)."""
+    value = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if not value:
+        return None
+    if not _MEMORY.match(value):
+        from traceinsight.errors import InputError
+
+        raise InputError(f"memory limit {value!r}: expected a size such as 8GB, 512MB or 16GiB")
+    return value.replace(" ", "")
+
+
+def spill_dir() -> Path:
+    """Where DuckDB spills what does not fit in memory: the cache folder, never the working directory."""
+    from traceinsight.ingest.cache import cache_root
+
+    return cache_root() / "spill"
+
+
 class TraceDB:
-    """One DuckDB connection holding the normalized tables of one or more traces."""
+    """One DuckDB connection holding the normalized tables of one or more traces, its memory capped by
+    `memory_limit()` and its spill files under `spill_dir()`."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, read_only: bool = False) -> None:
         self.path = str(path) if path is not None else ":memory:"
         self.con = duckdb.connect(self.path, read_only=read_only)
+        limit = memory_limit()
+        if limit is not None:
+            self.con.execute(f"SET memory_limit = '{limit}'")
+        self.con.execute(f"SET temp_directory = '{_quote(spill_dir())}'")
         self.in_memory = path is None
         if self.in_memory:
             self.con.execute(f"ATTACH ':memory:' AS {MEMORY_DB} (COMPRESS)")
