@@ -136,3 +136,18 @@ def test_every_finding_explains_itself() -> None:
             assert f.summary and f.explanation and f.remedy and f.steps
             assert all(k == k.lower() for k in f.evidence)
     assert findings(sweep(True), "gpu-idle-gaps")[0].evidence["pauses"] == 0
+
+
+def test_rules_declare_the_rules_they_read_and_read_nothing_else() -> None:
+    """READS names rules that run earlier; while a rule runs it sees only their findings."""
+    from traceinsight.diagnose.registry import RULES
+
+    order = [r.ID for r in RULES]
+    for i, r in enumerate(RULES):
+        for dep in getattr(r, "READS", ()):
+            assert dep in order[:i], (r.ID, dep)
+    import inspect
+
+    for r in RULES:
+        if "ctx.findings" in inspect.getsource(r) or "attributions(ctx)" in inspect.getsource(r):
+            assert getattr(r, "READS", ()), f"{r.ID} reads other rules' findings without declaring READS"

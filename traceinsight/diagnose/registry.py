@@ -55,18 +55,24 @@ def rule(rule_id: str) -> ModuleType:
 
 
 def run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...] = RULES) -> tuple[list[Finding], list[RuleResult]]:
-    """Run `rules` in order on `ctx`; return all findings (in rule order) and one result per rule. While
-    running, `ctx.findings` holds the findings of the rules run so far."""
+    """Run `rules` in order on `ctx`; return all findings (in rule order) and one result per rule. While a rule
+    runs, `ctx.findings` holds the findings so far of the rules it declares in READS (none when it declares none):
+    what a rule depends on is written down, and it cannot depend on anything else."""
     findings: list[Finding] = []
     results: list[RuleResult] = []
     ctx.findings = findings
     for r in rules:
         reason = missing_reason(r, ctx)
         if reason is None:
+            # A rule sees the findings of the rules it declares it reads (READS), and no other.
+            reads = set(getattr(r, "READS", ()))
+            ctx.findings = [f for f in findings if f.id in reads]
             try:
                 found = list(r.apply(ctx))
             except NotApplicable as exc:
                 reason = str(exc)
+            finally:
+                ctx.findings = findings
         examined, skipped = scope(r, ctx)
         if reason is None and not found and skipped and not examined:
             reason = f"no launch of a backend this rule examines ({', '.join(r.BACKENDS)}); {skipped}"

@@ -35,6 +35,8 @@ SLOWDOWN_MIN_RATIO = 1.3
 WARNING_FRACTION = 0.5
 # Findings of these rules already explain their launches' tails.
 PARENTS = ("split-kv-off", "split-kv-starved")
+# Rules whose findings this rule reads (declared: the registry shows it only those).
+READS = PARENTS
 
 
 def _tail(v: LaunchView) -> tuple[float, float, str] | None:
