@@ -316,6 +316,7 @@ def smoke() -> int:
 
     rt = require_gpu("fa3")
     t, f = rt.torch, rt.fa3
+    assert f is not None  # require_gpu("fa3") imported it
     for name in ("flash_attn_varlen_func", "flash_attn_with_kvcache", "get_scheduler_metadata",
                  "_flash_attn_forward"):
         print(f"{name}{inspect.signature(getattr(f, name))}")

@@ -86,6 +86,7 @@ class DecodeBench:
         """A decode wrapper for `path`; with `graph_batch`, the CUDA-graph variant with preallocated buffers
         for exactly that batch size (as SGLang builds one per captured size)."""
         t, spec = self.rt.torch, PATHS[path]
+        assert self.rt.flashinfer is not None  # require_gpu() imported it (a FlashInfer run)
         cls = self.rt.flashinfer.BatchDecodeWithPagedKVCacheWrapper
         if graph_batch is None:
             return cls(self.workspace, "NHD", use_tensor_cores=spec.use_tensor_cores, backend=spec.backend)

@@ -154,6 +154,7 @@ class Loop:
         self.bench = DecodeBench(rt, cfg.shape, self.plan.pool_pages, cfg.workspace_mb, cfg.seed)
         self.stack = Stack(rt, self.bench, cfg)
         self.decode_w = None if cfg.cuda_graph else self.bench.wrapper(self.path)
+        assert rt.flashinfer is not None  # require_gpu() imported it (the loop runs FlashInfer)
         self.prefill_w = rt.flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.bench.workspace, "NHD",
                                                                             backend="fa2")
         self.host_gen = t.Generator().manual_seed(cfg.seed + 2)

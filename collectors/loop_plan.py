@@ -206,10 +206,10 @@ def check(cfg: LoopConfig) -> None:
                                    ("--long-len", cfg.join_len, 1), ("--onset-len", cfg.onset_len, 0)):
         if value < minimum:
             raise ValueError(f"{option} must be at least {minimum}, got {value}")
-    for option, value in (("--stall-factor", cfg.stall_factor), ("--sleep-ms", cfg.sleep_ms),
-                          ("--cpu-ms", cfg.cpu_ms)):
-        if not value >= 0 or not math.isfinite(value):
-            raise ValueError(f"{option} must be a finite number >= 0, got {value}")
+    for option, amount in (("--stall-factor", cfg.stall_factor), ("--sleep-ms", cfg.sleep_ms),
+                           ("--cpu-ms", cfg.cpu_ms)):
+        if not amount >= 0 or not math.isfinite(amount):
+            raise ValueError(f"{option} must be a finite number >= 0, got {amount}")
     if cfg.stall_factor == 0 and (cfg.sleep_ms == 0 or cfg.cpu_ms == 0):
         raise ValueError("--stall-factor 0 needs --sleep-ms and --cpu-ms")
     for option, (lo, hi) in (("--prompt-len", cfg.prompt_len), ("--prefill-len", cfg.prefill_len)):

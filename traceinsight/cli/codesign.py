@@ -75,9 +75,10 @@ def command(qo_heads: int, kv_heads: int, head_dim: int, tp: int, gpu_key: str, 
     step = doc["step"]
     if step:
         floor = step["roofline_floor_ns"]
+        bw = gpu.hbm_bandwidth_bytes_per_s  # known whenever the floor is
         con.print(f"  decode step, B = {batch} x {kv_len:,} tokens, {layers} layer(s): {step['kv_bytes_per_gpu']:,} "
                   "KV bytes per GPU; roofline floor "
-                  + (f"{floor / 1e3:,.1f} us at {gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s" if floor is not None
+                  + (f"{floor / 1e3:,.1f} us at {bw / 1e12:.2f} TB/s" if floor is not None and bw is not None
                      else "unknown (no bandwidth for this GPU)"))
     elif kv_len or batch:
         con.print("  (give both --kv-len and --batch for the roofline floor of a step)")

@@ -212,7 +212,8 @@ def _component_baselines(values: np.ndarray, use: Sequence[bool], half: int, tok
         t = np.asarray(tokens, float)
         rate = np.divide(values, t, out=np.zeros_like(values, dtype=float), where=t > 0)
         base = rolling_quantile(rate.tolist(), half, use, COMPONENT_QUANTILE)
-        return (np.asarray(base) * t).tolist()
+        scaled: list[float] = (np.asarray(base) * t).tolist()
+        return scaled
     return rolling_quantile(values.tolist(), half, use, COMPONENT_QUANTILE)
 
 

@@ -109,11 +109,11 @@ def host_evidence(ctx: TraceAnalysis, step: int, baseline_steps: Sequence[int],
         for name in stalled:
             usual[name].append(totals.get(name, (0.0, 0))[0])
     rows = []
-    for name, (ns, calls) in sorted(stalled.items(), key=lambda kv: -kv[1][0]):
-        if ns <= 0:
+    for name, (op_ns, op_calls) in sorted(stalled.items(), key=lambda kv: -kv[1][0]):
+        if op_ns <= 0:
             continue
         u = usual.get(name) or []
-        rows.append({"name": name, "calls": int(calls), "in_stall_ns": round(ns),
+        rows.append({"name": name, "calls": int(op_calls), "in_stall_ns": round(op_ns),
                      "step_ns": round(step_totals.get(name, (0.0, 0))[0]),
                      "usual_ns": round(statistics.median(u)) if u else None})
         if len(rows) >= MAX_OPS:

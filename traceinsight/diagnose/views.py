@@ -55,7 +55,7 @@ def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
     s = ctx.schedule
     key = ("launch_views", id(ctx.steps), len(ctx.steps))
     if s is not None and key in s.cache:
-        return list(s.cache[key])  # type: ignore[call-overload]
+        return list(s.cache[key])
     out = []
     for step in ctx.steps:
         for launch in step.launches:
@@ -126,7 +126,7 @@ def step_ranges(steps: list[int], max_runs: int = MAX_STEP_RUNS) -> str:
     parts: list[str] = []
     shown = 0
     start = prev = steps[0]
-    for s in steps[1:] + [None]:  # type: ignore[list-item]
+    for s in steps[1:] + [None]:
         if s is not None and s == prev + 1:
             prev = s
             continue

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Queue
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 import orjson
 
@@ -452,7 +452,7 @@ class ArrayStream:
             return buf.rstrip(_WS).rindex(b"]")
         return _elements_end(buf)[1]
 
-    def _fail(self, buf: bytes, offset: int, hint: str) -> None:
+    def _fail(self, buf: bytes, offset: int, hint: str) -> NoReturn:
         import json
 
         text = "[" + buf.decode("utf-8", "replace")

@@ -371,7 +371,7 @@ def _batch_events(batch: Batch, path: Path, repairs: Repairs) -> list[Any]:
         raise FormatError(bad.message(path, batch.offset - 1)) from None
     if trailing or type(events) is not list:
         raise FormatError(f"{path}: not valid JSON near byte {batch.offset}: traceEvents is not a list of values")
-    return events  # type: ignore[no-any-return]
+    return events
 
 
 def _kept_pieces(data: bytes, sep: bytes) -> list[bytes]:
@@ -548,7 +548,9 @@ def _read_events(events: list[Any], t: _Tables) -> None:
             not_objects += 1
             continue
         cat = e.get("cat")
-        what = dispatch.get(cat) if type(cat) is str else None
+        if type(cat) is not str:
+            continue
+        what = dispatch.get(cat)
         if what is None:
             continue
         ph = e.get("ph")
@@ -564,8 +566,7 @@ def _read_events(events: list[Any], t: _Tables) -> None:
         # _span, inlined
         ts = e.get("ts")
         dur = e.get("dur")
-        tt, td = type(ts), type(dur)
-        if (tt is not float and tt is not int) or (td is not float and td is not int):
+        if (type(ts) is not float and type(ts) is not int) or (type(dur) is not float and type(dur) is not int):
             skipped[(cat, "missing or non-numeric ts/dur")] += 1
             continue
         try:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -715,9 +715,20 @@ class _Reader:
             self.ingest.warnings.append(f"no {GPU_TABLE} table: GPU properties unknown")
             return
         t = GPU_TABLE
+
         # Capacities must be positive: a zero or negative SM count or warp size is damage, read as unknown.
-        i32, i64 = (lambda n: self.int_col(t, n, I32)), (lambda n: self.int_col(t, n))
-        pos32, pos64 = (lambda n: self.int_col(t, n, (1, I32[1]))), (lambda n: self.int_col(t, n, (1, I64[1])))
+        def i32(n: str) -> str:
+            return self.int_col(t, n, I32)
+
+        def i64(n: str) -> str:
+            return self.int_col(t, n)
+
+        def pos32(n: str) -> str:
+            return self.int_col(t, n, (1, I32[1]))
+
+        def pos64(n: str) -> str:
+            return self.int_col(t, n, (1, I64[1]))
+
         fields = {
             "_gpu_id": i64("id"),
             "_cu_device": i32("cuDevice"),
@@ -754,6 +765,7 @@ class _Reader:
         cols: Columns = {n: [] for n in names}
         seen: dict[int, str] = {}
         for gpu in gpus:
+            ids: Sequence[int | None]
             if ordinals:
                 ids = ordinals.get(gpu["_gpu_id"], [])
             else:

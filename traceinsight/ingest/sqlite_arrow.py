@@ -58,7 +58,7 @@ def int_columns(path: Path, exprs: list[str], names: list[str], source: str) -> 
 
 
 def _integral(kind: pa.DataType) -> bool:
-    return pa.types.is_integer(kind) or pa.types.is_null(kind)
+    return bool(pa.types.is_integer(kind) or pa.types.is_null(kind))
 
 
 def _query(path: Path, sql: str) -> pa.Table:

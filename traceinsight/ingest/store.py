@@ -233,7 +233,7 @@ class TraceDB:
         return trace_id
 
     # ------------------------------------------------------------------ querying
-    def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> duckdb.DuckDBPyRelation | None:
+    def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> duckdb.DuckDBPyConnection:
         return self.con.execute(query, params) if params is not None else self.con.execute(query)
 
     def rows(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> list[dict[str, Any]]:

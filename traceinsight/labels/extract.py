@@ -96,10 +96,10 @@ def extract(ex: Extractor, text: str, dtypes: DtypeTable) -> dict[str, Value]:
             continue
         prod = 1
         for f in factors:
-            v = f if isinstance(f, int) else params.get(f)
-            if not isinstance(v, int) or isinstance(v, bool):
+            factor = f if isinstance(f, int) else params.get(f)
+            if not isinstance(factor, int) or isinstance(factor, bool):
                 break
-            prod *= v
+            prod *= factor
         else:
             params[key] = prod
     return params

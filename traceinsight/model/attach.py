@@ -544,7 +544,7 @@ def cached_plan(cache: dict[Any, Any], backend: str, batch: Batch, gpu: GPU, occ
     p = cache.get(key)
     if p is None:
         p = cache[key] = plan(backend, batch, gpu, occ, cuda_graph=cuda_graph, **options)
-    return p  # type: ignore[no-any-return]
+    return p
 
 
 def cached_sim(cache: dict[Any, Any], p: Plan, gpu: GPU, occ: int, cost: CostModel) -> SimResult:
@@ -553,7 +553,7 @@ def cached_sim(cache: dict[Any, Any], p: Plan, gpu: GPU, occ: int, cost: CostMod
     r = cache.get(key)
     if r is None:
         r = cache[key] = (p, simulate(p, gpu, occ, cost))  # keep p alive: its id is the key
-    return r[1]  # type: ignore[no-any-return]
+    return r[1]
 
 
 def throughput_floor_ns(p: Plan, gpu: GPU, occ: int, cost: CostModel) -> float:
@@ -776,11 +776,11 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
         k = launch.attention
         if k.kernel_id in plans:
             p, occ = plans[k.kernel_id]
-            m = model_cache.get((id(p), k.name))
-            if m is None:
-                m = model_cache[(id(p), k.name)] = model_from_plan(k.kernel_id, p, k, gpu, occ,
-                                                                   sched.costs.get(k.name), cache=sched.cache)
-            sched.models[k.kernel_id] = replace(m, kernel_id=k.kernel_id, grid_matches=tuple(p.grid) == k.grid)
+            model = model_cache.get((id(p), k.name))
+            if model is None:
+                model = model_cache[(id(p), k.name)] = model_from_plan(k.kernel_id, p, k, gpu, occ,
+                                                                       sched.costs.get(k.name), cache=sched.cache)
+            sched.models[k.kernel_id] = replace(model, kernel_id=k.kernel_id, grid_matches=tuple(p.grid) == k.grid)
         elif k.backend in BACKENDS and launch.phase not in PREFILL_PHASES:
             sched.models[k.kernel_id] = model_from_trace(launch, sched.thresholds.get(k.name))
 

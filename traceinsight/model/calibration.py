@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3, SM90
@@ -175,7 +176,8 @@ def _descend(fit: _Fit, shape: Shape, names: Sequence[str]) -> Shape:
             for value in GRIDS[name]:
                 if value == current:
                     continue
-                cand = replace(shape, **{name: value})
+                change: dict[str, Any] = {name: value}  # the field named `name` takes GRIDS[name]'s values
+                cand = replace(shape, **change)
                 loss = fit(cand)[0]
                 if _better(loss, best, len(fit.samples)):
                     best, shape, moved = loss, cand, True

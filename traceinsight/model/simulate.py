@@ -29,8 +29,10 @@ import heapq
 import math
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from itertools import starmap
+from typing import cast
 
 import numpy as np
 
@@ -63,7 +65,8 @@ class CostModel:
         if math.isinf(self.sharpness):
             return 1.0 / max(a, b)
         p = self.sharpness
-        return 1.0 / (a**p + b**p) ** (1.0 / p)
+        norm: float = (a**p + b**p) ** (1.0 / p)  # real: a, b > 0
+        return 1.0 / norm
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,17 +159,21 @@ def _layout(plan: Plan, num_sms: int, occ: int) -> _Layout:
     if hit is not None and hit[0]() is plan and hit[1] == num_sms and hit[2] == occ:
         return hit[3]
     lay = _build_layout(plan, num_sms, occ)
+
+    def forget(_: weakref.ref[Plan]) -> None:
+        _LAYOUTS.pop(key, None)
+
     with _LAYOUTS_LOCK:
         while len(_LAYOUTS) >= _LAYOUTS_KEPT:
             del _LAYOUTS[next(iter(_LAYOUTS))]
-        _LAYOUTS[key] = (weakref.ref(plan, lambda _, key=key: _LAYOUTS.pop(key, None)), num_sms, occ, lay)
+        _LAYOUTS[key] = (weakref.ref(plan, forget), num_sms, occ, lay)
     return lay
 
 
 class _SegmentBuilder:
     """Makes a Segment without the frozen dataclass's per-field object.__setattr__ (see planners.types)."""
 
-    __slots__ = Segment.__slots__  # type: ignore[attr-defined]
+    __slots__ = Segment.__slots__
 
     def __init__(self, sm: int, slot: int, start_ns: float, end_ns: float, item: WorkItem) -> None:
         self.sm = sm
@@ -177,6 +184,9 @@ class _SegmentBuilder:
         self.__class__ = Segment  # type: ignore[assignment]
 
 
+# new_segment(sm, slot, start_ns, end_ns, item) returns a Segment equal to Segment(...) with the same arguments
+# (the builder's instance becomes a Segment, which the type system cannot follow).
+_new_segment = cast("Callable[[int, int, float, float, WorkItem], Segment]", _SegmentBuilder)
 assert _SegmentBuilder.__init__.__code__.co_varnames[1:6] == tuple(f.name for f in fields(Segment))
 
 
@@ -312,7 +322,7 @@ def _run_shared(
             heap = sm_heaps[s]
             if heap:
                 heappush(events, (v + (heap[0][0] - level[s]) / rate[n], version[s], s))
-    return _Run(t, busy, tail_ns, tail_intervals, tuple(starmap(_SegmentBuilder, segments)))
+    return _Run(t, busy, tail_ns, tail_intervals, tuple(starmap(_new_segment, segments)))
 
 
 def _run_single(
@@ -412,7 +422,7 @@ def _run_single(
                 heappush(events, (v + (key[s] - level[s]) / r1, version[s], s))
             else:
                 demand += demand_of[0]
-    return _Run(t, busy, tail_ns, tail_intervals, tuple(starmap(_SegmentBuilder, segments)))
+    return _Run(t, busy, tail_ns, tail_intervals, tuple(starmap(_new_segment, segments)))
 
 
 def _run_static(
@@ -571,7 +581,7 @@ def _static_segments(
     t_end = t_g[group_f]
     t_start = np.where(k_f > 0, np.concatenate(([0.0], t_end[:-1])), 0.0)
     sms = sm_f[done_f].tolist()
-    return tuple(map(_SegmentBuilder, sms, sms, t_start[done_f].tolist(), t_end[done_f].tolist(),
+    return tuple(map(_new_segment, sms, sms, t_start[done_f].tolist(), t_end[done_f].tolist(),
                      [items[i] for i in flat_idx[done_f].tolist()]))
 
 

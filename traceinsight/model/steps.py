@@ -168,7 +168,12 @@ def _kernels(db: TraceDB, trace_id: int) -> list[Kernel]:
         col["smem_bytes"],
         strict=True,
     )
-    return [Kernel(*r[:6], r[6] or "", parsed[r[7]], *r[8:]) for r in rows]
+    return [
+        Kernel(kid, name, kernel, family, backend, phase, evidence or "", parsed[params_json],
+               stream, device, start, end, dur, g, b, regs, smem)
+        for kid, name, kernel, family, backend, phase, evidence, params_json,
+        stream, device, start, end, dur, g, b, regs, smem in rows
+    ]
 
 
 def _pylist(column: pa.ChunkedArray) -> list[Any]:
@@ -178,7 +183,8 @@ def _pylist(column: pa.ChunkedArray) -> list[Any]:
         encoded = values.dictionary_encode()
         words = encoded.dictionary.to_pylist()
         return [None if i is None else words[i] for i in encoded.indices.to_pylist()]
-    return values.to_pylist()
+    out: list[Any] = values.to_pylist()
+    return out
 
 
 def _or_zero(values: list[Any]) -> list[int]:

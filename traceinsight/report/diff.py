@@ -45,7 +45,7 @@ def load_analysis_json(path: Path) -> dict[str, Any]:
         data = path.read_bytes()
         if data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
-        doc = orjson.loads(data)
+        doc: dict[str, Any] = orjson.loads(data)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (orjson.JSONDecodeError, EOFError, gzip.BadGzipFile) as exc:
@@ -118,7 +118,8 @@ def _mean(row: dict[str, Any] | None) -> float | None:
     """Mean time per kernel execution of a families/kernels row (ns)."""
     if not row or not row.get("count"):
         return None
-    return (row.get("total_ns") or 0) / row["count"]
+    mean: float = (row.get("total_ns") or 0) / row["count"]
+    return mean
 
 
 def _launch_split(doc: dict[str, Any]) -> dict[tuple[str, str | None], dict[str, int]]:
@@ -218,7 +219,7 @@ def _finding_groups(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _findings(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
     b, a = _finding_groups(before), _finding_groups(after)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for fid in set(b) | set(a):
         gb, ga = b.get(fid), a.get(fid)
         if gb is None:

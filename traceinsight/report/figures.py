@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global figure registry, faster import
@@ -19,6 +19,11 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 if TYPE_CHECKING:
+    from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
+    from matplotlib.typing import RcKeyType
+
+    from traceinsight.model.planners.types import WorkItem
     from traceinsight.report.sections import IncidentRow, SweepPanel, TimelinePoint
 
 # Colour of each finding id (a spike's cause); anything else gets CAUSE_OTHER.
@@ -54,7 +59,7 @@ BASE = "#9aa5b1"
 TAIL = "#d62728"
 BUSY = "#4c78a8"
 
-_STYLE = {
+_STYLE: dict[RcKeyType, Any] = {
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial"],
     "font.size": 9.5,
@@ -87,20 +92,20 @@ def _ms_label(v: float, _pos: object = None) -> str:
     return f"{v:.2g}"
 
 
-def _new(width_in: float, height_in: float, ncols: int = 1) -> tuple[Figure, list]:
+def _new(width_in: float, height_in: float, ncols: int = 1) -> tuple[Figure, list[Axes]]:
     with matplotlib.rc_context(_STYLE):
         fig = Figure(figsize=(width_in, height_in), layout="constrained")
         axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, list(axes)
 
 
-def _log_ms_axis(ax: object, values_ms: list[float]) -> None:
+def _log_ms_axis(ax: Axes, values_ms: list[float]) -> None:
     lo, hi = min(values_ms), max(values_ms)
     if lo > 0 and hi / lo > 12:
-        ax.set_yscale("log")  # type: ignore[attr-defined]
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # type: ignore[attr-defined]
-        ax.yaxis.set_minor_formatter(NullFormatter())  # type: ignore[attr-defined]
-    ax.yaxis.set_major_formatter(FuncFormatter(_ms_label))  # type: ignore[attr-defined]
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(_ms_label))
 
 
 # --- timeline -----------------------------------------------------------------------------------------------
@@ -165,7 +170,7 @@ def breakdown_figure(rows: list[IncidentRow]) -> Figure:
                 y += 1
             y += 0.6
         ax.set_yticks(ticks, labels)
-        ax.xaxis.set_major_formatter(FuncFormatter(_ms_label))  # type: ignore[attr-defined]
+        ax.xaxis.set_major_formatter(FuncFormatter(_ms_label))
         ax.set_xlabel("mean time per step of the incident (ms)")
         ax.set_title("Where the spikes' time went, against their baseline steps")
         ax.grid(axis="y", visible=False)
@@ -200,9 +205,11 @@ def sweep_figure(panels: list[SweepPanel]) -> Figure:
                 on = [(b, m) for b, m, o in zip(s.batch, ms, s.split_off, strict=True) if not (o and mark_off)]
                 off = [(b, m) for b, m, o in zip(s.batch, ms, s.split_off, strict=True) if o and mark_off]
                 if on:
-                    ax.scatter(*zip(*on, strict=True), s=16, color=colour[s.dist], zorder=3, linewidths=0)
+                    on_b, on_ms = zip(*on, strict=True)
+                    ax.scatter(on_b, on_ms, s=16, color=colour[s.dist], zorder=3, linewidths=0)
                 if off:
-                    ax.scatter(*zip(*off, strict=True), s=34, color=colour[s.dist], marker="X", zorder=3,
+                    off_b, off_ms = zip(*off, strict=True)
+                    ax.scatter(off_b, off_ms, s=34, color=colour[s.dist], marker="X", zorder=3,
                                edgecolors="white", linewidths=0.5)
             ax.set_xscale("log", base=2)
             sizes = p.batch_sizes
@@ -340,7 +347,8 @@ def gantt_figure(sched: Gantt) -> Figure:
         ax.set_ylabel(f"SM (0–{sched.num_sms - 1})")
         ax.set_xlabel("time since launch start (ms)")
         ax.grid(axis="y", visible=False)
-        handles = [Patch(color=BUSY, alpha=0.8, label="SM busy"), Patch(color=TAIL, label="tail work items")]
+        handles: list[Artist] = [Patch(color=BUSY, alpha=0.8, label="SM busy"),
+                                 Patch(color=TAIL, label="tail work items")]
         if sched.tail_start_ns is not None:
             handles.append(Line2D([], [], color=TAIL, linestyle="--", label="tail starts"))
         if sched.measured_ns:
@@ -416,7 +424,7 @@ def tail_notes(sim: object, num_sms: int, measured_ns: float | None = None) -> l
     if tail_ns > 0 and items:
         tail_set = set(items)
         busy_sms = {s.sm for s in getattr(sim, "segments", ()) if s.item in tail_set}
-        by_req: dict[int, list] = {}
+        by_req: dict[int, list[WorkItem]] = {}
         for it in items:
             by_req.setdefault(it.request, []).append(it)
         reqs = sorted(by_req.items(), key=lambda kv: -sum(i.kv_tokens for i in kv[1]))

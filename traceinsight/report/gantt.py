@@ -42,6 +42,7 @@ def gantt_for_launch(analysis: TraceAnalysis, step: int, launch: int = 0) -> Gan
         note = getattr(model, "note", None)
         return f"{NEEDS}" + (f" ({note})" if note else "")
     sched = analysis.schedule
+    assert sched is not None and sched.gpu is not None  # a simulated model comes from a schedule with its GPU
     k = x.attention
     num_sms = sched.gpu.num_sms
     if k.backend in PERSISTENT:

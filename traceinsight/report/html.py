@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from traceinsight import __version__
@@ -336,7 +337,7 @@ def trace_body(doc: dict[str, Any], sched: Gantt | str | None, prefix: str = "")
     return "".join(_section(sid, prefix, parts[sid]) for sid, _ in SECTIONS)
 
 
-def render(docs: list[dict[str, Any]], schedules: list[Gantt | str | None] | None = None) -> str:
+def render(docs: list[dict[str, Any]], schedules: Sequence[Gantt | str | None] | None = None) -> str:
     """The HTML report of one or more analysis documents (`report.json_doc.to_json`). `schedules[i]` is the
     Gantt of trace i (a Gantt), or the reason there is none."""
     schedules = schedules or [None] * len(docs)

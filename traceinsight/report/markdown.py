@@ -4,6 +4,7 @@ folder can be pasted into a postmortem or a wiki."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -211,7 +212,7 @@ def trace_md(doc: dict[str, Any], sched: Gantt | str | None, figs: _Figures, pre
     return "\n\n".join(f"{h} {title}\n\n{parts[sid]}" for sid, title in SECTIONS)
 
 
-def render(docs: list[dict[str, Any]], out: Path, schedules: list[Gantt | str | None] | None = None) -> str:
+def render(docs: list[dict[str, Any]], out: Path, schedules: Sequence[Gantt | str | None] | None = None) -> str:
     """The Markdown text of the report to be written at `out`; writes its figures into `<out stem>_figs/`."""
     schedules = schedules or [None] * len(docs)
     figs = _Figures(out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,8 @@ def steps_span_ns(doc: dict[str, Any]) -> int:
     steps = doc.get("steps") or []
     if not steps:
         return 0
-    return max(s["start_ns"] + s["dur_ns"] for s in steps) - min(s["start_ns"] for s in steps)
+    span: int = max(s["start_ns"] + s["dur_ns"] for s in steps) - min(s["start_ns"] for s in steps)
+    return span
 
 
 # The time a rule's saving is a share of (`SAVING_BASIS` of its module; "steps" when it declares none).
@@ -318,9 +320,12 @@ def _int(v: str | None) -> int | None:
 
 def _threshold_for(doc: dict[str, Any], kernel: str | None, backend: str | None) -> tuple[int | None, str | None]:
     rows = doc.get("thresholds") or []
-    for match in (lambda t: t.get("kernel") == kernel and t.get("backend") == backend,
-                  lambda t: t.get("backend") == backend and backend is not None,
-                  lambda t: t.get("kernel") == kernel and kernel is not None):
+    matchers: tuple[Callable[[dict[str, Any]], bool], ...] = (
+        lambda t: t.get("kernel") == kernel and t.get("backend") == backend,
+        lambda t: t.get("backend") == backend and backend is not None,
+        lambda t: t.get("kernel") == kernel and kernel is not None,
+    )
+    for match in matchers:
         for t in rows:
             if match(t):
                 return t.get("b_threshold"), f"{t.get('kernel')} ({t.get('backend')}, H_kv={t.get('kv_heads')})"
@@ -568,10 +573,10 @@ def observed_switch(panel: SweepPanel) -> tuple[int | None, int | None]:
 
 
 
-def observed_switches(doc: dict[str, Any]) -> dict[tuple[str, str], str]:
+def observed_switches(doc: dict[str, Any]) -> dict[tuple[str | None, str | None], str]:
     """Per (kernel, backend) of a sweep, where split-KV was seen to switch off, in words for the thresholds
     table ("on ≤ 256, off ≥ 297")."""
-    observed = {}
+    observed: dict[tuple[str | None, str | None], str] = {}
     for p in sweep(doc):
         last_on, first_off = observed_switch(p)
         if first_off:

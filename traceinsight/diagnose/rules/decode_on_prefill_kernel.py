@@ -66,13 +66,14 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             saving *= len(known) / compared
         policy = _SPLIT_POLICY.get(v0.backend or "", "its split-KV policy differs from the CUDA-core kernel's")
         b_th = thr.b_threshold if thr else None
+        median_dur_ns = round(statistics.median(v.dur_ns for v in vs))
         evidence = {
             "kernel": v0.kernel,
             "backend": v0.backend,
             "launches": len(vs),
             "phase_evidence": _decode(v0)[1],
             "grid": list(v0.launch.attention.grid),
-            "median_dur_ns": round(statistics.median(v.dur_ns for v in vs)),
+            "median_dur_ns": median_dur_ns,
             "b_threshold": b_th,
             "launches_replayed_on_cuda_core": compared,
         }
@@ -82,7 +83,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             severity=Severity.WARNING,
             steps=tuple(steps_of(vs)),
             summary=(f"{len(vs)} decode launches ran on {v0.kernel} ({v0.backend}): the tensor-core decode path, "
-                     f"{thr_text or 'a different split-KV policy'}; median {fmt_ms(evidence['median_dur_ns'])}"),
+                     f"{thr_text or 'a different split-KV policy'}; median {fmt_ms(median_dur_ns)}"),
             evidence=evidence,
             explanation=(
                 f"The kernel is called '{v0.kernel}', but these launches are decode steps: FlashInfer's tensor-core "

@@ -153,9 +153,11 @@ def _sum_parts(atts: list[StepAttribution]) -> list[dict[str, Any]]:
             v[2] += p.delta_ns
             v[3] += p.attributed_ns
     total = sum(max(v[3], 0.0) for v in acc.values())
-    rows = [{"component": c, "step_ns": round(v[0]), "baseline_ns": round(v[1]), "delta_ns": round(v[2]),
-             "attributed_ns": round(v[3]), "share": round(v[3] / total, 4) if total else 0.0}
-            for c, v in acc.items()]
+    rows: list[dict[str, Any]] = [
+        {"component": c, "step_ns": round(v[0]), "baseline_ns": round(v[1]), "delta_ns": round(v[2]),
+         "attributed_ns": round(v[3]), "share": round(v[3] / total, 4) if total else 0.0}
+        for c, v in acc.items()
+    ]
     rows.sort(key=lambda r: (-r["attributed_ns"], -r["delta_ns"], r["component"]))
     return rows
 

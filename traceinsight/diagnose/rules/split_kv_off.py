@@ -18,7 +18,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.views import Slowdown, fmt_ms, slow_launches, step_ranges, steps_of, worst
-from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
+from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3, FA3_MAX_DYNAMIC_SPLIT_BATCH
 
 ID = "split-kv-off"
 NAME = "Split-KV off"
@@ -39,7 +39,7 @@ EXCESS_MIN_NS = 100_000
 def apply(ctx: TraceAnalysis) -> list[Finding]:
     ratio_min = limit(ctx, ID, "SLOWDOWN_MIN_RATIO", SLOWDOWN_MIN_RATIO)
     excess_min = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
-    out = []
+    out: list[Finding] = []
     for hits in slow_launches(ctx, BACKENDS, False, ratio_min, excess_min):
         if hits[0].view.backend == FA3:
             by_reason: dict[str | None, list[Slowdown]] = {}
@@ -123,7 +123,7 @@ def _fa3_finding(ctx: TraceAnalysis, reason: str | None, hits: list[Slowdown]) -
         "backend": wv.backend,
         "launches": len(hits),
         "why_unsplit": reason,
-        "b_threshold": fa3.FA3_MAX_DYNAMIC_SPLIT_BATCH + 1,
+        "b_threshold": FA3_MAX_DYNAMIC_SPLIT_BATCH + 1,
         "batch_size_min": min(sizes) if sizes else None,
         "batch_size_max": max(sizes) if sizes else None,
         "num_splits_static": s_bound,
@@ -157,6 +157,6 @@ def _fa3_finding(ctx: TraceAnalysis, reason: str | None, hits: list[Slowdown]) -
             f"SMs finished and sat idle, {fmt_ms(wv.dur_ns)} instead of about {fmt_ms(w.reference_ns)} for the "
             f"same work spread evenly (reference: {w.reference})."),
         remedy=remedies.remedy(fa3.REMEDY.get(reason or "", "fa3-batch-cap"), remedies.facts(ctx),
-                               backends=[FA3], splits=heuristic, cap=fa3.FA3_MAX_DYNAMIC_SPLIT_BATCH),
+                               backends=[FA3], splits=heuristic, cap=FA3_MAX_DYNAMIC_SPLIT_BATCH),
         saving_ns=round(sum(h.excess_ns for h in hits)),
     )

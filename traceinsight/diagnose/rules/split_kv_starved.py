@@ -36,7 +36,7 @@ EXCESS_MIN_NS = 100_000
 def apply(ctx: TraceAnalysis) -> list[Finding]:
     ratio_min = limit(ctx, ID, "SLOWDOWN_MIN_RATIO", SLOWDOWN_MIN_RATIO)
     excess_min = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
-    out = []
+    out: list[Finding] = []
     for hits in slow_launches(ctx, BACKENDS, True, ratio_min, excess_min):
         if hits[0].view.backend == FA3:
             by_reason: dict[str, list[Slowdown]] = {}

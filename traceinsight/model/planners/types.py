@@ -121,7 +121,8 @@ class Plan:
     plan_info reports it); padded_batch_size: grid.x the planner pads to (None for persistent backends);
     grid: launch grid (x, y, z); merge: a merge/combine kernel follows; persistent: CTAs loop over work items
     (grid = workers) instead of one CTA per item; max_grid: the CTA count the planner targets;
-    splits: number of KV chunks per request; details: planner internals (ints/floats/bools) for reports.
+    splits: number of KV chunks per request; details: planner internals (ints/floats/bools, None where unset)
+    for reports.
     """
 
     backend: str
@@ -135,7 +136,7 @@ class Plan:
     persistent: bool
     max_grid: int
     splits: tuple[int, ...]
-    details: Mapping[str, int | float | bool] = field(default_factory=dict, compare=False)
+    details: Mapping[str, int | float | bool | None] = field(default_factory=dict, compare=False)
 
     @property
     def num_ctas(self) -> int:
@@ -154,7 +155,7 @@ class _WorkItemBuilder:
     plain slot stores on a class with WorkItem's exact slot layout, then the object becomes a WorkItem. The sweeps'
     plans hold 10^5 items, so this is most of a planner's time. Same positional order and defaults as WorkItem."""
 
-    __slots__ = WorkItem.__slots__  # type: ignore[attr-defined]
+    __slots__ = WorkItem.__slots__
 
     def __init__(
         self,
