@@ -138,7 +138,7 @@ def test_many_recurring_spikes_fold_into_bounded_findings(bench: ModuleType, h20
     kept = [f for f in folded.findings if f.id == latency_spike.ID and not f.evidence.get("folded")]
     rolled = [f for f in folded.findings if f.id == latency_spike.ID and f.evidence.get("folded")]
     assert len(spikes) > latency_spike.MAX_INCIDENTS
-    assert len(kept) == latency_spike.MAX_INCIDENTS and 1 <= len(rolled) <= len(latency_spike.CAUSE_PRIORITY) + 1
+    assert len(kept) == latency_spike.MAX_INCIDENTS and 1 <= len(rolled) <= len(latency_spike.ATTENTION_CAUSES) + 1
     assert len(kept) + sum(f.evidence["incidents"] for f in rolled) == len(spikes)
     assert sorted(s for f in kept + rolled for s in f.steps) == sorted(s for f in spikes for s in f.steps)
     assert sum(f.saving_ns for f in kept + rolled) == sum(f.saving_ns for f in spikes)

@@ -40,9 +40,11 @@ DESCRIPTION = "Steps whose time breaks from the trend of the step series, attrib
 PASSED = "no step broke from the trend of its series"
 NEEDS = (Input.STEPS,)
 OPTIONAL = (Input.SIDECAR,)
-# Rules whose findings this rule reads (to name attention causes and to leave known-slow steps out of the fit).
-READS = ("split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "wave-quantization", "slow-path",
-         "kv-bandwidth")
+# Which attention finding explains grown attention time, most specific first.
+ATTENTION_CAUSES = ("split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "wave-quantization", "slow-path",
+                    "kv-bandwidth")
+# Rules whose findings this rule reads: the attention causes (KNOWN_SLOW, left out of the fit, is among them).
+READS = ATTENTION_CAUSES
 
 # A spike takes at least this many times its baseline...
 SPIKE_RATIO = 2.0
@@ -59,11 +61,6 @@ KNOWN_SLOW = ("split-kv-off", "split-kv-starved")
 MIN_FIT_STEPS = 5
 # Incidents reported one by one (those with the most excess time); the rest are folded per cause.
 MAX_INCIDENTS = 20
-# Which attention finding explains grown attention time, most specific first.
-ATTENTION_CAUSES = ("split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "wave-quantization", "slow-path",
-                    "kv-bandwidth")
-# Causes a folded finding can have: every attention rule, `attention`, and the component causes.
-CAUSE_PRIORITY = ATTENTION_CAUSES
 # Components listed in an incident's attribution at most (the largest).
 MAX_PARTS = 6
 # Causes on the host side (their evidence names what the host did while the GPU waited).
@@ -119,9 +116,12 @@ def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], dict[int, StepAttribu
     for f in ctx.findings:
         for s in f.steps:
             by_step[s].append(f)
+    by_series: dict[int, list[StepAttribution]] = defaultdict(list)
+    for att in table.values():
+        by_series[att.series].append(att)
     out: list[Incident] = []
-    for group in attribution.series(ctx.steps):
-        order = [table[s.index] for s in group if s.index in table]
+    for gi in sorted(by_series):
+        order = sorted(by_series[gi], key=lambda a: a.position)
         current: Incident | None = None
         for pos, att in enumerate(order):
             if not att.spike:
@@ -187,17 +187,18 @@ def _cause_text(inc: Incident, ctx: TraceAnalysis) -> str:
     return inc.cause
 
 
-def _remedy(inc: Incident, ctx: TraceAnalysis, worst: StepAttribution, host_ev: dict[str, Any] | None) -> str:
+def _remedy(inc: Incident, ctx: TraceAnalysis, worst: StepAttribution, host_text: str | None) -> str:
     if inc.finding is not None:
         return inc.finding.remedy
     facts = remedies.facts(ctx)
     ops = None
     if inc.cause in HOST_CAUSES:
         part = worst.part(IDLE_HOST)
-        ops = describe(host_ev, fmt_ms) or (
+        ops = host_text or (
             f"the GPU waited {fmt_ms(part.step_ns)} for the host in step {worst.step}, usually "
             f"{fmt_ms(part.baseline_ns)}" if part is not None else None)
-    phases = {st.phase for st in ctx.steps if st.index in set(inc.steps)}
+    members = set(inc.steps)
+    phases = {st.phase for st in ctx.steps if st.index in members}
     phase = "mixed" if "mixed" in phases else ("prefill" if phases == {"prefill"} else next(iter(phases), None))
     return remedies.remedy(inc.cause, facts, ops=ops, step_phase=phase)
 
@@ -215,7 +216,7 @@ def neighbours(ctx: TraceAnalysis, table: dict[int, StepAttribution], step: int,
 def apply(ctx: TraceAnalysis) -> list[Finding]:
     found, table = incidents(ctx)
     crit = limit(ctx, ID, "CRITICAL_RATIO", CRITICAL_RATIO)
-    names = {st.index: st.name for st in ctx.steps}
+    by_index = {st.index: st for st in ctx.steps}
     worst_of = {id(inc): max((table[i] for i in inc.steps), key=lambda a: a.excess_ns) for inc in found}
     # Host causes: what the host did meanwhile, read once for the incidents reported one by one.
     host_incidents = sorted((inc for inc in found if inc.cause in HOST_CAUSES),
@@ -255,10 +256,12 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             "attribution": rows[:MAX_PARTS],
         }
         if inc.component in IDLE:
-            evidence["host_gap_max_ns"] = _host_gap_max(ctx, worst.step)
+            bd = by_index[worst.step].breakdown if worst.step in by_index else None
+            evidence["host_gap_max_ns"] = int(bd.host_gap_max_ns) if bd is not None else None
         if host_ev is not None:
             evidence["host_ops"] = host_ev
-        name = names.get(worst.step, str(worst.step))
+        host_text = describe(host_ev, fmt_ms)
+        name = by_index[worst.step].name if worst.step in by_index else str(worst.step)
         n = len(inc.steps)
         onset = (f"; the {inc.component} part had already jumped in step{'s' if len(inc.onset) > 1 else ''} "
                  f"{step_ranges(inc.onset)} before the step total crossed the threshold" if inc.onset else "")
@@ -278,19 +281,12 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                    else "(the lower quartile of the steps around it)")
                 + f"; {n} step{'s' if n > 1 else ''} in a row broke from it the same way{onset}. Compared part by "
                 f"part with those steps, {_because(inc, rows, excess)}. Cause: {_cause_text(inc, ctx)}"
-                + (f" (meanwhile on the host: {describe(host_ev, fmt_ms)})" if describe(host_ev, fmt_ms) else "")
+                + (f" (meanwhile on the host: {host_text})" if host_text else "")
                 + "."),
-            remedy=_remedy(inc, ctx, worst, host_ev),
+            remedy=_remedy(inc, ctx, worst, host_text),
             saving_ns=round(excess),
         ))
     return _fold(out, int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)))
-
-
-def _host_gap_max(ctx: TraceAnalysis, step: int) -> int | None:
-    for s in ctx.steps:
-        if s.index == step and s.breakdown is not None:
-            return int(s.breakdown.host_gap_max_ns)
-    return None
 
 
 def _fold(found: list[Finding], keep: int) -> list[Finding]:
