@@ -13,8 +13,7 @@ from traceinsight.diagnose.attribution import StepAttribution
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.host import host_evidence
 from traceinsight.diagnose.rules import latency_spike
-from traceinsight.model.breakdown import IDLE_HOST, component_of_family
-from traceinsight.model.phases import PREFILL_PHASES
+from traceinsight.model.breakdown import IDLE_HOST, PREFILL, component_of_family, prefill_kernels
 from traceinsight.model.steps import Step
 
 SCHEMA = "traceinsight.explain/1"
@@ -80,13 +79,9 @@ class StepExplanation:
 
 
 def _component(step: Step) -> dict[int, str]:
-    """kernel_id -> component for the step's kernels (attention launches by phase)."""
-    out = {k.kernel_id: component_of_family(k.family) for k in step.kernels}
-    for x in step.launches:
-        if x.phase in PREFILL_PHASES:
-            for k in (x.attention, *x.merges, *x.prepares):
-                out[k.kernel_id] = "prefill"
-    return out
+    """kernel_id -> component for the step's kernels (attention launches by phase), as the breakdown counts them."""
+    prefill = prefill_kernels((step,))
+    return {k.kernel_id: PREFILL if k.kernel_id in prefill else component_of_family(k.family) for k in step.kernels}
 
 
 def _kernel_totals(step: Step) -> dict[tuple[str, str], tuple[int, int]]:

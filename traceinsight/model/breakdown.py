@@ -125,6 +125,13 @@ class _Work:
     names: list[str]
 
 
+def prefill_kernels(steps: Iterable[Step]) -> set[int]:
+    """Kernel ids that are prefill work whatever their family: the attention, merge and prepare kernels of
+    attention launches that ran prefill (or prefill mixed with decode rows)."""
+    return {k.kernel_id for s in steps for x in s.launches if x.phase in PREFILL_PHASES
+            for k in (x.attention, *x.merges, *x.prepares)}
+
+
 def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]:
     table = db.con.sql(sql("step_gpu_work"), params={"trace": trace_id}).to_arrow_table()
     if table.num_rows == 0:
@@ -137,13 +144,7 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
     launch_col = table.column("launch_ns")
     launch = launch_col.fill_null(-1).to_numpy().astype(np.int64) if launch_col.null_count else \
         launch_col.to_numpy().astype(np.int64)
-    # Attention launches that ran prefill (or prefill mixed with decode rows): their kernels are prefill work.
-    special: dict[int, str] = {}
-    for s in steps:
-        for x in s.launches:
-            if x.phase in PREFILL_PHASES:
-                for k in (x.attention, *x.merges, *x.prepares):
-                    special[k.kernel_id] = PREFILL
+    special = prefill_kernels(steps)
     names: list[str] = []
     code: dict[str, int] = {}
 
