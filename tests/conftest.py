@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
 import json
@@ -40,6 +41,20 @@ def sidecar_in(folder: Path, stem: str) -> dict[str, Any]:
         if (folder / f"{stem}{suffix}").exists():
             return read_json(folder / f"{stem}{suffix}")  # type: ignore[no-any-return]
     raise AssertionError(f"no sidecar for {stem} in {folder}")
+
+
+def ncu_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of an Nsight Compute CSV (`ncu --csv --page raw`), read as plain CSV: its header row after any
+    log lines, one dict per profiled kernel (the row of units under the header left out)."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    rows = list(csv.reader(lines[start:]))
+    return [dict(zip(rows[0], r, strict=True)) for r in rows[2:]]  # rows[1] holds the units
+
+
+def ncu_num(cell: str) -> float:
+    """A number cell of an Nsight Compute CSV ('1,234.5')."""
+    return float(cell.replace(",", ""))
 
 
 def sha256(path: Path) -> str:

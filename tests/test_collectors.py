@@ -11,7 +11,6 @@ JSON (user_annotation ranges -> cuda_runtime launches -> kernels by correlation 
 from __future__ import annotations
 
 import bisect
-import csv
 import importlib.util
 import sqlite3
 import subprocess
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import read_json, sidecar_in
+from conftest import ncu_num, ncu_rows, read_json, sidecar_in
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -302,14 +301,7 @@ def test_collected_split_kv_matches_the_merge_kernel_nsys(stem: str, ranges: int
 
 
 def _ncu(stem: str) -> list[dict[str, str]]:
-    lines = (COLLECTED / f"{stem}.ncu.csv").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
-    rows = list(csv.reader(lines[start:]))
-    return [dict(zip(rows[0], r, strict=True)) for r in rows[2:]]  # rows[1] holds the units
-
-
-def _num(cell: str) -> float:
-    return float(cell.replace(",", ""))
+    return ncu_rows(COLLECTED / f"{stem}.ncu.csv")
 
 
 def test_collected_ncu_holdout_has_sm_activity_for_every_case() -> None:
@@ -324,8 +316,10 @@ def test_collected_ncu_holdout_has_sm_activity_for_every_case() -> None:
         key = r[nvtx_col].split('"')[1].split(":")[1].removeprefix("decode ")
         step = steps[key]
         assert r["Grid Size"] == f"({step['plan']['padded_batch_size']}, 4, 1)"
-        assert _num(r["sm__cycles_active.min"]) <= _num(r["sm__cycles_active.avg"]) <= _num(r["sm__cycles_active.max"])
-        cases[(step["dist"], step["batch_size"])] = _num(r["sm__cycles_active.avg"]) / _num(r["sm__cycles_active.max"])
+        assert (ncu_num(r["sm__cycles_active.min"]) <= ncu_num(r["sm__cycles_active.avg"])
+                <= ncu_num(r["sm__cycles_active.max"]))
+        cases[(step["dist"], step["batch_size"])] = (ncu_num(r["sm__cycles_active.avg"])
+                                                    / ncu_num(r["sm__cycles_active.max"]))
     assert sorted(cases) == sorted((d, b) for d in ("uniform", "skew40", "skew80", "two40")
                                    for b in (64, 192, 288, 296, 320))
     # avg/max read with python csv: balanced uniform B=64 0.967; skew80 with split-KV off (B=320) 0.035

@@ -13,7 +13,6 @@ ncu exports); the numbers asserted below were read that way.
 from __future__ import annotations
 
 import bisect
-import csv
 import importlib.util
 import json
 import math
@@ -28,7 +27,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import read_json, sidecar_in
+from conftest import ncu_num, ncu_rows, read_json, sidecar_in
 
 from collectors import sidecar as writer
 from collectors.cli import build_config, collect
@@ -399,14 +398,7 @@ def test_nsys_steps_hold_the_fa3_kernels() -> None:
 
 
 def _ncu(stem: str) -> list[dict[str, str]]:
-    lines = (FA3 / f"{stem}.ncu.csv").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
-    rows = list(csv.reader(lines[start:]))
-    return [dict(zip(rows[0], r, strict=True)) for r in rows[2:]]  # rows[1] holds the units
-
-
-def _num(cell: str) -> float:
-    return float(cell.replace(",", ""))
+    return ncu_rows(FA3 / f"{stem}.ncu.csv")
 
 
 NCU = {  # stem -> (launches of the main kernel, profiled kernels)
@@ -425,7 +417,8 @@ def test_ncu_has_sm_activity_for_every_launch(stem: str) -> None:
     by_step: dict[str, list[dict[str, str]]] = defaultdict(list)
     for r in rows:
         by_step[r[nvtx_col].split('"')[1].split(":")[1].removeprefix("decode ")].append(r)
-        assert _num(r["sm__cycles_active.min"]) <= _num(r["sm__cycles_active.avg"]) <= _num(r["sm__cycles_active.max"])
+        assert (ncu_num(r["sm__cycles_active.min"]) <= ncu_num(r["sm__cycles_active.avg"])
+                <= ncu_num(r["sm__cycles_active.max"]))
     assert sorted(by_step) == sorted(steps) and len(steps) == NCU[stem][0]
     for key, launched in by_step.items():
         kinds = [_kind(r["Kernel Name"]) for r in launched]
@@ -443,7 +436,7 @@ def test_ncu_shows_the_cap_as_idle_sms() -> None:
             key = r[next(c for c in r if c.startswith("thread Domain"))]
             tokens = dict(t.split("=") for t in key.split('"')[1].split(":")[1].split()[1:])
             idle[(tokens["splits"], tokens["dist"], int(tokens["bs"]))] = (
-                1 - _num(r["sm__cycles_active.avg"]) / _num(r["sm__cycles_active.max"]))
+                1 - ncu_num(r["sm__cycles_active.avg"]) / ncu_num(r["sm__cycles_active.max"]))
     assert idle[("0", "skew80", 992)] == pytest.approx(0.018, abs=0.01)
     assert idle[("0", "skew80", 993)] == pytest.approx(0.907, abs=0.01)
     assert idle[("1", "skew80", 256)] == pytest.approx(0.945, abs=0.01)
