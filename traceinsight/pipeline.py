@@ -17,7 +17,7 @@ from traceinsight.ingest.store import TraceDB
 from traceinsight.model.attach import attach
 from traceinsight.model.breakdown import breakdowns
 from traceinsight.model.kernel_table import ensure_labels
-from traceinsight.model.steps import group_steps
+from traceinsight.model.steps import group_steps, step_kernels
 from traceinsight.queries import sql
 
 
@@ -59,6 +59,7 @@ def analyze_trace(
         limits=dict(limits or {}),
     )
     analysis.host_ops = _host_ops_reader(db, trace_id, meta)
+    analysis.step_kernels = lambda step: step_kernels(db, trace_id, step)
     if unassigned:
         # Attention launches outside every annotated step (warm-ups, planning runs): counted, not steps.
         analysis.extra["unassigned_launches"] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from traceinsight.model.attach import Schedule
 from traceinsight.model.steps import Step
@@ -42,8 +42,18 @@ class TraceAnalysis:
     # What the host did within time windows ([(start_ns, end_ns)] -> host operations: CPU ranges and, for Kineto
     # traces, CPU ops read on demand); set by the pipeline, None when unavailable.
     host_ops: Callable[[list[tuple[int, int]]], list[Any]] | None = field(default=None, repr=False, compare=False)
+    # Every kernel of a step (Step -> [Kernel], in start order; steps hold only their attention launches' kernels),
+    # read from the database on demand; set by the pipeline.
+    step_kernels: Callable[[Step], list[Any]] | None = field(default=None, repr=False, compare=False)
     # Views derived from the analysis once and shared by the rules (never written out).
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def steps_by_index(self) -> dict[int, Step]:
+        """The steps by their index (built once)."""
+        got = self.cache.get("steps-by-index")
+        if got is None or len(got) != len(self.steps):
+            got = self.cache["steps-by-index"] = {s.index: s for s in self.steps}
+        return cast(dict[int, Step], got)
 
     @property
     def dur_ns(self) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.host import host_evidence
 from traceinsight.diagnose.rules import latency_spike
 from traceinsight.model.breakdown import IDLE_HOST, PREFILL, component_of_family, prefill_kernels
-from traceinsight.model.steps import Step
+from traceinsight.model.steps import Kernel, Step
 
 SCHEMA = "traceinsight.explain/1"
 # Kernels listed (those whose time changed most against the baseline steps).
@@ -78,27 +79,24 @@ class StepExplanation:
         }
 
 
-def _component(step: Step) -> dict[int, str]:
-    """kernel_id -> component for the step's kernels (attention launches by phase), as the breakdown counts them."""
+def _kernel_totals(step: Step, kernels: list[Kernel]) -> dict[tuple[str, str], tuple[int, int]]:
+    """(short name, component) -> (count, ns) over the step's kernels, attention launches by phase, as the
+    breakdown counts them."""
     prefill = prefill_kernels((step,))
-    return {k.kernel_id: PREFILL if k.kernel_id in prefill else component_of_family(k.family) for k in step.kernels}
-
-
-def _kernel_totals(step: Step) -> dict[tuple[str, str], tuple[int, int]]:
-    comp = _component(step)
     acc: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for k in step.kernels:
-        v = acc[(k.kernel, comp[k.kernel_id])]
+    for k in kernels:
+        v = acc[(k.kernel, PREFILL if k.kernel_id in prefill else component_of_family(k.family))]
         v[0] += 1
         v[1] += k.dur_ns
     return {key: (v[0], v[1]) for key, v in acc.items()}
 
 
-def kernel_deltas(step: Step, baseline: list[Step]) -> list[KernelDelta]:
-    """The step's kernels (by short name) against their median total in the baseline steps, largest change
-    first."""
-    mine = _kernel_totals(step)
-    theirs = [_kernel_totals(s) for s in baseline]
+def kernel_deltas(step: Step, baseline: list[Step], kernels_of: Callable[[Step], list[Kernel]]
+                  ) -> list[KernelDelta]:
+    """The step's kernels (by short name; `kernels_of` reads a step's kernels) against their median total in
+    the baseline steps, largest change first."""
+    mine = _kernel_totals(step, kernels_of(step))
+    theirs = [_kernel_totals(s, kernels_of(s)) for s in baseline]
     keys = set(mine) | {k for t in theirs for k in t}
     rows = []
     for key in keys:
@@ -145,7 +143,8 @@ def explain_step(ctx: TraceAnalysis, index: int) -> StepExplanation:
     return StepExplanation(
         step=index, name=step.name, phase=step.phase, attribution=att, cause=cause, cause_component=component,
         incident=incident, baseline_steps=baseline,
-        kernels=kernel_deltas(step, [by_index[i] for i in baseline if i in by_index]),
+        kernels=kernel_deltas(step, [by_index[i] for i in baseline if i in by_index],
+                              ctx.step_kernels or (lambda s: [])),
         host=host, remedy=remedy,
         breakdown=step.breakdown.to_json() if step.breakdown is not None else None,
         tiles=next((x.tiles for x in step.launches if x.tiles is not None), None),

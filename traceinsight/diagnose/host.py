@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from traceinsight.diagnose.context import TraceAnalysis
 
@@ -70,12 +70,21 @@ def read_ops(ctx: TraceAnalysis, steps: Iterable[int]) -> list[Any] | None:
     return ctx.host_ops(windows(ctx, steps))
 
 
+def _cpu_step_ranges(ctx: TraceAnalysis) -> set[tuple[int | None, int | None]]:
+    """The (start, end) of every step's CPU range (built once per analysis)."""
+    got = ctx.cache.get("host.cpu-step-ranges")
+    if got is None:
+        got = ctx.cache["host.cpu-step-ranges"] = {(s.range_start_ns, s.range_end_ns) for s in ctx.steps
+                                                   if s.range_side == "cpu"}
+    return cast(set[tuple[int | None, int | None]], got)
+
+
 def host_evidence(ctx: TraceAnalysis, step: int, baseline_steps: Sequence[int],
                   ops: Sequence[Any] | None = None) -> dict[str, Any] | None:
     """The host operations that filled step `step`'s long idle-host stretches, with their usual time per step in
     `baseline_steps`; None when the analysis cannot read host operations or the step has no long stretch.
     `ops`: host operations already read for these steps (`read_ops`), else they are read here."""
-    by_index = {s.index: s for s in ctx.steps}
+    by_index = ctx.steps_by_index()
     st = by_index.get(step)
     if st is None or st.breakdown is None or not st.breakdown.host_gaps:
         return None
@@ -87,7 +96,7 @@ def host_evidence(ctx: TraceAnalysis, step: int, baseline_steps: Sequence[int],
             return None
 
     # Leave out the steps' own ranges and whatever encloses a whole window (wrappers around the loop).
-    step_ranges = {(s.range_start_ns, s.range_end_ns) for s in ctx.steps if s.range_side == "cpu"}
+    step_ranges = _cpu_step_ranges(ctx)
 
     def inside(w0: int, w1: int) -> list[Any]:
         return [o for o in ops if o.start_ns < w1 and w0 < o.end_ns and not (o.start_ns <= w0 and o.end_ns >= w1)

@@ -236,11 +236,25 @@ class TraceDB:
     def sql(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> duckdb.DuckDBPyConnection:
         return self.con.execute(query, params) if params is not None else self.con.execute(query)
 
+    def script(self, text: str, params: dict[str, Any]) -> duckdb.DuckDBPyConnection:
+        """Run a named query of several statements (each ending with ';' at the end of a line), each with the
+        named parameters it uses (DuckDB binds parameters to one statement at a time)."""
+        cur = self.con
+        for statement in (s for s in re.split(r";[ \t]*\n", text) if s.strip() and not _only_comments(s)):
+            code = re.sub(r"--[^\n]*", "", statement)  # a parameter named in a comment is not used
+            used = {k: v for k, v in params.items() if re.search(rf"\${k}\b", code)}
+            cur = self.con.execute(statement, used) if used else self.con.execute(statement)
+        return cur
+
     def rows(self, query: str, params: dict[str, Any] | list[Any] | None = None) -> list[dict[str, Any]]:
         """Run a query and return its rows as dicts."""
         cur = self.con.execute(query, params) if params is not None else self.con.execute(query)
         names = [d[0] for d in cur.description or []]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _only_comments(statement: str) -> bool:
+    return all(not line.strip() or line.lstrip().startswith("--") for line in statement.splitlines())
 
 
 def _text_bytes(table: pa.Table) -> int:

@@ -177,7 +177,7 @@ def _step_device(step: Step) -> Any:
         first = step.launches[0].attention.device_id
         if all(x.attention.device_id == first for x in step.launches):
             return first
-    devices = Counter(x.attention.device_id for x in step.launches) or Counter(k.device_id for k in step.kernels)
+    devices = Counter(x.attention.device_id for x in step.launches)
     return devices.most_common(1)[0][0] if devices else None
 
 
@@ -192,9 +192,9 @@ def _windows(steps: Iterable[Step]) -> list[tuple[Step, int, int, str]]:
         prev_end: int | None = None
         for s in group:
             if s.range_side is not None and s.range_start_ns is not None and s.range_end_ns is not None:
-                w0 = s.range_start_ns if s.range_side == "cpu" or not s.kernels else min(s.range_start_ns,
+                w0 = s.range_start_ns if s.range_side == "cpu" or not s.kernel_count else min(s.range_start_ns,
                                                                                           s.start_ns)
-                w1 = max(s.range_end_ns, s.end_ns) if s.kernels else s.range_end_ns
+                w1 = max(s.range_end_ns, s.end_ns) if s.kernel_count else s.range_end_ns
                 source = "cpu-range" if s.range_side == "cpu" else "gpu-range"
             else:
                 w0, w1, source = s.start_ns, s.end_ns, "gpu-span"
@@ -203,7 +203,7 @@ def _windows(steps: Iterable[Step]) -> list[tuple[Step, int, int, str]]:
                 # kernel may start a little earlier: programmatic dependent launch overlaps kernels by ~0.2 us).
                 # Only a step whose GPU work lies wholly inside the previous window (steps running concurrently
                 # on several streams) keeps its own start, and its window overlaps the previous one.
-                w0 = prev_end if not s.kernels or prev_end < s.end_ns else min(prev_end, s.start_ns)
+                w0 = prev_end if not s.kernel_count or prev_end < s.end_ns else min(prev_end, s.start_ns)
             w1 = max(w1, w0)
             out.append((s, w0, w1, source))
             prev_end = w1 if prev_end is None else max(prev_end, w1)

@@ -17,6 +17,7 @@ split are "off"; others are unknown (None).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import defaultdict
@@ -103,8 +104,9 @@ class Step:
     range_id: int | None
     start_ns: int  # first GPU kernel of the step
     end_ns: int  # last GPU kernel end of the step
-    kernels: list[Kernel]
+    kernel_count: int  # kernels of the step (all families; `step_kernels` reads them)
     launches: list[Launch]
+    key: int = 0  # the step's key in the grouping tables (_step_members): its range_id, or < 0 for a launch step
     range_start_ns: int | None = None  # the step's range (CPU: on the launching thread; GPU: on the device)
     range_end_ns: int | None = None
     range_side: str | None = None  # 'cpu' | 'gpu' | None (a step of one launch, no range)
@@ -146,11 +148,10 @@ class Step:
         return states.pop() if len(states) == 1 else None
 
 
-def _kernels(db: TraceDB, trace_id: int) -> list[Kernel]:
-    """Every kernel of the trace with its label, in start order. Fetched as Arrow columns; each text column is
-    dictionary-encoded first, so a million launches of one kernel share one name string (and one parsed
-    params dict) instead of holding a million copies."""
-    table = db.con.sql(sql("step_kernel_rows"), params={"trace": trace_id}).to_arrow_table()
+def kernels_of(table: pa.Table) -> list[Kernel]:
+    """The kernels of a query's rows (the columns of step_launches.sql / step_kernels.sql), in row order. Each
+    text column is dictionary-encoded first, so a thousand launches of one kernel share one name string (and
+    one parsed params dict) instead of holding a thousand copies."""
     col = {name: _pylist(table.column(name)) for name in table.column_names}
     parsed = {raw: json.loads(raw) if raw else {} for raw in set(col["params_json"])}
     grid = zip(*(_or_zero(col[f"grid_{a}"]) for a in "xyz"), strict=True)
@@ -191,134 +192,74 @@ def _or_zero(values: list[Any]) -> list[int]:
     return [0 if v is None else v for v in values]
 
 
-def _step_ranges(
-    db: TraceDB, trace_id: int, n_attention: int, step_pattern: str | None
-) -> tuple[dict[int, int], dict[int, dict[str, Any]]]:
-    """Map attention kernel_id -> chosen range_id; and range_id -> range row."""
-    rows = db.rows(sql("enclosing_ranges"), {"families": [ATTENTION]})
-    if not rows:
-        return {}, {}
-    pattern = re.compile(step_pattern) if step_pattern else None
-    per_range: dict[int, set[int]] = defaultdict(set)
-    info: dict[int, dict[str, Any]] = {}
-    for r in rows:
-        per_range[r["range_id"]].add(r["kernel_id"])
-        info[r["range_id"]] = r
-    limit = max(1, int(n_attention * WRAPPER_SHARE))
-    by_kernel: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        rid = r["range_id"]
-        if pattern is not None:
-            if not pattern.search(r["name"]):
-                continue
-        elif len(per_range[rid]) > limit:
-            continue
-        by_kernel[r["kernel_id"]].append(r)
-    chosen: dict[int, int] = {}
-    for kid, cands in by_kernel.items():
-        # Prefer CPU ranges (they say who launched the work), then the outermost (earliest start, longest).
-        cands.sort(key=lambda r: (r["side"] != "cpu", r["start_ns"], -(r["end_ns"] - r["start_ns"])))
-        chosen[kid] = cands[0]["range_id"]
-    return chosen, info
+def _range_names(db: TraceDB, step_pattern: str | None) -> list[str] | None:
+    """The range names a --step-pattern picks (Python's `re.search`, as the user wrote it), or None."""
+    if step_pattern is None:
+        return None
+    pattern = re.compile(step_pattern)
+    return [r["name"] for r in db.rows("SELECT DISTINCT name FROM _step_ranges") if pattern.search(r["name"])]
 
 
-def _attach(members: list[Kernel]) -> list[Launch]:
-    """Within one step (kernels in start order) give each merge kernel to the latest attention launch on its
-    stream that started before it, and each prepare kernel to the next attention launch on its stream."""
-    launches: list[Launch] = []
-    last_on_stream: dict[tuple[Any, Any], Launch] = {}
-    pending_prepare: dict[tuple[Any, Any], list[Kernel]] = defaultdict(list)
-    for k in members:
-        key = (k.device_id, k.stream_id)
-        if k.family == ATTENTION:
-            launch = Launch(attention=k, prepares=pending_prepare.pop(key, []))
-            launches.append(launch)
-            last_on_stream[key] = launch
-        elif k.family == MERGE and key in last_on_stream:
-            last_on_stream[key].merges.append(k)
-        elif k.family == PREPARE:
-            pending_prepare[key].append(k)
-    return launches
-
-
-def _decide(launch: Launch, step_name: str | None) -> None:
-    k = launch.attention
-    signal = SPLIT_SIGNAL.get(k.backend or "")
-    cap_ctas = max((p.grid[0] for p in launch.prepares if p.backend == "fa3"), default=0)
-    if launch.merges and cap_ctas >= 2:
-        # FA3's prepare kernel runs ceil(B / 992) CTAs: past 992 requests every request keeps one split, though
-        # the combine kernel still runs whenever the static split bound is above 1 (KERNELS.md §5).
-        launch.split_kv = False
-        launch.split_evidence = (f"{launch.merges[0].kernel} follows, but the prepare kernel ran {cap_ctas} CTAs: "
-                                 f"B > {FA3_CAP_PER_PREPARE_CTA} requests, above FA3's dynamic-split cap no request "
-                                 "is cut")
-    elif launch.merges:
-        launch.split_kv = True
-        launch.split_evidence = f"{launch.merges[0].kernel} follows the launch on stream {k.stream_id}"
-    elif signal == "merge":
-        launch.split_kv = False
-        launch.split_evidence = f"no merge/combine kernel follows the launch on stream {k.stream_id}" + (
-            f" (and the prepare kernel ran {cap_ctas} CTAs: B > {FA3_CAP_PER_PREPARE_CTA}, above FA3's "
-            "dynamic-split cap)" if cap_ctas >= 2 else "")
-    elif signal == "never":
-        launch.split_kv = False
-        launch.split_evidence = f"the {k.backend} backend never splits along KV"
-    else:
-        launch.split_kv = None
-        launch.split_evidence = f"split-KV of backend {k.backend or 'unknown'} is not visible in a trace"
-    launch.phase, launch.phase_evidence = labels.phase_in_context(labels.label(k.name), range_name=step_name)
+@functools.lru_cache(maxsize=4096)
+def _phase(name: str, range_name: str | None) -> tuple[str, str]:
+    return labels.phase_in_context(labels.label(name), range_name=range_name)
 
 
 def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> tuple[list[Step], list[Launch]]:
     """Group the kernels of one trace into steps (see the module docstring). Returns the steps in start order
-    and the attention launches that lie outside every range-defined step."""
+    and the attention launches that lie outside every range-defined step. The grouping, the launches and their
+    split state are SQL (step_kernel_launch, step_ranges, step_range_choice, step_members, step_launches,
+    step_rows); Python builds objects for the attention launches' kernels only: a step knows how many kernels
+    it has, and `step_kernels` reads them when asked."""
     ensure_labels(db)
-    db.sql(sql("step_kernel_launch"), {"trace": trace_id})
-    db.sql(sql("step_ranges"), {"trace": trace_id})
-    kernels = _kernels(db, trace_id)
-    attention = [k for k in kernels if k.family == ATTENTION]
-    chosen, info = _step_ranges(db, trace_id, len(attention), step_pattern)
+    params = {"trace": trace_id}
+    db.sql(sql("step_kernel_launch"), params)
+    db.sql(sql("step_ranges"), params)
+    n_attention = db.rows("SELECT count(DISTINCT kernel_id) AS n FROM _step_kernel_launch "
+                          "WHERE family = 'attention'")[0]["n"]
+    db.sql(sql("step_range_choice"), {"limit": max(1, int(n_attention * WRAPPER_SHARE)),
+                                      "names": _range_names(db, step_pattern)})
+    db.script(sql("step_members"), params)
+    table = db.con.sql(sql("step_launches"), params={
+        "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA,
+        "merge_backends": sorted(b for b, s in SPLIT_SIGNAL.items() if s == "merge"),
+        "never_backends": sorted(b for b, s in SPLIT_SIGNAL.items() if s == "never")}).to_arrow_table()
+    kernels = kernels_of(table)
+    keys, roles, launch_ids = (table.column(c).to_pylist() for c in ("step_key", "role", "launch_id"))
+    split_kv, split_evidence = (table.column(c).to_pylist() for c in ("split_kv", "split_evidence"))
+    launches: dict[tuple[int, int], Launch] = {}
+    by_step: dict[int, list[Launch]] = defaultdict(list)
+    pending: list[tuple[tuple[int, int], str, Kernel]] = []
+    for key, role, lid, kv, evidence, k in zip(keys, roles, launch_ids, split_kv, split_evidence, kernels,
+                                               strict=True):
+        if role == ATTENTION:
+            launch = launches[(key, lid)] = Launch(attention=k, split_kv=kv, split_evidence=evidence or "")
+            by_step[key].append(launch)
+        else:
+            pending.append(((key, lid), role, k))
+    for at, role, k in pending:  # rows are in kernel order: merges and prepares keep it
+        launch = launches[at]
+        (launch.merges if role == MERGE else launch.prepares).append(k)
 
     steps: list[Step] = []
-    if chosen:
-        range_ids = sorted(set(chosen.values()))
-        members: dict[int, list[int]] = defaultdict(list)
-        db.sql(sql("step_chosen_ranges"), {"range_ids": range_ids})
-        for r in db.rows(sql("range_members")):
-            members[r["range_id"]].append(r["kernel_id"])
-        by_id = {k.kernel_id: k for k in kernels}
-        for rid in range_ids:
-            # Kernel ids are numbered in start order (TraceDB._insert): id order is (start_ns, kernel_id) order.
-            ks = [by_id[i] for i in sorted(set(members[rid]))]
-            r = info[rid]
-            step = _make_step(r["name"], f"range:{r['kind']}", rid, ks)
-            step.range_start_ns, step.range_end_ns, step.range_side = r["start_ns"], r["end_ns"], r["side"]
+    loose: list[Step] = []
+    for r in db.rows(sql("step_rows"), params):
+        step = Step(index=-1, name=r["name"] or "", source=f"range:{r['kind']}" if r["ranged"] else "launch",
+                    range_id=r["range_id"], start_ns=r["start_ns"], end_ns=r["end_ns"],
+                    kernel_count=r["kernel_count"], launches=by_step.get(r["step_key"], []), key=r["step_key"])
+        if r["ranged"]:
+            step.range_start_ns, step.range_end_ns, step.range_side = (r["range_start_ns"], r["range_end_ns"],
+                                                                       r["side"])
             steps.append(step)
-    # Attention kernels outside every chosen range: one launch with its merge/prepare kernels each.
-    covered = {k.kernel_id for s in steps for k in s.kernels}
-    loose = [k for k in kernels if k.kernel_id not in covered and k.family in (ATTENTION, MERGE, PREPARE)]
-    loose_steps: list[Step] = []
-    current: list[Kernel] = []
-    pending_prepare: list[Kernel] = []
-    for k in loose:
-        if k.family == ATTENTION:
-            if current:
-                loose_steps.append(_make_step(None, "launch", None, current))
-            current, pending_prepare = pending_prepare + [k], []
-        elif k.family == PREPARE:
-            pending_prepare.append(k)
-        elif current:
-            current.append(k)
-    if current:
-        loose_steps.append(_make_step(None, "launch", None, current))
-
+        else:
+            loose.append(step)
     unassigned: list[Launch] = []
     if any(s.launches for s in steps):
-        unassigned = [x for s in loose_steps for x in s.launches]
+        unassigned = [x for s in sorted(loose, key=lambda s: -s.key) for x in s.launches]  # in kernel order
         for x in unassigned:
-            _decide(x, None)
+            x.phase, x.phase_evidence = _phase(x.attention.name, None)
     else:
-        steps = loose_steps
+        steps = loose
     steps = [s for s in steps if s.launches]
     steps.sort(key=lambda s: (s.start_ns, s.range_id if s.range_id is not None else -1))
     for i, s in enumerate(steps):
@@ -326,18 +267,13 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
         if not s.name:
             s.name = f"{s.launches[0].attention.kernel} launch {i}"
         for launch in s.launches:
-            _decide(launch, None if s.source == "launch" else s.name)
+            launch.phase, launch.phase_evidence = _phase(launch.attention.name,
+                                                         None if s.source == "launch" else s.name)
     return steps, unassigned
 
 
-def _make_step(name: str | None, source: str, range_id: int | None, ks: list[Kernel]) -> Step:
-    return Step(
-        index=-1,
-        name=name or "",
-        source=source,
-        range_id=range_id,
-        start_ns=min((k.start_ns for k in ks), default=0),
-        end_ns=max((k.end_ns for k in ks), default=0),
-        kernels=ks,
-        launches=_attach(ks),
-    )
+def step_kernels(db: TraceDB, trace_id: int, step: Step) -> list[Kernel]:
+    """Every kernel of `step` (of trace `trace_id`, grouped by `group_steps` on this connection), in start
+    order."""
+    return kernels_of(db.con.sql(sql("step_kernels"), params={"trace": trace_id, "step_key": step.key})
+                      .to_arrow_table())

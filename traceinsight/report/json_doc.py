@@ -55,7 +55,7 @@ def _step(step: Step, sched: Schedule | None = None) -> dict[str, Any]:
         "start_ns": step.start_ns,
         "dur_ns": step.dur_ns,
         "attention_ns": step.attention_ns,
-        "kernel_count": len(step.kernels),
+        "kernel_count": step.kernel_count,
         "split_kv": step.split_kv,
         "phase": step.phase,
         "wall_ns": step.wall_ns,

@@ -28,7 +28,7 @@ def _step_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
         for c, v in (("trace_id", a.trace_id), ("step", s.index), ("name", s.name), ("source", s.source),
                      ("range_id", s.range_id), ("phase", s.phase), ("split_kv", s.split_kv),
                      ("start_ns", s.start_ns), ("dur_ns", s.dur_ns), ("attention_ns", s.attention_ns),
-                     ("kernel_count", len(s.kernels)), ("wall_ns", s.wall_ns),
+                     ("kernel_count", s.kernel_count), ("wall_ns", s.wall_ns),
                      ("window_start_ns", b.start_ns if b else None), ("window_end_ns", b.end_ns if b else None),
                      ("window_source", b.source if b else None), ("host_gap_max_ns", b.host_gap_max_ns if b else None),
                      ("host_long_ns", b.host_long_ns if b else None)):

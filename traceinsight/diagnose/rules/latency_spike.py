@@ -20,6 +20,7 @@ excess time are findings of their own, the others are folded into one finding pe
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ from traceinsight.diagnose.host import describe, host_evidence, read_ops
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.views import fmt_ms, step_ranges
 from traceinsight.model.breakdown import IDLE, IDLE_HOST
-from traceinsight.model.steps import ATTENTION
+from traceinsight.model.steps import ATTENTION, Step
 
 ID = "latency-spike"
 NAME = "Latency spikes (postmortem)"
@@ -187,7 +188,8 @@ def _cause_text(inc: Incident, ctx: TraceAnalysis) -> str:
     return inc.cause
 
 
-def _remedy(inc: Incident, ctx: TraceAnalysis, worst: StepAttribution, host_text: str | None) -> str:
+def _remedy(inc: Incident, ctx: TraceAnalysis, worst: StepAttribution, host_text: str | None,
+            by_index: dict[int, Step]) -> str:
     if inc.finding is not None:
         return inc.finding.remedy
     facts = remedies.facts(ctx)
@@ -197,8 +199,7 @@ def _remedy(inc: Incident, ctx: TraceAnalysis, worst: StepAttribution, host_text
         ops = host_text or (
             f"the GPU waited {fmt_ms(part.step_ns)} for the host in step {worst.step}, usually "
             f"{fmt_ms(part.baseline_ns)}" if part is not None else None)
-    members = set(inc.steps)
-    phases = {st.phase for st in ctx.steps if st.index in members}
+    phases = {by_index[i].phase for i in inc.steps if i in by_index}
     phase = "mixed" if "mixed" in phases else ("prefill" if phases == {"prefill"} else next(iter(phases), None))
     return remedies.remedy(inc.cause, facts, ops=ops, step_phase=phase)
 
@@ -208,9 +209,25 @@ def neighbours(ctx: TraceAnalysis, table: dict[int, StepAttribution], step: int,
     me = table.get(step)
     if me is None:
         return []
-    same = sorted((a for a in table.values() if a.series == me.series and not a.spike and a.step != step),
-                  key=lambda a: (abs(a.position - me.position), a.position))
-    return [a.step for a in same[:n]]
+    series = _calm_series(ctx, table)[me.series]  # (position, step) of the series' non-spike steps, in order
+    at = bisect.bisect_left(series, (me.position, -1))
+    near = series[max(0, at - n - 1):at + n + 1]  # the n nearest on either side are in here
+    same = sorted((p for p in near if p[1] != step), key=lambda p: (abs(p[0] - me.position), p[0]))
+    return [s for _, s in same[:n]]
+
+
+def _calm_series(ctx: TraceAnalysis, table: dict[int, StepAttribution]) -> dict[Any, list[tuple[int, int]]]:
+    """Per series, the (position, step) of its non-spike steps in position order (built once per table)."""
+    got = ctx.cache.get("latency-spike.calm-series")
+    if got is None or got[0] is not table:
+        by: dict[Any, list[tuple[int, int]]] = defaultdict(list)
+        for a in table.values():
+            if not a.spike:
+                by[a.series].append((a.position, a.step))
+        for v in by.values():
+            v.sort()
+        got = ctx.cache["latency-spike.calm-series"] = (table, by)
+    return got[1]
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
@@ -283,7 +300,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 f"part with those steps, {_because(inc, rows, excess)}. Cause: {_cause_text(inc, ctx)}"
                 + (f" (meanwhile on the host: {host_text})" if host_text else "")
                 + "."),
-            remedy=_remedy(inc, ctx, worst, host_text),
+            remedy=_remedy(inc, ctx, worst, host_text, by_index),
             saving_ns=round(excess),
         ))
     return _fold(out, int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)))

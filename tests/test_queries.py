@@ -1,0 +1,278 @@
+"""Every named query of traceinsight/queries, run on small inline tables against the rows it must return (as
+Perfetto's SQL stdlib tests do): a few kernels, launches and ranges written out here, so each test reads as the
+case it holds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traceinsight.ingest.store import TraceDB
+from traceinsight.model.kernel_table import ensure_labels
+from traceinsight.model.steps import FA3_CAP_PER_PREPARE_CTA, SPLIT_SIGNAL
+from traceinsight.queries import names, sql
+
+T = 3  # a trace id other than 0, so a query that forgets its $trace filter shows
+
+
+class Inline:
+    """A database of inline rows: kernels (with their labels), launch calls, ranges, memory operations."""
+
+    def __init__(self) -> None:
+        self.db = TraceDB()
+        ensure_labels(self.db)  # creates kernel_labels; the rows below label the kernels themselves
+        self.db.sql("INSERT INTO traces (trace_id, path, format) VALUES ($t, 'inline', 'kineto')", {"t": T})
+        self.labels: set[str] = set()
+        self.next_range = 0
+
+    def kernel(self, kid: int, name: str, family: str, start: int, end: int, *, backend: str | None = None,
+               stream: int | None = 7, device: int | None = 0, corr: int | None = None, grid_x: int = 1,
+               trace: int = T) -> None:
+        if name not in self.labels:
+            self.labels.add(name)
+            self.db.sql("INSERT INTO kernel_labels VALUES ($n, $f, $b, $n, 'unknown', '', 'inline', '{}')",
+                        {"n": name, "f": family, "b": backend})
+        self.db.sql("INSERT INTO kernels (trace_id, kernel_id, name, device_id, stream_id, start_ns, end_ns, dur_ns, "
+                    "grid_x, grid_y, grid_z, correlation_id, process_id) "
+                    "VALUES ($t, $k, $n, $d, $s, $a, $e, $e - $a, $g, 1, 1, $c, 1)",
+                    {"t": trace, "k": kid, "n": name, "d": device, "s": stream, "a": start, "e": end, "g": grid_x,
+                     "c": corr})
+
+    def launch(self, corr: int, start: int, thread: int = 11, trace: int = T) -> None:
+        self.db.sql("INSERT INTO launches VALUES ($t, $c, 'cudaLaunchKernel', $a, $a + 5, 1, $h)",
+                    {"t": trace, "c": corr, "a": start, "h": thread})
+
+    def range(self, name: str, start: int, end: int, *, side: str = "cpu", kind: str = "annotation",
+              thread: int | None = 11, device: int | None = None, trace: int = T) -> int:
+        rid = self.next_range
+        self.next_range += 1
+        self.db.sql("INSERT INTO ranges (trace_id, range_id, name, kind, side, start_ns, end_ns, dur_ns, process_id, "
+                    "thread_id, device_id) VALUES ($t, $r, $n, $k, $s, $a, $e, $e - $a, 1, $h, $d)",
+                    {"t": trace, "r": rid, "n": name, "k": kind, "s": side, "a": start, "e": end, "h": thread,
+                     "d": device})
+        return rid
+
+    def memop(self, start: int, end: int, corr: int | None = None, device: int = 0) -> None:
+        self.db.sql("INSERT INTO memops VALUES ($t, 'memcpy', 'Memcpy HtoD', $d, 7, $a, $e, $e - $a, 64, $c)",
+                    {"t": T, "d": device, "a": start, "e": end, "c": corr})
+
+    def rows(self, query: str, **params: Any) -> list[tuple[Any, ...]]:
+        return [tuple(r.values()) for r in self.db.rows(sql(query), params)]
+
+    def run(self, query: str, **params: Any) -> None:
+        self.db.script(sql(query), params)
+
+
+def _group(x: Inline, limit: int = 1, names: list[str] | None = None) -> None:
+    """The grouping queries up to _step_members, as group_steps runs them."""
+    x.run("step_kernel_launch", trace=T)
+    x.run("step_ranges", trace=T)
+    x.run("step_range_choice", limit=limit, names=names)
+    x.run("step_members", trace=T)
+
+
+def _chosen(x: Inline) -> list[tuple[Any, ...]]:
+    return [(r["range_id"], r["name"]) for r in x.db.rows("SELECT range_id, name FROM _step_chosen ORDER BY range_id")]
+
+
+def _two_steps() -> Inline:
+    """Two profiler steps of a decode loop on one thread, each: a GEMM, an attention launch and its merge; a run
+    range around both; inside step 0 an 'attn' range around its attention launch and a GPU-side annotation."""
+    x = Inline()
+    for i, base in enumerate((1000, 2000)):
+        c = 10 * i
+        x.launch(c + 1, base + 10)
+        x.launch(c + 2, base + 20)
+        x.launch(c + 3, base + 30)
+        x.kernel(3 * i, "gemm", "gemm", base + 100, base + 200, corr=c + 1)
+        x.kernel(3 * i + 1, "attn", "attention", base + 200, base + 400, backend="flashinfer-fa2", corr=c + 2)
+        x.kernel(3 * i + 2, "merge_states", "merge", base + 400, base + 450, corr=c + 3)
+    x.range("run", 0, 5000)  # range 0: wraps both steps
+    x.range("ProfilerStep#0", 1000, 1900, kind="profiler_step")  # 1
+    x.range("ProfilerStep#1", 2000, 2900, kind="profiler_step")  # 2
+    x.range("attn", 1015, 1025)  # 3: inside step 0, around its attention launch call only
+    x.range("attn_gpu", 1150, 1500, side="gpu", kind="gpu_annotation", thread=None, device=0)  # 4
+    return x
+
+
+def test_every_named_query_has_an_inline_test() -> None:
+    text = Path(__file__).read_text()
+    tested = set(re.findall(r'"([a-z_0-9]+)"', text))
+    assert set(names()) <= tested, sorted(set(names()) - tested)
+
+
+def test_step_kernel_launch_joins_each_kernel_to_its_launch_call() -> None:
+    x = _two_steps()
+    x.kernel(6, "loose", "elementwise", 3000, 3100, corr=None)
+    x.run("step_kernel_launch", trace=T)
+    got = x.db.rows("SELECT kernel_id, family, launch_ns, thread_id FROM _step_kernel_launch ORDER BY kernel_id")
+    assert [(r["kernel_id"], r["launch_ns"]) for r in got] == [(0, 1010), (1, 1020), (2, 1030), (3, 2010),
+                                                               (4, 2020), (5, 2030), (6, None)]
+    assert {r["thread_id"] for r in got[:6]} == {11}
+
+
+def test_step_ranges_keeps_one_trace() -> None:
+    x = _two_steps()
+    x.range("other trace", 0, 10, trace=T + 1)
+    x.run("step_ranges", trace=T)
+    assert x.db.rows("SELECT count(*) AS n FROM _step_ranges")[0]["n"] == 5
+
+
+def test_step_range_choice_takes_the_outermost_cpu_range_that_is_not_a_wrapper() -> None:
+    x = _two_steps()
+    _group(x, limit=1)  # 2 attention kernels: a range around more than 1 of them wraps the run
+    assert _chosen(x) == [(1, "ProfilerStep#0"), (2, "ProfilerStep#1")]
+
+
+def test_step_range_choice_by_name_picks_only_named_ranges() -> None:
+    x = _two_steps()
+    _group(x, limit=1, names=["attn", "attn_gpu"])
+    # 'attn' encloses step 0's launch call; the GPU-side annotation is second choice (CPU ranges first).
+    assert _chosen(x) == [(3, "attn")]
+    _group(x, limit=1, names=["attn_gpu"])
+    assert _chosen(x) == [(4, "attn_gpu")]
+    _group(x, limit=1, names=["run"])  # a pattern may pick a range that encloses everything
+    assert _chosen(x) == [(0, "run")]
+
+
+def test_step_members_holds_every_kernel_launched_in_a_step_range() -> None:
+    x = _two_steps()
+    _group(x)
+    got = x.db.rows("SELECT step_key, kernel_id, ranged FROM _step_members ORDER BY step_key, kernel_id")
+    assert [(r["step_key"], r["kernel_id"], r["ranged"]) for r in got] == [
+        (1, 0, True), (1, 1, True), (1, 2, True), (2, 3, True), (2, 4, True), (2, 5, True)]
+
+
+def test_step_members_groups_launches_outside_every_range() -> None:
+    x = Inline()  # no ranges: each attention kernel with its merges, and the prepare kernels before it
+    x.kernel(0, "merge_states", "merge", 0, 10)  # before any attention kernel: no launch
+    x.kernel(1, "prepare", "prepare", 20, 30)
+    x.kernel(2, "attn", "attention", 40, 90, backend="fa3")
+    x.kernel(3, "gemm", "gemm", 90, 95)  # not attention work: in no launch step
+    x.kernel(4, "merge_states", "merge", 100, 110)
+    x.kernel(5, "attn", "attention", 120, 150, backend="fa3")
+    x.kernel(6, "prepare", "prepare", 160, 170)  # no attention kernel after it: no launch
+    _group(x)
+    got = x.db.rows("SELECT step_key, kernel_id, ranged FROM _step_members ORDER BY kernel_id")
+    assert [(r["step_key"], r["kernel_id"], r["ranged"]) for r in got] == [
+        (-1, 1, False), (-1, 2, False), (-1, 4, False), (-2, 5, False)]
+
+
+def test_step_members_replaces_only_its_own_trace() -> None:
+    x = _two_steps()
+    _group(x)
+    x.db.sql("INSERT INTO _step_members VALUES ($t, 9, 99, TRUE)", {"t": T + 1})
+    _group(x)
+    got = x.db.rows("SELECT trace_id, count(*) AS n FROM _step_members GROUP BY ALL ORDER BY trace_id")
+    assert [(r["trace_id"], r["n"]) for r in got] == [(T, 6), (T + 1, 1)]
+
+
+def _launches(x: Inline) -> list[tuple[Any, ...]]:
+    rows = x.db.rows(sql("step_launches"), {
+        "trace": T, "fa3_cap": FA3_CAP_PER_PREPARE_CTA,
+        "merge_backends": sorted(b for b, s in SPLIT_SIGNAL.items() if s == "merge"),
+        "never_backends": sorted(b for b, s in SPLIT_SIGNAL.items() if s == "never")})
+    return [(r["step_key"], r["kernel_id"], r["role"], r["launch_id"], r["split_kv"], r["split_evidence"])
+            for r in rows]
+
+
+def test_step_launches_attaches_merges_per_stream_and_reads_split_state() -> None:
+    x = Inline()
+    x.launch(1, 10)
+    x.range("step", 0, 100)
+    # Stream 7: a split FA2 launch (its merge follows); stream 8: an FA2 launch with no merge after it.
+    x.kernel(0, "attn", "attention", 200, 300, backend="flashinfer-fa2", stream=7, corr=1)
+    x.kernel(1, "attn", "attention", 210, 320, backend="flashinfer-fa2", stream=8, corr=1)
+    x.kernel(2, "merge_states", "merge", 330, 340, stream=7, corr=1)
+    _group(x, limit=2)
+    assert _launches(x) == [
+        (0, 0, "attention", 0, True, "merge_states follows the launch on stream 7"),
+        (0, 1, "attention", 1, False, "no merge/combine kernel follows the launch on stream 8"),
+        (0, 2, "merge", 0, None, None),
+    ]
+
+
+def test_step_launches_reads_fa3s_cap_from_its_prepare_grid() -> None:
+    x = Inline()
+    # FA3 above its dynamic-split cap: the prepare kernel runs 2 CTAs, the combine still runs: no request split.
+    x.kernel(0, "prepare_varlen", "prepare", 0, 10, backend="fa3", grid_x=2)
+    x.kernel(1, "fa3_fwd", "attention", 20, 90, backend="fa3")
+    x.kernel(2, "fa3_combine", "merge", 90, 95, backend="fa3")
+    # The same below the cap (1 CTA): split. Then an sm90 launch (never splits) and one of an unknown backend.
+    x.kernel(3, "prepare_varlen", "prepare", 100, 110, backend="fa3", grid_x=1)
+    x.kernel(4, "fa3_fwd", "attention", 120, 190, backend="fa3")
+    x.kernel(5, "fa3_combine", "merge", 190, 195, backend="fa3")
+    x.kernel(6, "sm90_attn", "attention", 200, 290, backend="flashinfer-sm90", stream=None)
+    x.kernel(7, "other_attn", "attention", 300, 390, backend=None)
+    _group(x)
+    cap = FA3_CAP_PER_PREPARE_CTA
+    assert _launches(x) == [
+        (-4, 7, "attention", 7, None, "split-KV of backend unknown is not visible in a trace"),
+        (-3, 6, "attention", 6, False, "the flashinfer-sm90 backend never splits along KV"),
+        (-2, 3, "prepare", 4, None, None),
+        (-2, 4, "attention", 4, True, "fa3_combine follows the launch on stream 7"),
+        (-2, 5, "merge", 4, None, None),
+        (-1, 0, "prepare", 1, None, None),
+        (-1, 1, "attention", 1, False, f"fa3_combine follows, but the prepare kernel ran 2 CTAs: B > {cap} "
+                                       "requests, above FA3's dynamic-split cap no request is cut"),
+        (-1, 2, "merge", 1, None, None),
+    ]
+
+
+def test_step_rows_gives_each_steps_span_count_and_range() -> None:
+    x = _two_steps()
+    _group(x)
+    got = x.db.rows(sql("step_rows") + " ORDER BY step_key", {"trace": T})
+    assert [(r["step_key"], r["kernel_count"], r["start_ns"], r["end_ns"], r["name"], r["side"],
+             r["range_start_ns"]) for r in got] == [
+        (1, 3, 1100, 1450, "ProfilerStep#0", "cpu", 1000), (2, 3, 2100, 2450, "ProfilerStep#1", "cpu", 2000)]
+
+
+def test_step_kernels_lists_one_steps_kernels_in_start_order() -> None:
+    x = _two_steps()
+    _group(x)
+    assert [r[0] for r in x.rows("step_kernels", trace=T, step_key=2)] == [3, 4, 5]
+
+
+def test_kernel_and_family_summaries_total_by_name_and_family() -> None:
+    x = _two_steps()
+    got = x.db.rows(sql("kernel_summary"), {"trace": T})
+    assert [(r["name"], r["count"], r["total_ns"], r["min_ns"], r["max_ns"]) for r in got] == [
+        ("attn", 2, 400, 200, 200), ("gemm", 2, 200, 100, 100), ("merge_states", 2, 100, 50, 50)]
+    assert sum(r["share"] for r in got) == pytest.approx(1.0)
+    fam = x.db.rows(sql("family_summary"), {"trace": T})
+    assert [(r["family"], r["total_ns"]) for r in fam] == [("attention", 400), ("gemm", 200), ("merge", 100)]
+
+
+def test_gpu_gaps_counts_memory_operations_as_busy() -> None:
+    x = _two_steps()
+    x.memop(1500, 1900)  # fills most of the gap between the steps: 50 ns idle before it, 200 ns after
+    got = x.rows("gpu_gaps", t=T, d=0, min=60, lo=0, hi=10_000)
+    assert got == [(1900, 2100)]
+    assert x.rows("gpu_gaps", t=T, d=0, min=500, lo=0, hi=10_000) == []
+
+
+def test_host_ranges_returns_cpu_ranges_overlapping_any_window() -> None:
+    x = _two_steps()
+    got = x.rows("host_ranges", trace=T, lo=[1010, 4000], hi=[1020, 4100])
+    assert [r[0] for r in got] == ["run", "ProfilerStep#0", "attn"]
+
+
+def test_step_gpu_work_puts_kernels_and_memory_operations_in_start_order_with_their_launch() -> None:
+    x = _two_steps()
+    x.memop(1500, 1600, corr=3)
+    got = x.rows("step_gpu_work", trace=T)
+    assert [(r[0], r[1], r[3], r[5]) for r in got][:4] == [
+        (0, "gemm", 1100, 1010), (1, "attention", 1200, 1020), (2, "merge", 1400, 1030), (None, "memory", 1500, 1030)]
+
+
+def test_trace_gpu_picks_the_device_with_most_kernel_time() -> None:
+    x = _two_steps()
+    x.kernel(6, "big", "gemm", 3000, 9000, device=1)
+    x.db.sql("INSERT INTO devices (trace_id, device_id, name, num_sms) VALUES ($t, 1, 'NVIDIA H200', 132), "
+             "($t, 0, 'NVIDIA H100', 132)", {"t": T})
+    got = x.db.rows(sql("trace_gpu"), {"trace": T})
+    assert (got[0]["device_id"], got[0]["name"], got[0]["kernel_ns"]) == (1, "NVIDIA H200", 6000)
