@@ -55,14 +55,15 @@ ORACLE: list[tuple[str, str, str | None, str | None]] = [
     (r"^kernel_cutlass_kernel_flash_attncute\w+FlashAttentionForwardSm\d+_", "attention", "fa4", "unknown"),
     # FlashMLA (deepseek-ai/FlashMLA): decode only.
     (r"flash::flash_fwd_splitkv_mla_combine_kernel<", "merge", "flashmla", "decode"),
-    # TensorRT-LLM: trtllm-gen FMHA cubins (fmhaSm100a..., "Context" = context phase), fmha_v2 (context), XQA (generation).
+    # TensorRT-LLM: trtllm-gen FMHA cubins (fmhaSm100a..., "Context" = context phase), fmha_v2 (context),
+    # XQA (generation).
     (r"^fmhaSm100aKernel_\w+Context$", "attention", "trtllm", "prefill"),
     (r"^fmha_v2_flash_attention_", "attention", "trtllm", "prefill"),
     (r"^xqa_kernel_dt_", "attention", "trtllm", "decode"),
     # --- MoE routing -------------------------------------------------------------------------------------------------
     (r"moe::dev::(?:routing|finalize)::", "moe", "trtllm", None),
     (r"^_(?:combined_routing_(?:compute|memset)|sum_bitmatrix_rows|topk_forward)$", "moe", "triton", None),
-    # --- GEMM ----------------------------------------------------------------------------------------------------------
+    # --- GEMM ---------------------------------------------------------------------------------------------------------
     (r"^Cijk_", "gemm", "hipblaslt", None),                       # Tensile/hipBLASLt
     (r"^igemm_(?:fwd|bwd|wrw)_|^Im2d2Col", "gemm", "miopen", None),  # MIOpen implicit-GEMM convolution, im2col
     (r"_ZN2ck16tensor_operation", "gemm", "ck", None),            # Composable Kernel device ops (grouped conv)
@@ -72,10 +73,10 @@ ORACLE: list[tuple[str, str, str | None, str | None]] = [
      r"|dot_kernel<.*cublas|reduce_1Block_kernel<.*cublas|cutlass::Kernel2<cutlass_(?:75|80)_", "gemm", "cublas", None),
     (r"^cutlass3x_sm100_tensorop_", "gemm", "cutlass", None),
     (r"cutlass__5x_cudnn::Kernel<cutlass_tensorop_\w+fprop", "gemm", "cudnn", None),
-    # --- communication -------------------------------------------------------------------------------------------------
+    # --- communication ------------------------------------------------------------------------------------------------
     (r"^ncclDevKernel_", "communication", "nccl", None),
     (r"multimem_all_reduce_kernel", "communication", "pytorch", None),  # torch symmetric-memory all-reduce
-    # --- norms ----------------------------------------------------------------------------------------------------------
+    # --- norms --------------------------------------------------------------------------------------------------------
     (r"^_ZN5aiter24add_rmsnorm_quant_kernel", "norm", "aiter", None),
     (r"^_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2dFwd", "norm", "ck", None),
     (r"vllm::(?:fused_add_)?rms_norm_kernel<", "norm", "vllm", None),
@@ -83,7 +84,7 @@ ORACLE: list[tuple[str, str, str | None, str | None]] = [
     (r"at::native::.*(?:layer_norm|LayerNorm|GammaBeta|RowwiseMoments|batch_norm|ComputeFusedParams|group_norm)",
      "norm", "pytorch", None),
     (r"^triton_\w+_fused_\w*native_(?:layer|group)_norm", "norm", "triton", None),
-    # --- elementwise ----------------------------------------------------------------------------------------------------
+    # --- elementwise --------------------------------------------------------------------------------------------------
     (r"rotary_embedding_kernel<", "elementwise", "vllm|pytorch", None),  # vllm:: on CUDA; SGLang's copy unqualified
     (r"^_ZN7sgl_hip10activation18act_and_mul_kernel", "elementwise", "sglang", None),
     (r"vllm::scaled_fp8_quant_kernel", "elementwise", "vllm", None),
@@ -91,7 +92,7 @@ ORACLE: list[tuple[str, str, str | None, str | None]] = [
     (r"^SubTensorOpWith", "elementwise", "miopen", None),
     (r"^triton_(?:poi|red|per)_", "elementwise", "triton", None),
     (r"softmax_warp_(?:forward|backward)|cunn_SoftMax", "elementwise", "pytorch", None),
-    # --- memory ---------------------------------------------------------------------------------------------------------
+    # --- memory -------------------------------------------------------------------------------------------------------
     (r"vllm::reshape_and_cache_flash_kernel<", "memory", "vllm", None),
     (r"\(anonymous namespace\)::store_kvcache<", "memory", None, None),
     (r"^batched_transpose_|^transpose_(?:CNHW2NCHW|NCHW2CNHW)", "memory", "miopen", None),
@@ -103,11 +104,11 @@ ORACLE: list[tuple[str, str, str | None, str | None]] = [
     (r"rocprim::.*at::native::", "other", "pytorch", None),
     (r"rocprim::", "other", "rocprim", None),
     (r"^triton_poi_fused__scaled_dot_product_flash_attention", "elementwise", "triton", None),  # Inductor pointwise
-    # --- PyTorch TensorIterator kernels and the rest ----------------------------------------------------------------------
-    (r"at::native::.*(?:max_pool|avg_pool|adaptive_avg|upsample|ClassNLL|nll_loss|embedding_backward|_fused_adam"
-     r")", "other", "pytorch", None),
+    # --- PyTorch TensorIterator kernels and the rest ------------------------------------------------------------------
+    (r"at::native::.*(?:max_pool|avg_pool|adaptive_avg|upsample|ClassNLL|nll_loss|embedding_backward)",
+     "other", "pytorch", None),
     (r"at::native::|\(anonymous namespace\)::elementwise_kernel_with_index<", "elementwise", "pytorch", None),
-    # --- small serving-stack helpers with no family (family 'other') ------------------------------------------------------
+    # --- small serving-stack helpers with no family (family 'other') --------------------------------------------------
     (r"resolve_future_token_ids_kernel|clamp_position_kernel|^compute_position_kernel$", "other", None, None),
 ]
 

@@ -520,14 +520,14 @@ _RANGE_KINDS = ("nvtx", "annotation")
 def match(db: TraceDB, trace_id: int) -> int:
     """Set `ncu_kernels.kernel_id` for the ncu rows attached to `trace_id`; return how many were matched.
 
-    A key is (kernel name as `name_key_sql`, grid, block; grid and block only when the export has them) plus, when the ncu rows carry NVTX text and the trace
-    has CPU ranges of kind 'nvtx'/'annotation', the NVTX text: for an ncu kernel its innermost range, for a
-    trace kernel its innermost enclosing range, the latest-starting CPU range (on the launching thread when both
-    threads are known) whose [start, end] contains the kernel's launch (`launches.start_ns` via correlation id,
-    else the kernel's start). The texts must be equal; failing that, a trace range whose name holds every token
-    of an ncu text (`sidecar.key_matches`: "decode tc=0 dist=uniform bs=32 step=0" for "tc=0 dist=uniform
-    bs=32") counts as that text, the ncu text with the most tokens winning. The k-th ncu kernel of a key (in ncu
-    ID order) is matched to the k-th trace kernel of that key (in start order).
+    A key is (kernel name as `name_key_sql`, grid, block; grid and block only when the export has them) plus, when
+    the ncu rows carry NVTX text and the trace has CPU ranges of kind 'nvtx'/'annotation', the NVTX text: for an ncu
+    kernel its innermost range, for a trace kernel its innermost enclosing range, the latest-starting CPU range (on
+    the launching thread when both threads are known) whose [start, end] contains the kernel's launch
+    (`launches.start_ns` via correlation id, else the kernel's start). The texts must be equal; failing that, a
+    trace range whose name holds every token of an ncu text (`sidecar.key_matches`: "decode tc=0 dist=uniform bs=32
+    step=0" for "tc=0 dist=uniform bs=32") counts as that text, the ncu text with the most tokens winning. The k-th
+    ncu kernel of a key (in ncu ID order) is matched to the k-th trace kernel of that key (in start order).
     """
     params = {"t": trace_id}
     db.sql("UPDATE ncu_kernels SET kernel_id = NULL WHERE trace_id = $t", params)
