@@ -550,9 +550,11 @@ RULE_EXAMPLES: list[tuple[str, str, str, str | None, str, dict[str, object]]] = 
     ("cudnn-other", "cask_cudnn::computeOffsetsKernel(cask_cudnn::ComputeOffsetsParams)",
      "other", "cudnn", "unknown", {}),
     ("nvfuser", "nvfuser_none_f0_c0_r0_g0", "other", "nvfuser", "unknown", {}),
+    # per source: vLLM csrc/cache_kernels.cu convert_fp8_kernel (MoE routing such as topkGatingSoftmax has its own
+    # family now: tests/test_labels_stacks.py).
     ("library-other",
-     "void vllm::moe::topkGatingSoftmax<4, 64, 4, 8, 32, int>(float const*, bool const*, float*, int, int*, int*, "
-     "int, int, int)", "other", "vllm", "unknown", {}),
+     "void vllm::convert_fp8_kernel<unsigned char, c10::BFloat16, (vllm::Fp8KVCacheDataType)1>(c10::BFloat16 const*, "
+     "unsigned char*, float, long)", "other", "vllm", "unknown", {}),
 ]
 
 
@@ -566,9 +568,11 @@ def test_rule(rule: str, name: str, family: str, backend: str | None, phase: str
 
 
 def test_every_rule_is_exercised() -> None:
+    # The rules added for other serving stacks have their examples in tests/test_labels_stacks.py, which checks
+    # that the two tables together exercise every rule.
     ids = load_rules().rule_ids()
-    assert len(ids) == len(set(ids)) == 57
-    assert set(ids) == {r[0] for r in RULE_EXAMPLES}
+    assert len(ids) == len(set(ids))
+    assert {r[0] for r in RULE_EXAMPLES} <= set(ids)
 
 
 def test_short_display_names() -> None:

@@ -1,7 +1,9 @@
-"""Nsight Compute `ncu --csv --page raw [--nvtx]` exports: per-kernel metrics, and their match to trace kernels.
+"""Nsight Compute CSV exports (`ncu --csv`, details or raw page, [--nvtx]): per-kernel metrics, and their match
+to trace kernels.
 
-The raw page is one row per profiled kernel: fixed identity columns ("ID", "Kernel Name", "Grid Size", the NVTX
-stack columns, ...) followed by one column per metric. ncu prints `==PROF==`/`==WARNING==` lines (and the
+The details page (ncu's default) is one row per kernel and metric (see `read`). The raw page is one row per
+profiled kernel: fixed identity columns ("ID", "Kernel Name", "Grid Size", the NVTX stack columns, ...) followed by
+one column per metric. ncu prints `==PROF==`/`==WARNING==` lines (and the
 application's own output) before the header, and the row after the header holds each metric's unit.
 
 `read()` fills `ncu_kernels` (one row per kernel) and `ncu_metrics` (long form: one row per kernel and metric).
@@ -46,7 +48,7 @@ IDENTITY_COLUMNS = frozenset(
         "CC",
     }
 )
-# The details page (ncu --csv without --page raw) is long already but names metrics for display only.
+# The details page (ncu --csv without --page raw): one row per kernel and metric, named for display.
 _DETAILS_COLUMNS = {"Section Name", "Metric Name", "Metric Value"}
 
 _TOOL_LINE = re.compile(r"^==[A-Z]+==")
@@ -159,7 +161,14 @@ def _csv_lines(path: Path) -> Iterator[str]:
 
 
 def read(path: Path) -> Ingest:
-    """Parse an `ncu --csv --page raw [--nvtx]` export into `ncu_kernels` and `ncu_metrics` (long form).
+    """Parse an Nsight Compute CSV export into `ncu_kernels` and `ncu_metrics` (long form).
+
+    Both of ncu's layouts are read: the raw page (`ncu --csv --page raw`: one row per kernel, one column per metric,
+    a units row) and the details page (`ncu --csv`, ncu's default: one row per kernel and metric, with "Section
+    Name", "Metric Name", "Metric Unit", "Metric Value" and, in newer versions, rule columns). Details-page metrics
+    are stored under their raw metric names where ncu's sections define them (`DETAILS_METRICS`), else as
+    "<Section Name>: <Metric Name>". Units are normalized to base units (`normalize_unit`: ns, byte, byte/second,
+    hz, unprefixed counts); `text` keeps the cell as ncu printed it.
 
     Empty metric cells (a metric not collected for that kernel) are left out of `ncu_metrics`; a cell that is
     not a number keeps its text with `value` NULL.
@@ -197,8 +206,7 @@ def read(path: Path) -> Ingest:
             raise FormatError(f"{path}: Nsight Compute CSV cut short inside its header line") from None
         if header is None:
             raise FormatError(f"{path}: no Nsight Compute CSV header ({HEADER_PREFIX}...) found")
-        if _DETAILS_COLUMNS <= set(header):
-            raise FormatError(f"{path}: an Nsight Compute details-page CSV; export it with `ncu --csv --page raw`")
+        details = _DETAILS_COLUMNS <= set(header)
         col = {name: i for i, name in enumerate(header)}
         for required in ("ID", "Kernel Name"):
             if required not in col:
@@ -210,7 +218,12 @@ def read(path: Path) -> Ingest:
             for i, n in enumerate(header)
             if n not in IDENTITY_COLUMNS and i not in (push_pop, start_stop) and n.strip()
         ]
+        # The details page: the cells a metric row needs; newer ncu leaves a metric row's empty rule cells out.
+        needed = max(col[c] for c in _DETAILS_COLUMNS | {"ID", "Kernel Name"}) + 1 if details else len(header)
         units = [""] * len(header)
+        seen: set[int] = set()
+        imbalance: dict[int, dict[str, float]] = {}  # details page: SM active cycles and the imbalance rule
+        stored: set[tuple[int, str]] = set()  # details page: (kernel, metric) already stored
         while True:
             try:
                 row = next(reader)
@@ -222,14 +235,17 @@ def read(path: Path) -> Ingest:
                 cut = f"line {reader.line_num} ends inside a quoted cell ({exc})"
                 break
             line = reader.line_num
-            if len(row) != len(header):
+            if len(row) != len(header) and not (details and needed <= len(row) < len(header)):
                 if len(row) < len(header) and lines.at_end() and not lines.last.endswith("\n"):
                     cut = f"line {line} stops after {len(row)} of {len(header)} cells"
                     break
                 raise FormatError(
                     f"{path}: line {line} has {len(row)} cells, the header {len(header)} (truncated or damaged CSV)"
                 )
+            row = row + [""] * (len(header) - len(row))
             if not row[col["ID"]].strip():
+                if details:
+                    raise FormatError(f"{path}: line {line}: a details-page row without an ID")
                 units = row  # the units row: no ID, one unit per metric column
                 continue
             try:
@@ -238,34 +254,21 @@ def read(path: Path) -> Ingest:
                 raise FormatError(f"{path}: line {line}: ID {row[col['ID']]!r} is not an integer") from None
             if not 0 <= ncu_id <= _I32[1]:
                 raise FormatError(f"{path}: line {line}: ID {ncu_id} is out of range (0 to {_I32[1]})")
-            name = row[col["Kernel Name"]]
-            if len(name) > names_limit:
-                name = clip_name(name, names_limit)
-                clipped += 1
-            grid = parse_dim3(row[col["Grid Size"]]) if "Grid Size" in col else None
-            block = parse_dim3(row[col["Block Size"]]) if "Block Size" in col else None
-            nvtx = innermost_nvtx(row[push_pop]) if push_pop is not None else None
-            if nvtx is None and start_stop is not None:
-                nvtx = innermost_nvtx(row[start_stop], start_stop=True)
-            if nvtx is not None and len(nvtx) > names_limit:
-                nvtx = clip_name(nvtx, names_limit)
-                clipped += 1
-            kernels["ncu_id"].append(ncu_id)
-            kernels["name"].append(name)
-            kernels["device_id"].append(_int_or_none(row, col.get("Device"), _I32))
-            kernels["stream_id"].append(_int_or_none(row, col.get("Stream"), _I64))
-            for axis, dims in (("grid", grid), ("block", block)):
-                for k, v in zip("xyz", dims or (None, None, None), strict=True):
-                    kernels[f"{axis}_{k}"].append(v)
-            kernels["nvtx"].append(nvtx)
+            if ncu_id not in seen:
+                seen.add(ncu_id)
+                clipped += _add_kernel(kernels, ncu_id, row, col, push_pop, start_stop, names_limit)
+            if details:
+                _add_details_metric(metrics, imbalance, stored, ncu_id, row, col)
+                continue
             for i in metric_cols:
                 text = row[i]
                 if not text.strip():
                     continue
+                unit, value = normalize_unit(units[i], parse_number(text))
                 metrics["ncu_id"].append(ncu_id)
                 metrics["metric"].append(header[i])
-                metrics["unit"].append(units[i] or None)
-                metrics["value"].append(parse_number(text))
+                metrics["unit"].append(unit)
+                metrics["value"].append(value)
                 metrics["text"].append(text)
     except csv.Error as exc:
         raise FormatError(f"{path}: damaged Nsight Compute CSV near line {reader.line_num} ({exc})") from None
@@ -275,6 +278,7 @@ def read(path: Path) -> Ingest:
         if cut is not None:
             raise FormatError(f"{path}: Nsight Compute CSV cut short before its first kernel row ({cut})")
         raise FormatError(f"{path}: Nsight Compute CSV without any profiled kernel")
+    _add_imbalance(metrics, imbalance)
     if cut is not None:
         ingest.warnings.append(
             f"{path.name} is truncated: {cut}; read the {len(kernels['ncu_id'])} kernels before it "
@@ -285,6 +289,198 @@ def read(path: Path) -> Ingest:
             f"{clipped} kernel or NVTX names longer than the limit were cut (TRACEINSIGHT_MAX_NAME_CHARS)"
         )
     return ingest
+
+
+def _add_kernel(
+    kernels: dict[str, list[Any]],
+    ncu_id: int,
+    row: list[str],
+    col: dict[str, int],
+    push_pop: int | None,
+    start_stop: int | None,
+    names_limit: int,
+) -> int:
+    """Append one `ncu_kernels` row; return how many names were clipped (0-2)."""
+    clipped = 0
+    name = row[col["Kernel Name"]]
+    if len(name) > names_limit:
+        name = clip_name(name, names_limit)
+        clipped += 1
+    grid = parse_dim3(row[col["Grid Size"]]) if "Grid Size" in col else None
+    block = parse_dim3(row[col["Block Size"]]) if "Block Size" in col else None
+    nvtx = innermost_nvtx(row[push_pop]) if push_pop is not None else None
+    if nvtx is None and start_stop is not None:
+        nvtx = innermost_nvtx(row[start_stop], start_stop=True)
+    if nvtx is not None and len(nvtx) > names_limit:
+        nvtx = clip_name(nvtx, names_limit)
+        clipped += 1
+    kernels["ncu_id"].append(ncu_id)
+    kernels["name"].append(name)
+    kernels["device_id"].append(_int_or_none(row, col.get("Device"), _I32))
+    kernels["stream_id"].append(_int_or_none(row, col.get("Stream"), _I64))
+    for axis, dims in (("grid", grid), ("block", block)):
+        for k, v in zip("xyz", dims or (None, None, None), strict=True):
+            kernels[f"{axis}_{k}"].append(v)
+    kernels["nvtx"].append(nvtx)
+    return clipped
+
+
+# ---------------------------------------------------------------------------------------------- details page
+# Details-page metric (section, display name) -> the raw metric ncu's section files compute it from (ncu 2023-2025
+# sections SpeedOfLight, LaunchStats, Occupancy, WorkloadDistribution; the raw names are those of the raw page,
+# e.g. ../shared/traces/h200/flashinfer_decode.ncu.csv). A display name not listed is kept as "<section>: <name>".
+_SOL = "GPU Speed Of Light Throughput"
+_LAUNCH = "Launch Statistics"
+_OCC = "Occupancy"
+_WLD = "GPU and Memory Workload Distribution"
+DETAILS_METRICS: dict[tuple[str, str], str] = {
+    (_SOL, "Duration"): "gpu__time_duration.sum",
+    (_SOL, "Elapsed Cycles"): "gpc__cycles_elapsed.max",
+    (_SOL, "SM Active Cycles"): "sm__cycles_active.avg",
+    (_SOL, "SM Frequency"): "gpc__cycles_elapsed.avg.per_second",
+    (_SOL, "DRAM Frequency"): "dram__cycles_elapsed.avg.per_second",
+    (_SOL, "Memory Throughput"): "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    (_SOL, "DRAM Throughput"): "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    (_SOL, "L1/TEX Cache Throughput"): "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    (_SOL, "L2 Cache Throughput"): "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    (_SOL, "Compute (SM) Throughput"): "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    (_LAUNCH, "Block Size"): "launch__block_size",
+    (_LAUNCH, "Grid Size"): "launch__grid_size",
+    (_LAUNCH, "Registers Per Thread"): "launch__registers_per_thread",
+    (_LAUNCH, "Shared Memory Configuration Size"): "launch__shared_mem_config_size",
+    (_LAUNCH, "Driver Shared Memory Per Block"): "launch__shared_mem_per_block_driver",
+    (_LAUNCH, "Dynamic Shared Memory Per Block"): "launch__shared_mem_per_block_dynamic",
+    (_LAUNCH, "Static Shared Memory Per Block"): "launch__shared_mem_per_block_static",
+    (_LAUNCH, "Threads"): "launch__thread_count",
+    (_LAUNCH, "Waves Per SM"): "launch__waves_per_multiprocessor",
+    (_LAUNCH, "# SMs"): "launch__sm_count",
+    (_LAUNCH, "# TPCs"): "launch__tpc_count",
+    (_LAUNCH, "Stack Size"): "launch__stack_size",
+    (_LAUNCH, "Cluster Size"): "launch__cluster_size",
+    (_LAUNCH, "Uses Green Context"): "launch__uses_green_context",
+    (_LAUNCH, "Function Cache Configuration"): "launch__func_cache_config",
+    (_LAUNCH, "Cluster Scheduling Policy"): "launch__cluster_scheduling_policy",
+    (_OCC, "Block Limit SM"): "launch__occupancy_limit_blocks",
+    (_OCC, "Block Limit Registers"): "launch__occupancy_limit_registers",
+    (_OCC, "Block Limit Shared Mem"): "launch__occupancy_limit_shared_mem",
+    (_OCC, "Block Limit Warps"): "launch__occupancy_limit_warps",
+    (_OCC, "Block Limit Barriers"): "launch__occupancy_limit_barriers",
+    (_OCC, "Max Active Clusters"): "launch__cluster_max_active",
+    (_OCC, "Max Cluster Size"): "launch__cluster_max_potential_size",
+    (_OCC, "Cluster Occupancy"): "launch__occupancy_cluster_pct",
+    (_OCC, "Theoretical Active Warps per SM"): "sm__maximum_warps_avg_per_active_cycle",
+    (_OCC, "Theoretical Occupancy"): "sm__maximum_warps_per_active_cycle_pct",
+    (_OCC, "Achieved Occupancy"): "sm__warps_active.avg.pct_of_peak_sustained_active",
+    (_OCC, "Achieved Active Warps Per SM"): "sm__warps_active.avg.per_cycle_active",
+    (_WLD, "Average SM Active Cycles"): "sm__cycles_active.avg",
+    (_WLD, "Total SM Elapsed Cycles"): "sm__cycles_elapsed.sum",
+    (_WLD, "Average SMSP Active Cycles"): "smsp__cycles_active.avg",
+    (_WLD, "Total SMSP Elapsed Cycles"): "smsp__cycles_elapsed.sum",
+    (_WLD, "Average L1 Active Cycles"): "l1tex__cycles_active.avg",
+    (_WLD, "Total L1 Elapsed Cycles"): "l1tex__cycles_elapsed.sum",
+    (_WLD, "Average L2 Active Cycles"): "lts__cycles_active.avg",
+    (_WLD, "Total L2 Elapsed Cycles"): "lts__cycles_elapsed.sum",
+    (_WLD, "Average DRAM Active Cycles"): "dram__cycles_active.avg",
+    (_WLD, "Total DRAM Elapsed Cycles"): "dram__cycles_elapsed.sum",
+}
+_RAW_METRIC = re.compile(r"^[a-z0-9]+__[A-Za-z0-9_.]+$")  # `--metrics` rows carry the raw name itself
+# The WorkloadImbalance rule of the WorkloadDistribution section: "One or more SMs have a much lower number of
+# active cycles than the average number of active cycles. Maximum instance value is 6.23% above the average, while
+# the minimum instance value is 40.85% below the average."
+_IMBALANCE = re.compile(
+    r"One or more SMs have .*?Maximum instance value is ([\d.]+)% above the average, while the minimum instance "
+    r"value is ([\d.]+)% below the average"
+)
+
+
+def details_metric_name(section: str, name: str) -> str:
+    """The raw metric name of a details-page row, or "<section>: <name>" where ncu's sections do not say."""
+    if _RAW_METRIC.match(name):
+        return name
+    return DETAILS_METRICS.get((section, name), f"{section}: {name}")
+
+
+def _add_details_metric(
+    metrics: dict[str, list[Any]],
+    imbalance: dict[int, dict[str, float]],
+    stored: set[tuple[int, str]],
+    ncu_id: int,
+    row: list[str],
+    col: dict[str, int],
+) -> None:
+    """One details-page row: a metric, or a rule result (only the SM workload-imbalance rule is read)."""
+    section, name, text = row[col["Section Name"]], row[col["Metric Name"]], row[col["Metric Value"]]
+    if not name.strip():
+        rule = col.get("Rule Description")
+        m = _IMBALANCE.search(row[rule]) if rule is not None else None
+        if m:
+            imbalance.setdefault(ncu_id, {}).update(above=float(m[1]), below=float(m[2]))
+        return
+    if not text.strip():
+        return
+    metric = details_metric_name(section, name)
+    if (ncu_id, metric) in stored:
+        return  # the same metric shown in two sections (SM Active Cycles: Speed Of Light and Workload Distribution)
+    stored.add((ncu_id, metric))
+    unit, value = normalize_unit(row[col["Metric Unit"]] if "Metric Unit" in col else "", parse_number(text))
+    metrics["ncu_id"].append(ncu_id)
+    metrics["metric"].append(metric)
+    metrics["unit"].append(unit)
+    metrics["value"].append(value)
+    metrics["text"].append(text)
+    if metric == "sm__cycles_active.avg" and value is not None:
+        imbalance.setdefault(ncu_id, {})["avg"] = value
+
+
+def _add_imbalance(metrics: dict[str, list[Any]], imbalance: dict[int, dict[str, float]]) -> None:
+    """sm__cycles_active.min/max from the WorkloadImbalance rule's percentages and the average SM active cycles.
+
+    The rule reports them only where the imbalance is large; elsewhere min and max stay unknown (not invented).
+    Raw-page and `--metrics` values win: nothing is added for a kernel that already has the metric.
+    """
+    have = {(i, m) for i, m in zip(metrics["ncu_id"], metrics["metric"], strict=True)}
+    for ncu_id, d in imbalance.items():
+        if "avg" not in d or "above" not in d:
+            continue
+        for metric, value, how in (
+            ("sm__cycles_active.max", d["avg"] * (1 + d["above"] / 100), f"+{d['above']}%"),
+            ("sm__cycles_active.min", d["avg"] * (1 - d["below"] / 100), f"-{d['below']}%"),
+        ):
+            if (ncu_id, metric) in have:
+                continue
+            metrics["ncu_id"].append(ncu_id)
+            metrics["metric"].append(metric)
+            metrics["unit"].append("cycle")
+            metrics["value"].append(value)
+            metrics["text"].append(f"average SM active cycles {how} (WorkloadImbalance rule)")
+
+
+# ncu's unit spellings (auto-scaled on the details page unless --print-units base) -> (base unit, factor).
+_TIME = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_UNIT = re.compile(r"^([KMGTP]?)(byte|cycle|inst|warp|sector|request|thread|block|hz|Hz)(/second|/s)?$")
+_PER_TIME = re.compile(r"^(cycle|inst|byte)/(nsecond|usecond|msecond|second|ns|us|ms|s)$")
+
+
+def normalize_unit(unit: str, value: float | None) -> tuple[str | None, float | None]:
+    """(base unit, value in it): "usecond" 12.5 -> ("ns", 12500.0); "Gbyte/second" -> "byte/second"; "Ghz",
+    "cycle/nsecond" -> "hz"; "Kbyte" -> "byte". Units it does not know ("%", "register/thread") are kept."""
+    u = unit.strip()
+    if not u:
+        return None, value
+    if u in _TIME:
+        return "ns", value * _TIME[u] if value is not None else None
+    m = _PER_TIME.match(u)
+    if m:
+        per = _TIME[m[2]] / 1e9  # seconds per unit of time
+        base = "hz" if m[1] == "cycle" else f"{m[1]}/second"
+        return base, value / per if value is not None else None
+    m = _UNIT.match(u)
+    if m:
+        base = m[2].lower() if m[2] in ("hz", "Hz") else m[2]
+        base = base + "/second" if m[3] else base
+        return base, value * _PREFIX[m[1]] if value is not None else None
+    return u, value
 
 
 def _int_or_none(row: list[str], index: int | None, bounds: tuple[int, int] = _I64) -> int | None:
@@ -324,14 +520,14 @@ _RANGE_KINDS = ("nvtx", "annotation")
 def match(db: TraceDB, trace_id: int) -> int:
     """Set `ncu_kernels.kernel_id` for the ncu rows attached to `trace_id`; return how many were matched.
 
-    A key is (kernel name as `name_key_sql`, grid, block) plus, when the ncu rows carry NVTX text and the trace
-    has CPU ranges of kind 'nvtx'/'annotation', the NVTX text: for an ncu kernel its innermost range, for a
-    trace kernel its innermost enclosing range, the latest-starting CPU range (on the launching thread when both
-    threads are known) whose [start, end] contains the kernel's launch (`launches.start_ns` via correlation id,
-    else the kernel's start). The texts must be equal; failing that, a trace range whose name holds every token
-    of an ncu text (`sidecar.key_matches`: "decode tc=0 dist=uniform bs=32 step=0" for "tc=0 dist=uniform
-    bs=32") counts as that text, the ncu text with the most tokens winning. The k-th ncu kernel of a key (in ncu
-    ID order) is matched to the k-th trace kernel of that key (in start order).
+    A key is (kernel name as `name_key_sql`, grid, block; grid and block only when the export has them) plus, when
+    the ncu rows carry NVTX text and the trace has CPU ranges of kind 'nvtx'/'annotation', the NVTX text: for an ncu
+    kernel its innermost range, for a trace kernel its innermost enclosing range, the latest-starting CPU range (on
+    the launching thread when both threads are known) whose [start, end] contains the kernel's launch
+    (`launches.start_ns` via correlation id, else the kernel's start). The texts must be equal; failing that, a
+    trace range whose name holds every token of an ncu text (`sidecar.key_matches`: "decode tc=0 dist=uniform bs=32
+    step=0" for "tc=0 dist=uniform bs=32") counts as that text, the ncu text with the most tokens winning. The k-th
+    ncu kernel of a key (in ncu ID order) is matched to the k-th trace kernel of that key (in start order).
     """
     params = {"t": trace_id}
     db.sql("UPDATE ncu_kernels SET kernel_id = NULL WHERE trace_id = $t", params)
@@ -343,6 +539,14 @@ def match(db: TraceDB, trace_id: int) -> int:
     )[0]["use_nvtx"]
     nvtx_ncu = "n.nvtx" if use_nvtx else "NULL"
     nvtx_trace = "e.nvtx" if use_nvtx else "NULL"
+    # Launch dimensions take part when the export has them (details pages of ncu before 2023 lack "Grid Size").
+    use_dims = db.rows(
+        "SELECT count(*) > 0 AS d FROM ncu_kernels WHERE trace_id = $t AND grid_x IS NOT NULL", params
+    )[0]["d"]
+    dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"] if use_dims else []
+    part_t = ", ".join(["nk", *dims, "nv"])
+    part_n = ", ".join([name_key_sql("n.name"), *(f"n.{d}" for d in dims), nvtx_ncu])
+    same_dims = "".join(f" AND c.{d} IS NOT DISTINCT FROM t.{d}" for d in dims)
     db.sql(
         f"""
         WITH launch AS (
@@ -387,27 +591,19 @@ def match(db: TraceDB, trace_id: int) -> int:
             FROM launch a LEFT JOIN labelled e USING (kernel_id)
         ),
         trace_ranked AS (
-            SELECT *, row_number() OVER (
-                PARTITION BY nk, grid_x, grid_y, grid_z, block_x, block_y, block_z, nv
-                ORDER BY start_ns, kernel_id) AS k
+            SELECT *, row_number() OVER (PARTITION BY {part_t} ORDER BY start_ns, kernel_id) AS k
             FROM trace_side
         ),
         ncu_ranked AS (
             SELECT n.ncu_id, {name_key_sql("n.name")} AS nk, n.grid_x, n.grid_y, n.grid_z,
                    n.block_x, n.block_y, n.block_z, {nvtx_ncu} AS nv,
-                   row_number() OVER (
-                       PARTITION BY {name_key_sql("n.name")}, n.grid_x, n.grid_y, n.grid_z,
-                                    n.block_x, n.block_y, n.block_z, {nvtx_ncu}
-                       ORDER BY n.ncu_id) AS k
+                   row_number() OVER (PARTITION BY {part_n} ORDER BY n.ncu_id) AS k
             FROM ncu_kernels n WHERE n.trace_id = $t
         ),
         pairs AS (
             SELECT c.ncu_id, t.kernel_id
             FROM ncu_ranked c JOIN trace_ranked t
-              ON c.nk = t.nk AND c.k = t.k
-             AND c.grid_x IS NOT DISTINCT FROM t.grid_x AND c.grid_y IS NOT DISTINCT FROM t.grid_y
-             AND c.grid_z IS NOT DISTINCT FROM t.grid_z AND c.block_x IS NOT DISTINCT FROM t.block_x
-             AND c.block_y IS NOT DISTINCT FROM t.block_y AND c.block_z IS NOT DISTINCT FROM t.block_z
+              ON c.nk = t.nk AND c.k = t.k{same_dims}
              AND c.nv IS NOT DISTINCT FROM t.nv
         )
         UPDATE ncu_kernels SET kernel_id = pairs.kernel_id

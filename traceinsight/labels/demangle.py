@@ -376,8 +376,11 @@ class _Parser:
             if two in _BUILTIN_D:
                 self.i += 2
                 return _BUILTIN_D[two]
-            if two == "DF":  # _FloatN
+            if two == "DF":  # _FloatN; DF16b is std::bfloat16_t (ROCm/HIP kernels such as aiter's use it)
                 self.i += 2
+                if self.s.startswith("16b", self.i):
+                    self.i += 3
+                    return "std::bfloat16_t"
                 n = self.number()
                 self.take("_")
                 return f"_Float{n}"

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 FAMILIES = (
-    "attention", "merge", "prepare", "gemm", "norm", "communication", "memory", "elementwise", "other",
+    "attention", "merge", "prepare", "gemm", "moe", "norm", "communication", "memory", "elementwise", "other",
 )
 PHASES = ("decode", "prefill", "unknown")
 

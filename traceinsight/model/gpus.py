@@ -73,6 +73,7 @@ _OVERRIDE_KEYS: dict[str, str] = {
     "smem_per_sm_bytes": "smem_per_sm_bytes",
     "sharedMemPerMultiprocessor": "smem_per_sm_bytes",
     "maxShmemPerSm": "smem_per_sm_bytes",
+    "maxSharedMemoryPerMultiProcessor": "smem_per_sm_bytes",  # ROCm's Kineto deviceProperties
     "smem_per_block_optin_bytes": "smem_per_block_optin_bytes",
     "sharedMemPerBlockOptin": "smem_per_block_optin_bytes",
     "maxShmemPerBlockOptin": "smem_per_block_optin_bytes",
@@ -133,15 +134,21 @@ def match_gpu(name: str) -> GPU | None:
     return None
 
 
-def _arch_defaults(cc: tuple[int, int]) -> dict[str, Any]:
+def _arch_defaults(cc: tuple[int, int], warp_size: int = 32) -> dict[str, Any]:
+    """Limits of the newest architecture entry not newer than `cc`, among entries of this warp size (AMD's gfx9
+    devices report "compute capability" 9.x as NVIDIA's Hopper does, with 64-wide wavefronts)."""
     best: dict[str, Any] | None = None
     for raw in _table()["arch"]:
+        if raw.get("warp_size", 32) != warp_size:
+            continue
         if tuple(raw["compute_capability"]) <= cc and (
             best is None or tuple(raw["compute_capability"]) > tuple(best["compute_capability"])
         ):
             best = raw
     if best is None:
-        raise UnknownGPUError(f"compute capability {cc[0]}.{cc[1]} is older than any GPU the model knows")
+        raise UnknownGPUError(
+            f"compute capability {cc[0]}.{cc[1]} (warp size {warp_size}) is older than any GPU the model knows"
+        )
     return {k: v for k, v in best.items() if k != "compute_capability"}
 
 
@@ -179,7 +186,8 @@ def gpu_for(name: str | None, overrides: Mapping[str, Any] | None = None) -> GPU
                 "compute capability"
             )
         table_defaults = _table()["defaults"]
-        params: dict[str, Any] = {**table_defaults, **_arch_defaults(changes["compute_capability"])}
+        arch = _arch_defaults(changes["compute_capability"], int(changes.get("warp_size", 32)))
+        params: dict[str, Any] = {**table_defaults, **arch}
         params.update(changes)
         params.setdefault("name", name or "unknown GPU")
         known = {f.name for f in fields(GPU)}
