@@ -3,9 +3,11 @@ per-step batch, per-launch model / measured, findings, checks; through the libra
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 from click.testing import CliRunner
-from test_diagnose_common import FA2, FA2_META, sweep
+from test_diagnose_common import FA2, FA2_META, fa2, sweep
 
 from traceinsight.cli.main import main
 from traceinsight.report.json_doc import to_json
@@ -52,3 +54,47 @@ def test_analyze_cli_json_without_sidecar() -> None:
     doc = orjson.loads(r.stdout)
     assert doc["steps"][0]["launches"][0]["model"]["source"] == "sidecar"
     assert {c["status"] for c in doc["checks"]} <= {"fired", "passed", "not-applicable"}
+
+
+def test_json_holds_the_steps_that_matter_and_streams_all_on_request(tmp_path: Path) -> None:
+    """Default: the steps the findings name and the slowest, with a step_summary over every step; --steps all:
+    every step, one per line, the same document as the library's (issue 13, item 3)."""
+    from traceinsight.report.json_doc import SLOWEST_STEPS, documents
+
+    a = fa2(True)
+    full = orjson.loads(orjson.dumps(documents([a], "all"), option=orjson.OPT_NON_STR_KEYS))
+    out_all, out_sel = tmp_path / "all.json", tmp_path / "sel.json"
+    args = ["analyze", str(FA2), "--meta", str(FA2_META), "--format", "json", "-q"]
+    assert CliRunner().invoke(main, [*args, "--steps", "all", "--out", str(out_all)]).exit_code == 0
+    assert CliRunner().invoke(main, [*args, "--out", str(out_sel)]).exit_code == 0
+    streamed, selected = orjson.loads(out_all.read_bytes()), orjson.loads(out_sel.read_bytes())
+    assert streamed["steps_included"] == "all" and len(streamed["steps"]) == len(a.steps) == 195
+    assert [s["index"] for s in streamed["steps"]] == [s["index"] for s in full["steps"]]
+    assert streamed["steps"][5] == full["steps"][5] and streamed["findings"] == full["findings"]
+    assert out_all.read_text().count('\n{"index":') == len(a.steps)  # one step per line
+    # The selection: every step a finding's evidence names as worst, the slowest steps, each as in the full list.
+    by_index = {s["index"]: s for s in streamed["steps"]}
+    got = {s["index"] for s in selected["steps"]}
+    assert selected["steps_included"] == "selected" and 0 < len(got) < len(a.steps) / 2
+    assert {f["evidence"]["worst_step"] for f in selected["findings"] if "worst_step" in f["evidence"]} <= got
+    slowest = sorted(streamed["steps"], key=lambda s: -s["wall_ns"])[:SLOWEST_STEPS]
+    assert {s["index"] for s in slowest} <= got
+    assert all(s == by_index[s["index"]] for s in selected["steps"])
+    summary = selected["step_summary"]
+    assert summary == streamed["step_summary"] and summary["count"] == 195
+    assert summary["total_ns"] == sum(s["dur_ns"] for s in streamed["steps"])
+    assert summary["split_kv"]["off"] == sum(x["split_kv"] is False for s in streamed["steps"] for x in s["launches"])
+
+
+def test_diff_of_saved_documents_counts_every_step_whatever_they_hold(tmp_path: Path) -> None:
+    from traceinsight.report.diff import diff_docs
+
+    out_all, out_sel = tmp_path / "all.json", tmp_path / "sel.json"
+    args = ["analyze", str(FA2), "--format", "json", "-q"]
+    CliRunner().invoke(main, [*args, "--steps", "all", "--out", str(out_all)])
+    CliRunner().invoke(main, [*args, "--out", str(out_sel)])
+    old = orjson.loads(out_all.read_bytes())
+    del old["step_summary"]  # a document written before step_summary existed: counted from its steps
+    sel = orjson.loads(out_sel.read_bytes())
+    d = diff_docs(old, sel)
+    assert d["steps"]["before"] == d["steps"]["after"] and d["steps"]["after"]["count"] == len(old["steps"])

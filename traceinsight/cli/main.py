@@ -142,6 +142,9 @@ def main() -> None:
               help="Steps shown in text output (0: all).")
 @click.option("--out", "out", default=None, type=click.Path(dir_okay=False, path_type=str),
               help="Write the output to this file instead of stdout (required for --format md).")
+@click.option("--steps", "steps", type=click.Choice(["selected", "all"]), default="selected", show_default=True,
+              help="Steps in --format json: the steps that matter (those the findings name and the slowest; "
+                   "step_summary still counts every step), or all (streamed, one step per line).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display on stderr.")
 @click.option("--no-cache", is_flag=True,
               help="Read every file again and write no cache (default: reuse the cached database of an unchanged "
@@ -149,8 +152,8 @@ def main() -> None:
 @memory_option
 @user_errors
 def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[str, ...],
-            step_pattern: str | None, fail_on: str | None, max_steps: int, out: str | None, quiet: bool,
-            no_cache: bool) -> None:
+            step_pattern: str | None, fail_on: str | None, max_steps: int, out: str | None, steps: str,
+            quiet: bool, no_cache: bool) -> None:
     """Analyze trace files: GPU, kernels by family/backend, decode steps with split-KV state, the schedule
     model (thresholds, predicted times, SM idle) and findings with remedies.
 
@@ -178,13 +181,13 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
     with ingest_progress(traces + _paths(meta) + _paths(ncu), quiet=quiet):
         _, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
                                    cache=False if no_cache else None)
-    _emit(analyses, fmt, out, max_steps)
+    _emit(analyses, fmt, out, max_steps, steps)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
         sys.exit(code)
 
 
-def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int) -> None:
+def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps: str) -> None:
     if fmt in ("md", "html"):
         from traceinsight.report.files import render_report, write_report
 
@@ -194,13 +197,13 @@ def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int) -> Non
             sys.stdout.write(render_report(analyses, fmt, Path("report.html")))
         return
     if fmt == "json":
-        from traceinsight.report.json_doc import documents
+        from traceinsight.report.json_doc import write_documents
 
-        data = orjson.dumps(documents(analyses), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
         if out:
-            Path(out).write_bytes(data)
+            with open(out, "wb") as fh:
+                write_documents(analyses, fh, steps)
         else:
-            sys.stdout.buffer.write(data)
+            write_documents(analyses, sys.stdout.buffer, steps)
             sys.stdout.flush()
         return
     from traceinsight.report.text import make_console, render

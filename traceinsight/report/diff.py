@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import gzip
 import re
-import statistics
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from traceinsight.errors import FormatError, InputError
+from traceinsight.report.json_doc import step_summary
 
 SCHEMA = "traceinsight.diff/1"
 ANALYSIS_SCHEMA = re.compile(rb'"schema"\s*:\s*"traceinsight\.analys(?:is|es)/1"')
@@ -77,25 +76,20 @@ def _status(before: Any, after: Any, before_ns: float | None = None, after_ns: f
     return "same"
 
 
+def _summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document's `step_summary` (every step, even when the document holds only the steps that matter); for
+    a document written before it existed, the same figures from its steps."""
+    got = doc.get("step_summary")
+    if got is None:
+        got = doc["step_summary"] = step_summary(
+            (s["dur_ns"], s["attention_ns"], [(x["kernel"], x.get("backend"), x.get("split_kv"))
+                                              for x in s["launches"]]) for s in doc.get("steps") or [])
+    return cast(dict[str, Any], got)
+
+
 def _step_stats(doc: dict[str, Any]) -> dict[str, Any]:
-    steps = doc.get("steps") or []
-    durs = sorted(s["dur_ns"] for s in steps)
-    att = [s["attention_ns"] for s in steps]
-    return {
-        "count": len(steps),
-        "total_ns": sum(durs),
-        "attention_ns": sum(att),
-        "median_ns": int(statistics.median(durs)) if durs else None,
-        "max_ns": durs[-1] if durs else None,
-        "split_kv": _split_counts(x for s in steps for x in s["launches"]),
-    }
-
-
-def _split_counts(launches: Any) -> dict[str, int]:
-    out = {"on": 0, "off": 0, "unknown": 0}
-    for x in launches:
-        out[{True: "on", False: "off"}.get(x.get("split_kv"), "unknown")] += 1
-    return out
+    s = _summary(doc)
+    return {k: s[k] for k in ("count", "total_ns", "attention_ns", "median_ns", "max_ns", "split_kv")}
 
 
 def _families(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
@@ -123,11 +117,8 @@ def _mean(row: dict[str, Any] | None) -> float | None:
 
 
 def _launch_split(doc: dict[str, Any]) -> dict[tuple[str, str | None], dict[str, int]]:
-    out: dict[tuple[str, str | None], list[dict[str, Any]]] = defaultdict(list)
-    for s in doc.get("steps") or []:
-        for x in s["launches"]:
-            out[(x["kernel"], x.get("backend"))].append(x)
-    return {k: _split_counts(v) for k, v in out.items()}
+    return {(r["kernel"], r.get("backend")): {k: r[k] for k in ("on", "off", "unknown")}
+            for r in _summary(doc)["split_kv_by_kernel"]}
 
 
 def _kernels(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:

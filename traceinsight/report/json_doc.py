@@ -3,7 +3,11 @@ released: add keys, never rename or remove them."""
 
 from __future__ import annotations
 
-from typing import Any
+import statistics
+from collections.abc import Iterable
+from typing import IO, Any
+
+import orjson
 
 from traceinsight import __version__
 from traceinsight.diagnose.context import TraceAnalysis
@@ -12,6 +16,18 @@ from traceinsight.model.steps import Launch, Step
 
 SCHEMA = "traceinsight.analysis/1"
 MULTI_SCHEMA = "traceinsight.analyses/1"
+
+# Which steps a document holds: every one, or the steps that matter (`selected_steps`).
+STEPS_ALL = "all"
+STEPS_SELECTED = "selected"
+# The steps that matter: per finding, its first and its slowest steps and those its evidence names; overall, the
+# slowest steps.
+STEPS_PER_FINDING = 5
+SLOWEST_STEPS = 10
+_EVIDENCE_STEPS = ("first_step", "last_step", "threshold_step", "worst_step", "step")
+
+# One step as `step_summary` reads it: (dur_ns, attention_ns, [(kernel, backend, split_kv) per launch]).
+StepFacts = tuple[int, int, list[tuple[str, str | None, bool | None]]]
 
 
 def _launch(launch: Launch, sched: Schedule | None = None) -> dict[str, Any]:
@@ -72,7 +88,63 @@ def _finding(f: Any) -> Any:
     return f.to_json() if hasattr(f, "to_json") else f
 
 
-def to_json(a: TraceAnalysis) -> dict[str, Any]:
+def _facts(s: Step) -> StepFacts:
+    return s.dur_ns, s.attention_ns, [(x.attention.kernel, x.attention.backend, x.split_kv) for x in s.launches]
+
+
+def step_summary(steps: Iterable[StepFacts]) -> dict[str, Any]:
+    """What every step adds up to, so that a document holding only some steps still says it: count, GPU span
+    total/median/max (ns), attention time (ns), and split-KV launch counts, overall and per (kernel, backend)."""
+    durs: list[int] = []
+    attention = 0
+    split = {"on": 0, "off": 0, "unknown": 0}
+    per: dict[tuple[str, str | None], dict[str, int]] = {}
+    for dur, att, launches in steps:
+        durs.append(dur)
+        attention += att
+        for kernel, backend, kv in launches:
+            state = "on" if kv is True else "off" if kv is False else "unknown"
+            split[state] += 1
+            per.setdefault((kernel, backend), {"on": 0, "off": 0, "unknown": 0})[state] += 1
+    durs.sort()
+    return {
+        "count": len(durs),
+        "total_ns": sum(durs),
+        "attention_ns": attention,
+        "median_ns": int(statistics.median(durs)) if durs else None,
+        "max_ns": durs[-1] if durs else None,
+        "split_kv": split,
+        "split_kv_by_kernel": [{"kernel": k, "backend": b, **v} for (k, b), v in per.items()],
+    }
+
+
+def selected_steps(a: TraceAnalysis) -> list[Step]:
+    """The steps that matter, in step order: for each finding its first STEPS_PER_FINDING steps, its
+    STEPS_PER_FINDING slowest and the steps its evidence names; and the SLOWEST_STEPS slowest steps overall."""
+    by_index = {s.index: s for s in a.steps}
+    keep: set[int] = {s.index for s in sorted(a.steps, key=lambda s: -s.wall_ns)[:SLOWEST_STEPS]}
+    for f in a.findings:
+        steps = [i for i in getattr(f, "steps", ()) if i in by_index]
+        keep.update(steps[:STEPS_PER_FINDING])
+        keep.update(sorted(steps, key=lambda i: -by_index[i].wall_ns)[:STEPS_PER_FINDING])
+        evidence = getattr(f, "evidence", {}) or {}
+        keep.update(evidence[k] for k in _EVIDENCE_STEPS
+                    if isinstance(evidence.get(k), int) and evidence[k] in by_index)
+    return [by_index[i] for i in sorted(keep)]
+
+
+def to_json(a: TraceAnalysis, steps: str = STEPS_ALL) -> dict[str, Any]:
+    """The document of one analysis; `steps`: STEPS_ALL (every step) or STEPS_SELECTED (`selected_steps`; the
+    `step_summary` still counts every step)."""
+    doc = _document(a, steps)
+    doc["steps"] = [_step(s, a.schedule) for s in (a.steps if steps == STEPS_ALL else selected_steps(a))]
+    return doc
+
+
+def _document(a: TraceAnalysis, steps: str) -> dict[str, Any]:
+    """The document without its `steps` list (filled by the caller, or streamed by `write_documents`)."""
+    from traceinsight.report.fleet import summary_row
+
     gpu = a.gpu
     sched = a.schedule
     return {
@@ -99,7 +171,10 @@ def to_json(a: TraceAnalysis) -> dict[str, Any]:
         "families": a.families,
         "kernels": a.kernels,
         "thresholds": [t.to_json() for t in sched.thresholds.values()] if sched is not None else [],
-        "steps": [_step(s, sched) for s in a.steps],
+        "summary": summary_row(a),
+        "step_summary": step_summary(_facts(s) for s in a.steps),
+        "steps_included": steps,
+        "steps": [],
         "findings": [_finding(f) for f in a.findings],
         "checks": [c.to_json() if hasattr(c, "to_json") else c for c in a.checks],
         "model": _schedule(sched),
@@ -130,13 +205,50 @@ def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
     }
 
 
-def documents(analyses: list[TraceAnalysis]) -> dict[str, Any]:
+def documents(analyses: list[TraceAnalysis], steps: str = STEPS_ALL) -> dict[str, Any]:
     """One analysis: its document. Several: `{"schema": MULTI_SCHEMA, "traces": [document, ...], "fleet":
     {"summary": [one row per trace], "findings": [findings across traces]}}`."""
     if len(analyses) == 1:
-        return to_json(analyses[0])
+        return to_json(analyses[0], steps)
     from traceinsight.report.fleet import fleet_findings, fleet_summary
 
     rows = fleet_summary(analyses)
-    return {"schema": MULTI_SCHEMA, "traces": [to_json(a) for a in analyses],
+    return {"schema": MULTI_SCHEMA, "traces": [to_json(a, steps) for a in analyses],
             "fleet": {"summary": rows, "findings": fleet_findings(rows)}}
+
+
+_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+_HOLE = "\x00steps\x00"  # stands for the steps list in the serialized document until it is streamed in
+
+
+def write_documents(analyses: list[TraceAnalysis], out: IO[bytes], steps: str = STEPS_SELECTED) -> None:
+    """Write `documents(analyses, steps)` to `out` as indented JSON. With STEPS_ALL the steps are streamed, one
+    step per line, so a trace of a million steps never holds its whole document in memory."""
+    if steps != STEPS_ALL:
+        out.write(orjson.dumps(documents(analyses, steps), option=_OPTIONS) + b"\n")
+        return
+    docs = []
+    for a in analyses:
+        d = _document(a, steps)
+        d["steps"] = _HOLE
+        docs.append(d)
+    if len(analyses) == 1:
+        whole: dict[str, Any] = docs[0]
+    else:
+        from traceinsight.report.fleet import fleet_findings, fleet_summary
+
+        rows = fleet_summary(analyses)
+        whole = {"schema": MULTI_SCHEMA, "traces": docs, "fleet": {"summary": rows, "findings": fleet_findings(rows)}}
+    text = orjson.dumps(whole, option=_OPTIONS) + b"\n"
+    hole = orjson.dumps(_HOLE)
+    pieces = text.split(hole)
+    if len(pieces) != len(analyses) + 1:
+        raise RuntimeError("the steps marker must appear once per trace")  # pragma: no cover - a bug here
+    for a, before in zip(analyses, pieces, strict=False):
+        out.write(before)
+        out.write(b"[")
+        for i, s in enumerate(a.steps):
+            out.write(b"\n" if i == 0 else b",\n")
+            out.write(orjson.dumps(_step(s, a.schedule), option=orjson.OPT_NON_STR_KEYS))
+        out.write(b"\n]" if a.steps else b"]")
+    out.write(pieces[-1])
