@@ -26,7 +26,7 @@ from typing import Any
 from traceinsight.ingest import load
 from traceinsight.ingest.sidecar import key_matches
 from traceinsight.model import GENERIC_SHAPE, calibrate, simulate
-from traceinsight.model.attach import batch_from_sidecar, fa3_options, planner_batch, sidecar_rows
+from traceinsight.model.batches import batch_from_sidecar, fa3_options, planner_batch, sidecar_rows
 from traceinsight.model.calibration import shape_of
 from traceinsight.model.planners import plan
 from traceinsight.pipeline import analyze

@@ -25,7 +25,7 @@ import sources  # noqa: E402
 from traceinsight.errors import TraceInsightError  # noqa: E402
 from traceinsight.report import sections  # noqa: E402
 from traceinsight.report.figures import Gantt  # noqa: E402
-from traceinsight.report.text import fmt_ns  # noqa: E402
+from traceinsight.units import fmt_ns  # noqa: E402
 
 PATHS_ENV = "TRACEINSIGHT_DASHBOARD_PATHS"
 SEVERITY_BOX = {"critical": st.error, "warning": st.warning, "info": st.info}

@@ -12,7 +12,8 @@ import statistics
 
 from test_diagnose_common import SWEEP_META, case_of, fa2, meta_cases, sweep
 
-from traceinsight.model.attach import KernelThreshold, imbalance, is_balanced
+from traceinsight.model.launch_models import imbalance, is_balanced
+from traceinsight.model.schedule import KernelThreshold
 
 
 def test_every_sweep_step_gets_its_sidecar_batch() -> None:

@@ -11,12 +11,7 @@ import orjson
 
 from traceinsight.cli.main import console, user_errors
 from traceinsight.errors import InputError
-
-
-def _fmt(ns: float | None) -> str:
-    from traceinsight.diagnose.views import fmt_ms
-
-    return "-" if ns is None else fmt_ms(ns)
+from traceinsight.units import fmt_ns
 
 
 @click.command(name="whatif")
@@ -72,7 +67,7 @@ def command(path: str, step: int | None, all_steps: bool, meta: tuple[str, ...],
     con = console()
     for r in replays:
         con.print(f"[bold]step {r.step}[/bold] {r.name}: {r.kernel} ({r.backend}), B = {r.batch_size}, "
-                  f"{r.total_kv_tokens:,} KV tokens, longest request {r.max_kv_len:,}; measured {_fmt(r.measured_ns)}"
+                  f"{r.total_kv_tokens:,} KV tokens, longest request {r.max_kv_len:,}; measured {fmt_ns(r.measured_ns)}"
                   + (f"; B_th = {r.b_threshold}" if r.b_threshold else ""))
         t = Table(box=box.SIMPLE_HEAD)
         for col in ("alternative", "predicted", "vs measured", "split-KV", "work items", "chunk", "SM idle",
@@ -82,7 +77,7 @@ def command(path: str, step: int | None, all_steps: bool, meta: tuple[str, ...],
         for alt in r.alternatives:
             ratio = f"{alt.predicted_ns / r.measured_ns:.2f}x" if alt.predicted_ns and r.measured_ns else "-"
             split = "-" if alt.split_kv is None else ("on" if alt.split_kv else "off")
-            pred = _fmt(alt.predicted_ns) + (f" ({_fmt(alt.total_ns)} total)" if alt.steps > 1 else "")
+            pred = fmt_ns(alt.predicted_ns) + (f" ({fmt_ns(alt.total_ns)} total)" if alt.steps > 1 else "")
             t.add_row(alt.description, pred, ratio, split, str(alt.work_items or "-"),
                       str(alt.chunk_tokens or "-"), "-" if alt.sm_idle is None else f"{alt.sm_idle:.0%}",
                       str(alt.steps), alt.assumption or "")

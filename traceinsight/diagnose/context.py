@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from traceinsight.model.attach import Schedule
+from traceinsight.model.schedule import Schedule
 from traceinsight.model.steps import Step
 
 

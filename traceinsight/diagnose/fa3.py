@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from traceinsight.diagnose.views import LaunchView
-from traceinsight.model.attach import fa3_options, planner_batch
+from traceinsight.model.batches import fa3_options, planner_batch
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import FA3_MAX_DYNAMIC_SPLIT_BATCH
 from traceinsight.model.planners import plan

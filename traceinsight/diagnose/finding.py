@@ -32,6 +32,15 @@ _RANK = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
 SEVERITIES: tuple[str, ...] = tuple(s.value for s in Severity)
 
 
+def severity_rank(severity: str | None) -> int:
+    """Sort key of a severity given as text (findings in JSON): 0 critical, 1 warning, 2 info, 3 anything else.
+    The one ranking every report, `diff` and the fleet sort by."""
+    try:
+        return _RANK[Severity(severity or "")]
+    except ValueError:
+        return len(_RANK)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One diagnosis.

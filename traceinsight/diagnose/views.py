@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.model.attach import KernelThreshold, LaunchModel, Measured, StepBatch
 from traceinsight.model.occupancy import FA3
 from traceinsight.model.phases import PREFILL_PHASES
+from traceinsight.model.schedule import KernelThreshold, LaunchModel, Measured, StepBatch
 from traceinsight.model.steps import Launch, Step
 
 
@@ -99,19 +99,6 @@ def split_on_typical_ns(views: list[LaunchView]) -> float | None:
 
 def steps_of(views: Iterable[LaunchView]) -> list[int]:
     return sorted({v.step.index for v in views})
-
-
-def fmt_ms(ns: float | None) -> str:
-    """'13.5 ms', '412 us', '1.2 s' for summaries."""
-    if ns is None:
-        return "?"
-    if ns >= 1e9:
-        return f"{ns / 1e9:.3g} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.3g} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.3g} us"
-    return f"{ns:.0f} ns"
 
 
 # Runs of consecutive steps a summary names before it counts the rest (the finding's `steps` has them all).

@@ -20,8 +20,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from traceinsight.model import default_cost
-from traceinsight.model.attach import Schedule, StepBatch, cached_plan, cached_sim, fa3_options, planner_batch
+from traceinsight.model.batches import fa3_options, planner_batch
 from traceinsight.model.gpus import GPU
+from traceinsight.model.launch_models import cached_plan, cached_sim
 from traceinsight.model.occupancy import (
     BACKENDS,
     CUDA_CORE,
@@ -36,6 +37,7 @@ from traceinsight.model.occupancy import (
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.planners import Batch, Plan, plan
 from traceinsight.model.planners.types import ceil_div
+from traceinsight.model.schedule import Schedule, StepBatch
 from traceinsight.model.simulate import CostModel
 from traceinsight.model.steps import Launch
 

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import orjson
 
+from traceinsight.diagnose.finding import severity_rank
 from traceinsight.errors import FormatError, InputError
 from traceinsight.report.json_doc import step_summary
 
@@ -21,7 +22,6 @@ ANALYSIS_SCHEMA = re.compile(rb'"schema"\s*:\s*"traceinsight\.analys(?:is|es)/1"
 # Relative change in time below which a kernel or family counts as unchanged (noise between runs).
 UNCHANGED_RATIO = 0.05
 ATTENTION_FAMILIES = ("attention", "merge", "prepare")
-SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 
 # --- loading ------------------------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def _finding_groups(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for f in doc.get("findings") or []:
         g = out.setdefault(f["id"], {"severity": f.get("severity"), "count": 0, "steps": set(), "saving_ns": None,
                                      "summaries": []})
-        if SEVERITY_RANK.get(f.get("severity"), 3) < SEVERITY_RANK.get(g["severity"], 3):
+        if severity_rank(f.get("severity")) < severity_rank(g["severity"]):
             g["severity"] = f.get("severity")
         g["count"] += 1
         g["steps"].update(f.get("steps") or [])
@@ -223,7 +223,7 @@ def _findings(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, A
             status = "same"
         rows.append({"id": fid, "status": status, "before": gb, "after": ga})
     order = {"new": 0, "changed": 1, "gone": 2, "same": 3}
-    rows.sort(key=lambda r: (order[r["status"]], SEVERITY_RANK.get((r["after"] or r["before"])["severity"], 3),
+    rows.sort(key=lambda r: (order[r["status"]], severity_rank((r["after"] or r["before"])["severity"]),
                              r["id"]))
     return rows
 
@@ -251,7 +251,7 @@ def diff_docs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 def headline(d: dict[str, Any]) -> list[str]:
     """The changes worth a line each, most important first."""
-    from traceinsight.report.text import fmt_ns
+    from traceinsight.units import fmt_ns
 
     lines = []
     sb, sa = d["steps"]["before"], d["steps"]["after"]
@@ -296,7 +296,7 @@ def render_text(d: dict[str, Any], console: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from traceinsight.report.text import fmt_ns
+    from traceinsight.units import fmt_ns
 
     style = {"new": "bold red", "gone": "green", "slower": "red", "faster": "green", "changed": "yellow",
              "same": "dim"}
@@ -349,7 +349,7 @@ def render_text(d: dict[str, Any], console: Any) -> None:
 def render_html(d: dict[str, Any]) -> str:
     """The diff as a self-contained HTML page (same style as the report)."""
     from traceinsight.report.html import esc, page, table
-    from traceinsight.report.text import fmt_ns
+    from traceinsight.units import fmt_ns
 
     cls = {"new": "up", "gone": "down", "slower": "up", "faster": "down", "changed": "up"}
 

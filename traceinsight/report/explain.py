@@ -8,7 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from traceinsight.report.text import _table, fmt_ns
+from traceinsight.report.text import _table
+from traceinsight.units import fmt_ns
 
 
 def _signed(ns: float) -> str:

@@ -18,6 +18,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from traceinsight.units import fmt_ns
+
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
     from matplotlib.axes import Axes
@@ -407,17 +409,13 @@ def gantt_from_sim(sim: object, num_sms: int, slots_per_sm: int, title: str,
     return sched
 
 
-def _fmt_ms(ns: float) -> str:
-    return f"{ns / 1e6:.3g} ms" if ns >= 1e5 else f"{ns / 1e3:.3g} us"
-
-
 def tail_notes(sim: object, num_sms: int, measured_ns: float | None = None) -> list[str]:
     """Plain sentences on a simulated launch: predicted vs measured time, SM idle, the tail and its work items."""
     notes = []
     predicted = getattr(sim, "predicted_ns", None)
     if predicted is not None:
-        meas = f" (measured {_fmt_ms(measured_ns)}, {predicted / measured_ns - 1:+.0%})" if measured_ns else ""
-        notes.append(f"Predicted {_fmt_ms(predicted)}{meas}; the SMs sit idle "
+        meas = f" (measured {fmt_ns(measured_ns)}, {predicted / measured_ns - 1:+.0%})" if measured_ns else ""
+        notes.append(f"Predicted {fmt_ns(predicted)}{meas}; the SMs sit idle "
                      f"{getattr(sim, 'sm_idle_fraction', 0.0):.0%} of the time.")
     tail_ns = getattr(sim, "tail_ns", 0.0) or 0.0
     items = list(getattr(sim, "tail_items", ()))
@@ -431,7 +429,7 @@ def tail_notes(sim: object, num_sms: int, measured_ns: float | None = None) -> l
         desc = "; ".join(f"request {r}: {len(its)} item{'s' if len(its) > 1 else ''} of "
                          f"{max(i.kv_tokens for i in its):,} KV tokens" for r, its in reqs[:4])
         more = f"; +{len(reqs) - 4} more requests" if len(reqs) > 4 else ""
-        notes.append(f"Tail: {_fmt_ms(tail_ns)} with fewer than half the SMs busy; {len(items)} work items on "
+        notes.append(f"Tail: {fmt_ns(tail_ns)} with fewer than half the SMs busy; {len(items)} work items on "
                      f"{len(busy_sms)} SMs form it ({desc}{more}); the other {num_sms - len(busy_sms)} SMs are idle "
                      "by then.")
     else:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.diagnose.finding import severity_rank
 
 # Columns of a summary row, in display order (units in the names).
 COLUMNS = (
@@ -123,6 +124,5 @@ def fleet_findings(rows: list[dict[str, Any]], rules: tuple[FleetRule, ...] = FL
                                                    value_ms=v / 1e6, median_ms=median / 1e6, gpu=gpu or "unknown GPU"),
                     "evidence": {rule.metric: v, "fleet_median": median, "ratio": ratio, "traces": len(values)},
                 })
-    rank = {"critical": 0, "warning": 1, "info": 2}
-    out.sort(key=lambda f: (rank.get(f["severity"], 3), -f["evidence"]["ratio"], f["trace"]))
+    out.sort(key=lambda f: (severity_rank(f["severity"]), -f["evidence"]["ratio"], f["trace"]))
     return out

@@ -11,7 +11,7 @@ import orjson
 
 from traceinsight import __version__
 from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.model.attach import Schedule
+from traceinsight.model.schedule import Schedule
 from traceinsight.model.steps import Launch, Step
 
 SCHEMA = "traceinsight.analysis/1"

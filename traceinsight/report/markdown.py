@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from traceinsight import __version__
 from traceinsight.report import sections
 from traceinsight.report.html import SECTIONS
-from traceinsight.report.text import fmt_ns
+from traceinsight.units import fmt_ns
 
 if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn (diff pages need none)
     from traceinsight.report.figures import Gantt

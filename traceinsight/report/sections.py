@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+from traceinsight.diagnose.finding import severity_rank
+
 SPIKE_ID = "latency-spike"
 
 # Findings that concern the trace as a whole (or a model config) rather than the steps they list: they do not
@@ -26,10 +27,6 @@ GLOBAL_FINDINGS = frozenset({"codesign", "threshold-proximity", "gpu-idle-gaps"}
 _TOKEN = re.compile(r"(?<![\w-])([A-Za-z_][\w-]*)=([^\s,;]+)")
 # Tokens that only repeat a case (not part of what distinguishes one sweep panel from another).
 _REPEAT_KEYS = frozenset({"step", "iter", "rep", "run", "i"})
-
-
-def severity_rank(severity: str | None) -> int:
-    return SEVERITY_RANK.get(severity or "", len(SEVERITY_RANK))
 
 
 def sorted_findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -263,7 +260,7 @@ def incident_rows(doc: dict[str, Any], limit: int = 12) -> list[IncidentRow]:
 
 def parts_text(parts: list[dict[str, Any]], limit: int = 3) -> str:
     """'attention +12.1 ms (93%), idle-host +0.8 ms (6%)': the parts that grew, with their share of the excess."""
-    from traceinsight.report.text import fmt_ns
+    from traceinsight.units import fmt_ns
 
     grown = [p for p in parts if p.get("attributed_ns", 0) > 0][:limit]
     return ", ".join(f"{p['component']} +{fmt_ns(p['delta_ns'])} ({100 * p['share']:.0f}%)" for p in grown) or "-"

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from traceinsight.units import fmt_ns
+
 if TYPE_CHECKING:
     from traceinsight.diagnose.context import TraceAnalysis
 
@@ -24,17 +26,6 @@ if TYPE_CHECKING:
 STEP_NAME_MIN_WIDTH = 48
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "info": "cyan"}
-
-
-def fmt_ns(ns: int | float | None) -> str:
-    """Human time from nanoseconds: 850 ns, 12.3 us, 4.56 ms, 1.23 s."""
-    if ns is None:
-        return "-"
-    ns = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}" if abs(ns) < 100 * scale else f"{ns / scale:.0f} {unit}"
-    return f"{ns:.0f} ns"
 
 
 def _split(state: bool | None) -> Text:

@@ -11,7 +11,7 @@ from traceinsight.diagnose.codesign import Shape, checks, decode_intensity
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input
-from traceinsight.model.attach import KV_DTYPE_BYTES
+from traceinsight.model.batches import KV_DTYPE_BYTES
 
 ID = "codesign"
 NAME = "Model co-design checks"

@@ -14,9 +14,10 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input
 from traceinsight.diagnose.savings import excess_over_reference_ns
-from traceinsight.diagnose.views import LaunchView, by_kernel, fmt_ms, launch_views, spread_sample, steps_of
+from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, spread_sample, steps_of
 from traceinsight.diagnose.whatif import path_alternative
 from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
+from traceinsight.units import fmt_ns
 
 ID = "decode-on-prefill-kernel"
 NAME = "Decode run by a prefill-named kernel"
@@ -83,7 +84,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             severity=Severity.WARNING,
             steps=tuple(steps_of(vs)),
             summary=(f"{len(vs)} decode launches ran on {v0.kernel} ({v0.backend}): the tensor-core decode path, "
-                     f"{thr_text or 'a different split-KV policy'}; median {fmt_ms(median_dur_ns)}"),
+                     f"{thr_text or 'a different split-KV policy'}; median {fmt_ns(median_dur_ns)}"),
             evidence=evidence,
             explanation=(
                 f"The kernel is called '{v0.kernel}', but these launches are decode steps: FlashInfer's tensor-core "

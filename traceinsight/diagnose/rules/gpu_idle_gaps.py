@@ -16,8 +16,8 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
 from traceinsight.diagnose.savings import idle_gap_saving_ns
-from traceinsight.diagnose.views import fmt_ms
-from traceinsight.model.attach import IdleGap
+from traceinsight.model.schedule import IdleGap
+from traceinsight.units import fmt_ns
 
 ID = "gpu-idle-gaps"
 NAME = "GPU idle between steps"
@@ -100,8 +100,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         id=ID,
         severity=Severity.WARNING if frac >= WARNING_FRACTION else Severity.INFO,
         steps=tuple(np.unique(before[counted]).tolist()),
-        summary=(f"GPU idle {frac:.0%} of the time between steps: {evidence['gaps']} gaps >= {fmt_ms(gap_min)}, "
-                 f"{fmt_ms(total)} in all, longest {fmt_ms(longest_ns)} before step {longest_before}"),
+        summary=(f"GPU idle {frac:.0%} of the time between steps: {evidence['gaps']} gaps >= {fmt_ns(gap_min)}, "
+                 f"{fmt_ns(total)} in all, longest {fmt_ns(longest_ns)} before step {longest_before}"),
         evidence=evidence,
         explanation=(
             "Between these steps nothing ran on the GPU: it was waiting for the host to schedule the next batch, "

@@ -15,7 +15,7 @@ from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import bandwidth_saving_ns
 from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, step_ranges, steps_of
-from traceinsight.model.attach import KV_DTYPE_BYTES
+from traceinsight.model.batches import KV_DTYPE_BYTES
 
 ID = "kv-bandwidth"
 NAME = "KV-cache bandwidth efficiency"

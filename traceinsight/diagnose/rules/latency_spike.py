@@ -31,9 +31,10 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.host import describe, host_evidence, read_ops
 from traceinsight.diagnose.rule import Input, limit
-from traceinsight.diagnose.views import fmt_ms, step_ranges
+from traceinsight.diagnose.views import step_ranges
 from traceinsight.model.breakdown import IDLE, IDLE_HOST
 from traceinsight.model.steps import ATTENTION, Step
+from traceinsight.units import fmt_ns
 
 ID = "latency-spike"
 NAME = "Latency spikes (postmortem)"
@@ -166,8 +167,8 @@ def _sum_parts(atts: list[StepAttribution]) -> list[dict[str, Any]]:
 def _because(inc: Incident, rows: list[dict[str, Any]], excess: float) -> str:
     """The attribution in words: 'attention +12.1 ms (93%), idle-host +0.8 ms (6%)'."""
     grown = [r for r in rows if r["attributed_ns"] > 0][:3]
-    text = ", ".join(f"{r['component']} +{fmt_ms(r['delta_ns'])} ({100 * r['share']:.0f}%)" for r in grown)
-    return f"of its {fmt_ms(excess)} excess: {text}" if text else "no part of the step grew"
+    text = ", ".join(f"{r['component']} +{fmt_ns(r['delta_ns'])} ({100 * r['share']:.0f}%)" for r in grown)
+    return f"of its {fmt_ns(excess)} excess: {text}" if text else "no part of the step grew"
 
 
 def _cause_text(inc: Incident, ctx: TraceAnalysis) -> str:
@@ -197,8 +198,8 @@ def _remedy(inc: Incident, ctx: TraceAnalysis, worst: StepAttribution, host_text
     if inc.cause in HOST_CAUSES:
         part = worst.part(IDLE_HOST)
         ops = host_text or (
-            f"the GPU waited {fmt_ms(part.step_ns)} for the host in step {worst.step}, usually "
-            f"{fmt_ms(part.baseline_ns)}" if part is not None else None)
+            f"the GPU waited {fmt_ns(part.step_ns)} for the host in step {worst.step}, usually "
+            f"{fmt_ns(part.baseline_ns)}" if part is not None else None)
     phases = {by_index[i].phase for i in inc.steps if i in by_index}
     phase = "mixed" if "mixed" in phases else ("prefill" if phases == {"prefill"} else next(iter(phases), None))
     return remedies.remedy(inc.cause, facts, ops=ops, step_phase=phase)
@@ -277,7 +278,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             evidence["host_gap_max_ns"] = int(bd.host_gap_max_ns) if bd is not None else None
         if host_ev is not None:
             evidence["host_ops"] = host_ev
-        host_text = describe(host_ev, fmt_ms)
+        host_text = describe(host_ev, fmt_ns)
         name = by_index[worst.step].name if worst.step in by_index else str(worst.step)
         n = len(inc.steps)
         onset = (f"; the {inc.component} part had already jumped in step{'s' if len(inc.onset) > 1 else ''} "
@@ -287,12 +288,12 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             severity=Severity.CRITICAL if worst.ratio >= crit else Severity.WARNING,
             steps=tuple(all_steps),
             summary=(f"latency spike in {n} step{'s' if n > 1 else ''} ({step_ranges(all_steps)}): up to "
-                     f"{fmt_ms(worst.wall_ns)} vs a {fmt_ms(worst.baseline_ns)} baseline ({worst.ratio:.0f}x); "
+                     f"{fmt_ns(worst.wall_ns)} vs a {fmt_ns(worst.baseline_ns)} baseline ({worst.ratio:.0f}x); "
                      f"cause: {inc.cause}"),
             evidence=evidence,
             explanation=(
-                f"Read as a time series, step {worst.step} ('{name}') took {fmt_ms(worst.wall_ns)} where the trend "
-                f"of the steps around it predicts {fmt_ms(worst.baseline_ns)} "
+                f"Read as a time series, step {worst.step} ('{name}') took {fmt_ns(worst.wall_ns)} where the trend "
+                f"of the steps around it predicts {fmt_ns(worst.baseline_ns)} "
                 + ("(a line in the step's KV tokens through the lower quartile of the steps)"
                    if methods[0] in ("linear-in-tokens", "constant")
                    else "(the lower quartile of the steps around it)")
@@ -328,7 +329,7 @@ def _fold(found: list[Finding], keep: int) -> list[Finding]:
             severity=severity,
             steps=tuple(steps),
             summary=(f"recurring latency spikes: {len(members)} incidents besides the {keep} worst listed apart, "
-                     f"in {len(steps)} steps ({step_ranges(steps)}): {fmt_ms(excess)} of excess time in all; "
+                     f"in {len(steps)} steps ({step_ranges(steps)}): {fmt_ns(excess)} of excess time in all; "
                      f"cause: {cid}"),
             evidence={
                 "cause": cid,

@@ -14,9 +14,10 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input
 from traceinsight.diagnose.savings import excess_over_reference_ns
-from traceinsight.diagnose.views import by_kernel, fmt_ms, launch_views, spread_sample, step_ranges, steps_of
+from traceinsight.diagnose.views import by_kernel, launch_views, spread_sample, step_ranges, steps_of
 from traceinsight.diagnose.whatif import path_alternative
 from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
+from traceinsight.units import fmt_ns
 
 ID = "slow-path"
 NAME = "Slow backend path"
@@ -89,14 +90,14 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             "fastest_alternative_counts": best_alt or None,
             **{f"median_dur_ns_{b}_in_trace": round(t) for b, t in others.items()},
         }
-        seen = "; ".join(f"{b} launches in this trace took a median {fmt_ms(t)}" for b, t in others.items())
+        seen = "; ".join(f"{b} launches in this trace took a median {fmt_ns(t)}" for b, t in others.items())
         out.append(Finding(
             id=ID,
             severity=Severity.WARNING,
             steps=tuple(steps),
-            summary=(f"{len(same)} decode launches on the slow {v0.backend} path ({v0.kernel}, median {fmt_ms(med)}, "
+            summary=(f"{len(same)} decode launches on the slow {v0.backend} path ({v0.kernel}, median {fmt_ns(med)}, "
                      f"steps {step_ranges(steps)})"
-                     + (f"; the alternatives would save ~{fmt_ms(saving)}" if compared else "")),
+                     + (f"; the alternatives would save ~{fmt_ns(saving)}" if compared else "")),
             evidence=evidence,
             explanation=path.reason + (f" Here: {seen}." if seen else ""),
             remedy=path.remedy,

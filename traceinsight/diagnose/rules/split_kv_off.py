@@ -17,8 +17,9 @@ from traceinsight.diagnose import fa3, remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
-from traceinsight.diagnose.views import Slowdown, fmt_ms, slow_launches, step_ranges, steps_of, worst
+from traceinsight.diagnose.views import Slowdown, slow_launches, step_ranges, steps_of, worst
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3, FA3_MAX_DYNAMIC_SPLIT_BATCH
+from traceinsight.units import fmt_ns
 
 ID = "split-kv-off"
 NAME = "Split-KV off"
@@ -88,7 +89,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             severity=Severity.CRITICAL,
             steps=tuple(steps),
             summary=(f"split-KV off in {len(hits)} launches of {wv.kernel} (steps {step_ranges(steps)}): up to "
-                     f"{fmt_ms(wv.dur_ns)} vs {fmt_ms(w.reference_ns)} balanced ({w.ratio:.0f}x)"
+                     f"{fmt_ns(wv.dur_ns)} vs {fmt_ns(w.reference_ns)} balanced ({w.ratio:.0f}x)"
                      + (f"; B_th = {b_th}" if b_th else "")),
             evidence=evidence,
             explanation=(
@@ -96,7 +97,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 f"of the work. {wv.backend}'s planner only does so while the CTA count stays under {budget}{below}. "
                 f"In step {wv.step.index} ({bsz}; no merge kernel follows, so nothing was split) {why_long}, so "
                 "one CTA per KV head walked that request alone while the other SMs finished early and sat idle: "
-                f"{fmt_ms(wv.dur_ns)} instead of about {fmt_ms(w.reference_ns)} for the same work spread evenly "
+                f"{fmt_ns(wv.dur_ns)} instead of about {fmt_ns(w.reference_ns)} for the same work spread evenly "
                 f"(reference: {w.reference})."),
             remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""], b_th=b_th,
                                    cap=b_th - 1 if b_th else None),
@@ -147,14 +148,14 @@ def _fa3_finding(ctx: TraceAnalysis, reason: str | None, hits: list[Slowdown]) -
         severity=Severity.CRITICAL,
         steps=tuple(steps),
         summary=(f"split-KV off in {len(hits)} launches of {wv.kernel} (steps {step_ranges(steps)}): {why}; up to "
-                 f"{fmt_ms(wv.dur_ns)} vs {fmt_ms(w.reference_ns)} balanced ({w.ratio:.0f}x)"),
+                 f"{fmt_ns(wv.dur_ns)} vs {fmt_ns(w.reference_ns)} balanced ({w.ratio:.0f}x)"),
         evidence=evidence,
         explanation=(
             "FlashAttention-3 cuts long requests into splits in its prepare kernel, up to a static bound S, so "
             f"that every SM gets a share of the work. In step {wv.step.index} "
             + (f"(B = {evidence['worst_batch_size']}) " if evidence["worst_batch_size"] else "")
             + f"{why}, so no request was cut{combine}: {long} was walked by one CTA per KV head while the other "
-            f"SMs finished and sat idle, {fmt_ms(wv.dur_ns)} instead of about {fmt_ms(w.reference_ns)} for the "
+            f"SMs finished and sat idle, {fmt_ns(wv.dur_ns)} instead of about {fmt_ns(w.reference_ns)} for the "
             f"same work spread evenly (reference: {w.reference})."),
         remedy=remedies.remedy(fa3.REMEDY.get(reason or "", "fa3-batch-cap"), remedies.facts(ctx),
                                backends=[FA3], splits=heuristic, cap=FA3_MAX_DYNAMIC_SPLIT_BATCH),

@@ -16,8 +16,9 @@ from traceinsight.diagnose import fa3, remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
-from traceinsight.diagnose.views import Slowdown, fmt_ms, slow_launches, step_ranges, steps_of, worst
+from traceinsight.diagnose.views import Slowdown, slow_launches, step_ranges, steps_of, worst
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
+from traceinsight.units import fmt_ns
 
 ID = "split-kv-starved"
 NAME = "Split-KV starved"
@@ -85,7 +86,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             severity=Severity.WARNING if w.ratio < 5 else Severity.CRITICAL,
             steps=tuple(steps),
             summary=(f"split-KV starved in {len(hits)} launches of {wv.kernel} (steps {step_ranges(steps)}): split "
-                     f"on, yet up to {fmt_ms(wv.dur_ns)} vs {fmt_ms(w.reference_ns)} balanced ({w.ratio:.0f}x)"),
+                     f"on, yet up to {fmt_ns(wv.dur_ns)} vs {fmt_ns(w.reference_ns)} balanced ({w.ratio:.0f}x)"),
             evidence=evidence,
             explanation=(
                 "Split-KV was on (a merge kernel follows), but the planner may only create as many work items as "
@@ -93,7 +94,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 + (f" with B = {b}, leaving {spare} spare work item{'s' if spare != 1 else ''}"
                    if spare is not None else "")
                 + f", so {cut}. Those few CTAs ran long after the rest of the GPU had finished: "
-                f"{fmt_ms(wv.dur_ns)} instead of about {fmt_ms(w.reference_ns)} (reference: {w.reference})."),
+                f"{fmt_ns(wv.dur_ns)} instead of about {fmt_ns(w.reference_ns)} (reference: {w.reference})."),
             remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""],
                                    b_th=wv.threshold.b_threshold if wv.threshold else None),
             saving_ns=round(sum(h.excess_ns for h in hits)),
@@ -135,13 +136,13 @@ def _fa3_finding(ctx: TraceAnalysis, reason: str, hits: list[Slowdown]) -> Findi
         severity=Severity.WARNING if w.ratio < 5 else Severity.CRITICAL,
         steps=tuple(steps),
         summary=(f"split-KV starved in {len(hits)} launches of {wv.kernel} (steps {step_ranges(steps)}): {why}; "
-                 f"the longest request {cut}, up to {fmt_ms(wv.dur_ns)} vs {fmt_ms(w.reference_ns)} balanced "
+                 f"the longest request {cut}, up to {fmt_ns(wv.dur_ns)} vs {fmt_ns(w.reference_ns)} balanced "
                  f"({w.ratio:.0f}x)"),
         evidence=evidence,
         explanation=(
             f"FlashAttention-3 cut the longest request of step {wv.step.index}, but {why}: it was {cut}, and those "
-            f"few CTAs ran long after the rest of the GPU had finished, {fmt_ms(wv.dur_ns)} instead of about "
-            f"{fmt_ms(w.reference_ns)} (reference: {w.reference})"
+            f"few CTAs ran long after the rest of the GPU had finished, {fmt_ns(wv.dur_ns)} instead of about "
+            f"{fmt_ns(w.reference_ns)} (reference: {w.reference})"
             + (f"; FA3's own heuristic would cut it into {heuristic}." if heuristic else ".")),
         remedy=remedies.remedy(fa3.REMEDY[reason], remedies.facts(ctx), backends=[FA3], splits=heuristic),
         saving_ns=round(sum(h.excess_ns for h in hits)),

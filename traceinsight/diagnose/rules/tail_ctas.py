@@ -16,7 +16,8 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import cap, tail_saving_ns
-from traceinsight.diagnose.views import LaunchView, by_kernel, fmt_ms, launch_views, slowdown, step_ranges, steps_of
+from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, slowdown, step_ranges, steps_of
+from traceinsight.units import fmt_ns
 
 ID = "tail-ctas"
 NAME = "Tail CTAs"
@@ -102,12 +103,12 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             severity=Severity.WARNING if share >= WARNING_FRACTION else Severity.INFO,
             steps=tuple(steps),
             summary=(f"tail CTAs in {len(hits)} launches of {wv.kernel} (steps {step_ranges(steps)}): up to "
-                     f"{share:.0%} of {fmt_ms(wv.dur_ns)} with fewer than half the SMs busy"),
+                     f"{share:.0%} of {fmt_ns(wv.dur_ns)} with fewer than half the SMs busy"),
             evidence=evidence,
             explanation=(
                 "A kernel ends when its last CTA ends. When a few work items are much longer than the rest, the "
                 "GPU runs at full width for a while and then waits for those few CTAs on a handful of SMs. In "
-                f"step {wv.step.index} about {fmt_ms(share * wv.dur_ns)} of {fmt_ms(wv.dur_ns)} was such a tail "
+                f"step {wv.step.index} about {fmt_ns(share * wv.dur_ns)} of {fmt_ns(wv.dur_ns)} was such a tail "
                 f"(estimated from {source}).{formed}"),
             remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""]),
             saving_ns=round(saving),

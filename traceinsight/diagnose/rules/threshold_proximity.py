@@ -13,12 +13,13 @@ from dataclasses import replace
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
-from traceinsight.diagnose.views import LaunchView, by_kernel, fmt_ms, launch_views, step_ranges, steps_of
+from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, step_ranges, steps_of
 from traceinsight.diagnose.whatif import cost_for, occupancy_for
-from traceinsight.model.attach import fa3_options, planner_batch
+from traceinsight.model.batches import fa3_options, planner_batch
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
 from traceinsight.model.planners import plan
 from traceinsight.model.simulate import simulate
+from traceinsight.units import fmt_ns
 
 ID = "threshold-proximity"
 NAME = "Close to the split-KV threshold"
@@ -94,7 +95,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             "worst_predicted_at_threshold_ns": round(wt) if wt is not None else None,
             "launches_at_risk": len(risky),
         }
-        priced_text = (f"; grown to B = {b_th} it would take about {fmt_ms(wt)} instead of {fmt_ms(wv.dur_ns)}"
+        priced_text = (f"; grown to B = {b_th} it would take about {fmt_ns(wt)} instead of {fmt_ns(wv.dur_ns)}"
                        if wt is not None else "")
         out.append(Finding(
             id=ID,

@@ -15,7 +15,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, step_ranges, steps_of
-from traceinsight.model.attach import throughput_floor_ns
+from traceinsight.model.launch_models import throughput_floor_ns
 from traceinsight.model.occupancy import CUDA_CORE, FA2
 
 ID = "wave-quantization"

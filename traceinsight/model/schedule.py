@@ -1,0 +1,232 @@
+"""What the schedule model attaches to a trace: per attention kernel variant its threshold, per step its batch
+composition, per launch its model and measurement, the GPU's idle gaps, and the `Schedule` holding them
+(filled by `traceinsight.model.attach`). Times in ns, sizes in bytes, lengths in tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from traceinsight.model.gpus import GPU
+from traceinsight.model.planners import Plan
+from traceinsight.model.simulate import CostModel, SimResult
+from traceinsight.model.steps import Kernel
+
+
+@dataclass(frozen=True)
+class KernelThreshold:
+    """Occupancy and split-KV threshold of one attention kernel variant (distinct kernel name) on this GPU.
+
+    occupancy: resident CTAs per SM from registers/threads/shared memory; max_grid: the CTA count its planner
+    targets; b_threshold: smallest batch at which no request can be split any more (None: never splits);
+    kv_heads_source: where kv_heads came from ('grid.y', 'grid.z', 'sidecar').
+    """
+
+    kernel: str
+    name: str
+    backend: str
+    kv_heads: int | None
+    kv_heads_source: str | None
+    occupancy: int
+    occupancy_limiter: str
+    max_grid: int
+    b_threshold: int | None
+    registers_per_thread: int | None
+    threads_per_block: int
+    smem_bytes: int | None
+    num_sms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "backend": self.backend,
+            "kv_heads": self.kv_heads,
+            "occupancy": self.occupancy,
+            "max_grid": self.max_grid,
+            "b_threshold": self.b_threshold,
+            "name": self.name,
+            "kv_heads_source": self.kv_heads_source,
+            "occupancy_limiter": self.occupancy_limiter,
+            "registers_per_thread": self.registers_per_thread,
+            "threads_per_block": self.threads_per_block,
+            "smem_bytes": self.smem_bytes,
+            "num_sms": self.num_sms,
+        }
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """A step's batch composition: exact from a sidecar (source 'sidecar'), or bounded from the trace
+    (source 'trace'). Unknown values are None; `known` says in words what is known and from what.
+
+    batch_size_min / batch_size_max: bounds on B (equal to batch_size when exact); kv_lens: every request's KV
+    length (tokens, sidecar only); shape fields from the sidecar or the kernel's grid/block.
+    """
+
+    source: str
+    step_key: str | None
+    batch_size: int | None
+    batch_size_min: int | None
+    batch_size_max: int | None
+    kv_lens: tuple[int, ...] | None
+    qo_heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    page_size: int | None = None
+    kv_dtype: str | None = None
+    backend: str | None = None
+    cuda_graph: bool | None = None
+    planned_split_kv: bool | None = None
+    planned_padded_batch: int | None = None
+    known: tuple[str, ...] = ()
+    call: dict[str, Any] | None = None  # the attention call's recorded arguments (sidecar `call`)
+    planned_splits: tuple[int, ...] | None = None  # FA3: splits per request as its scheduler metadata says
+    planned_num_splits: int | None = None  # FA3: the static split bound S
+
+    @property
+    def total_kv_tokens(self) -> int | None:
+        return sum(self.kv_lens) if self.kv_lens is not None else None
+
+    @property
+    def max_kv_len(self) -> int | None:
+        return max(self.kv_lens) if self.kv_lens else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "step_key": self.step_key,
+            "batch_size": self.batch_size,
+            "batch_size_min": self.batch_size_min,
+            "batch_size_max": self.batch_size_max,
+            "total_kv_tokens": self.total_kv_tokens,
+            "max_kv_len": self.max_kv_len,
+            "qo_heads": self.qo_heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "page_size": self.page_size,
+            "kv_dtype": self.kv_dtype,
+            "cuda_graph": self.cuda_graph,
+            "planned_split_kv": self.planned_split_kv,
+            "planned_padded_batch": self.planned_padded_batch,
+            "known": list(self.known),
+            "call": self.call,
+            "planned_num_splits": self.planned_num_splits,
+            "requests_cut": (sum(1 for x in self.planned_splits if x > 1)
+                             if self.planned_splits is not None else None),
+        }
+
+
+@dataclass(frozen=True)
+class LaunchModel:
+    """The schedule model of one attention launch.
+
+    source: 'sidecar' (planned from the exact batch) or 'trace' (what the grid alone says); work_items: CTAs
+    (or persistent tiles) doing work; chunk_tokens: KV chunk length (None: not split or varies);
+    split_kv: the planner's split decision (trace: merge kernel present); predicted_ns / sm_idle / tail_ns:
+    the simulated time, SM idle fraction (0..1) and tail (time with fewer than half the SMs busy), None
+    without a calibrated cost model; plan / sim: the planner's and simulator's full output (not in JSON);
+    grid_matches: the planned grid equals the traced one (None when not planned); balanced_ns: the same work
+    at full-GPU throughput (`throughput_floor_ns`), what the launch would take perfectly balanced.
+    """
+
+    kernel_id: int
+    source: str
+    work_items: int | None
+    chunk_tokens: int | None
+    split_kv: bool | None
+    predicted_ns: int | None
+    sm_idle: float | None
+    tail_ns: int | None
+    plan: Plan | None = field(default=None, repr=False, compare=False)
+    sim: SimResult | None = field(default=None, repr=False, compare=False)
+    grid_matches: bool | None = None
+    longest_item_tokens: int | None = None
+    mean_item_tokens: float | None = None
+    note: str | None = None
+    balanced_ns: int | None = None
+
+    @property
+    def imbalance(self) -> float | None:
+        """Longest work item over the mean work item (KV tokens); 1.0 is perfectly even."""
+        if self.longest_item_tokens is None or not self.mean_item_tokens:
+            return None
+        return self.longest_item_tokens / self.mean_item_tokens
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "work_items": self.work_items,
+            "chunk_tokens": self.chunk_tokens,
+            "split_kv": self.split_kv,
+            "predicted_ns": self.predicted_ns,
+            "sm_idle": round(self.sm_idle, 4) if self.sm_idle is not None else None,
+            "tail_ns": self.tail_ns,
+            "grid_matches": self.grid_matches,
+            "longest_item_tokens": self.longest_item_tokens,
+            "balanced_ns": self.balanced_ns,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Nsight Compute's per-SM active cycles of one launch (cycles): least busy SM, mean, busiest SM."""
+
+    ncu_id: int
+    sm_active_min: float | None
+    sm_active_avg: float | None
+    sm_active_max: float | None
+
+    @property
+    def sm_idle(self) -> float | None:
+        """1 - avg/max: the share of the busiest SM's time the average SM sat idle."""
+        if self.sm_active_avg is None or not self.sm_active_max:
+            return None
+        return 1.0 - self.sm_active_avg / self.sm_active_max
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sm_active_min": self.sm_active_min, "sm_active_avg": self.sm_active_avg,
+                "sm_active_max": self.sm_active_max, "ncu_id": self.ncu_id,
+                "sm_idle": round(self.sm_idle, 4) if self.sm_idle is not None else None}
+
+
+class IdleGap(NamedTuple):
+    """A stretch with no kernel or memory operation on the GPU, just before step `before_step` (ns). A named
+    tuple: a long trace has a gap between most of its steps (1.7M at 1M kernels), made at C speed."""
+
+    start_ns: int
+    end_ns: int
+    before_step: int
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class Schedule:
+    """The schedule model attached to one trace.
+
+    gpu: the GPU model (None when unknown: then nothing below is computed and `notes` says why);
+    thresholds: by kernel name; batches: by step index; models / measured: by attention kernel_id;
+    costs: calibrated cost model by kernel name; idle_gaps: GPU idle time between steps; notes: what could
+    not be modelled, in words.
+    """
+
+    gpu: GPU | None
+    thresholds: dict[str, KernelThreshold] = field(default_factory=dict)
+    batches: dict[int, StepBatch] = field(default_factory=dict)
+    models: dict[int, LaunchModel] = field(default_factory=dict)
+    measured: dict[int, Measured] = field(default_factory=dict)
+    costs: dict[str, CostModel] = field(default_factory=dict)
+    idle_gaps: list[IdleGap] = field(default_factory=list)
+    cuda_graph_kernels: frozenset[int] = frozenset()
+    notes: list[str] = field(default_factory=list)
+    cache: dict[Any, Any] = field(default_factory=dict, repr=False)  # memo for counterfactual replays
+
+    def threshold_for(self, kernel: Kernel) -> KernelThreshold | None:
+        return self.thresholds.get(kernel.name)
+
+    def occupancy_for(self, kernel: Kernel) -> int | None:
+        t = self.thresholds.get(kernel.name)
+        return t.occupancy if t else None
