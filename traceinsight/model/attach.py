@@ -30,7 +30,7 @@ from traceinsight.model.launch_models import cached_plan, calibrate_costs, model
 from traceinsight.model.occupancy import BACKENDS, CUDA_CORE, FA2, FA3, occupancy_limits
 from traceinsight.model.phases import PREFILL_PHASES, phase_from_query_lengths, tile_padding
 from traceinsight.model.planners import Plan
-from traceinsight.model.schedule import IdleGap, LaunchModel, Measured, Schedule, StepBatch
+from traceinsight.model.schedule import IdleGaps, LaunchModel, Measured, Schedule, StepBatch
 from traceinsight.model.steps import Kernel, Launch, Step
 from traceinsight.model.thresholds import kernel_threshold, threads_per_block
 from traceinsight.queries import sql
@@ -40,12 +40,12 @@ IDLE_GAP_RECORD_NS = 1_000
 
 
 # ---------------------------------------------------------------------------------------------- idle gaps
-def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | None) -> list[IdleGap]:
+def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | None) -> IdleGaps:
     """Stretches with nothing on the GPU that lie between steps (inside no step's span), from the first step to
     the last; each is given to the step that follows it. Vectorised: a long trace has a gap between most of its
     kernels, and only those between steps are kept."""
     if len(steps) < 2:
-        return []
+        return IdleGaps.empty()
     ordered = sorted(steps, key=lambda s: (s.start_ns, s.end_ns))
     params = {"t": trace_id, "d": device_id, "min": IDLE_GAP_RECORD_NS, "lo": ordered[0].start_ns,
               "hi": ordered[-1].end_ns}
@@ -60,7 +60,7 @@ def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | No
     keep[keep] = reach[after[keep] - 1] <= g0[keep]
     kept = np.flatnonzero(keep)
     before = np.array([s.index for s in ordered], np.int64)[after[kept]]
-    return list(map(IdleGap._make, zip(g0[kept].tolist(), g1[kept].tolist(), before.tolist(), strict=True)))
+    return IdleGaps(g0[kept], g1[kept], before)
 
 
 # ---------------------------------------------------------------------------------------------- phases

@@ -4,8 +4,11 @@ composition, per launch its model and measurement, the GPU's idle gaps, and the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast, overload
+
+import numpy as np
 
 from traceinsight.model.gpus import GPU
 from traceinsight.model.planners import Plan
@@ -203,6 +206,43 @@ class IdleGap(NamedTuple):
         return self.end_ns - self.start_ns
 
 
+@dataclass(frozen=True)
+class IdleGaps:
+    """The GPU's idle gaps between steps as columns (start_ns, end_ns, before_step: int64 arrays): a long trace
+    has one between most of its kernels (2.5M at 1M kernels), too many to hold as objects. Indexing and
+    iteration give `IdleGap`s."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    before_step: np.ndarray
+
+    @staticmethod
+    def empty() -> IdleGaps:
+        none = np.zeros(0, np.int64)
+        return IdleGaps(none, none, none)
+
+    @property
+    def dur_ns(self) -> np.ndarray:
+        return cast(np.ndarray, self.end_ns - self.start_ns)
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def __iter__(self) -> Iterator[IdleGap]:
+        return map(IdleGap._make, zip(self.start_ns.tolist(), self.end_ns.tolist(), self.before_step.tolist(),
+                                      strict=True))
+
+    @overload
+    def __getitem__(self, i: int) -> IdleGap: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[IdleGap]: ...
+
+    def __getitem__(self, i: int | slice) -> IdleGap | list[IdleGap]:
+        if isinstance(i, slice):
+            return list(IdleGaps(self.start_ns[i], self.end_ns[i], self.before_step[i]))
+        return IdleGap(int(self.start_ns[i]), int(self.end_ns[i]), int(self.before_step[i]))
+
+
 @dataclass
 class Schedule:
     """The schedule model attached to one trace.
@@ -219,7 +259,7 @@ class Schedule:
     models: dict[int, LaunchModel] = field(default_factory=dict)
     measured: dict[int, Measured] = field(default_factory=dict)
     costs: dict[str, CostModel] = field(default_factory=dict)
-    idle_gaps: list[IdleGap] = field(default_factory=list)
+    idle_gaps: IdleGaps = field(default_factory=IdleGaps.empty)
     cuda_graph_kernels: frozenset[int] = frozenset()
     notes: list[str] = field(default_factory=list)
     cache: dict[Any, Any] = field(default_factory=dict, repr=False)  # memo for counterfactual replays

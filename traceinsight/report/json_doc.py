@@ -200,7 +200,7 @@ def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
             for name, c in sched.costs.items()
         ],
         "idle_gaps": len(sched.idle_gaps),
-        "idle_gap_ns": sum(g.dur_ns for g in sched.idle_gaps),
+        "idle_gap_ns": int(sched.idle_gaps.dur_ns.sum()),
         "notes": list(sched.notes),
     }
 

@@ -16,7 +16,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
 from traceinsight.diagnose.savings import idle_gap_saving_ns
-from traceinsight.model.schedule import IdleGap
+from traceinsight.model.schedule import IdleGaps
 from traceinsight.units import fmt_ns
 
 ID = "gpu-idle-gaps"
@@ -39,16 +39,14 @@ WARNING_FRACTION = 0.3
 SAVING_BASIS = "span"
 
 
-def outside_windows(gaps: list[IdleGap], ctx: TraceAnalysis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def outside_windows(gaps: IdleGaps, ctx: TraceAnalysis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The part of each gap outside every step's window, as arrays (start_ns, end_ns, before_step) of the gaps
     with something left. A gap lies between two steps' GPU work, so a window can only cover its head (the next
     step's range opened before its first kernel) or its tail (the previous step's range stayed open after its
     GPU work): what remains is one stretch, or nothing. Vectorised: a long trace has a gap between most of its
     kernels."""
     n = len(gaps)
-    g0 = np.fromiter((g[0] for g in gaps), np.int64, n)
-    g1 = np.fromiter((g[1] for g in gaps), np.int64, n)
-    before = np.fromiter((g[2] for g in gaps), np.int64, n)
+    g0, g1, before = gaps.start_ns, gaps.end_ns, gaps.before_step
     ws = np.array([(st.breakdown.start_ns, st.breakdown.end_ns) for st in ctx.steps if st.breakdown is not None],
                   np.int64).reshape(-1, 2)
     if not n or not len(ws):
