@@ -6,6 +6,7 @@ run starts. Every error (bad arguments included) is one stderr line and exit sta
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -192,11 +193,14 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
     name = o["name"] or default_name(kind, shape, o["cuda_graph"], profiler, tag)
     if "/" in name or not name.strip():
         raise CollectError(f"collect: --name {name!r} must be a plain file stem")
+    for section in _items(o["ncu_sections"]):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", section):
+            raise CollectError(f"collect: --ncu-sections: {section!r} is not an ncu section identifier")
     kernels = o["ncu_kernels"] or (NCU_KERNEL_REGEX_FA3 if backend == "fa3" else NCU_KERNEL_REGEX)
     return RunConfig(kind, str(out), name, profiler, shape, paths, o["cuda_graph"], o["seed"], steps, warmup,
                      batch_sizes, dists, o["total_tokens"], serving, loop, metrics, kernels,
                      o["workspace_mb"], not o["drop_nsys_rep"], o["gzip_sidecar"], backend, fa3,
-                     "demangled" if backend == "fa3" else "function")
+                     "demangled" if backend == "fa3" else "function", tuple(_items(o["ncu_sections"])))
 
 
 def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], profiler: str, steps: int,
@@ -297,6 +301,9 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
 @click.option("--cpu-ms", type=float, default=0.0, show_default=True, help="Loop: host-cpu stall (0: derived).")
 @click.option("--ncu-metrics", default="",
               help="ncu: comma-separated metrics (default: collectors.config.NCU_METRICS).")
+@click.option("--ncu-sections", default="",
+              help="ncu: comma-separated sections (e.g. SpeedOfLight,LaunchStats,Occupancy,WorkloadDistribution): "
+                   "write ncu's details page (its default CSV layout) with them instead of the raw page's metrics.")
 @click.option("--ncu-kernels", default=None,
               help=f"ncu: kernel name regex (default FlashInfer: {NCU_KERNEL_REGEX}; FA3, matched against demangled "
                    f"names: {NCU_KERNEL_REGEX_FA3}).")
