@@ -188,7 +188,10 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
     serving = ServingConfig(o["max_batch"], float(o["arrival_rate"]), parse_span(o["prompt_len"], "--prompt-len"),
                             parse_span(o["output_len"], "--output-len"), o["long_every"], o["long_len"],
                             o["initial"], capture)
-    metrics = tuple(_items(o["ncu_metrics"])) if o["ncu_metrics"] else NCU_METRICS
+    metrics = (() if o["ncu_metrics"].strip() == "none" else tuple(_items(o["ncu_metrics"])) if o["ncu_metrics"]
+               else NCU_METRICS)
+    if not metrics and not o["ncu_sections"]:
+        raise CollectError("collect: --ncu-metrics none needs --ncu-sections (the raw page has only metrics)")
     tag = "fa3" if backend == "fa3" else paths[0] if kind == "loop" else None
     name = o["name"] or default_name(kind, shape, o["cuda_graph"], profiler, tag)
     if "/" in name or not name.strip():
@@ -300,10 +303,12 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
 @click.option("--sleep-ms", type=float, default=0.0, show_default=True, help="Loop: host-sleep stall (0: derived).")
 @click.option("--cpu-ms", type=float, default=0.0, show_default=True, help="Loop: host-cpu stall (0: derived).")
 @click.option("--ncu-metrics", default="",
-              help="ncu: comma-separated metrics (default: collectors.config.NCU_METRICS).")
+              help="ncu: comma-separated metrics (default: collectors.config.NCU_METRICS); 'none' with "
+                   "--ncu-sections: the sections alone.")
 @click.option("--ncu-sections", default="",
               help="ncu: comma-separated sections (e.g. SpeedOfLight,LaunchStats,Occupancy,WorkloadDistribution): "
-                   "write ncu's details page (its default CSV layout) with them instead of the raw page's metrics.")
+                   "write ncu's details page (its default CSV layout) with them and the --ncu-metrics instead of "
+                   "the raw page.")
 @click.option("--ncu-kernels", default=None,
               help=f"ncu: kernel name regex (default FlashInfer: {NCU_KERNEL_REGEX}; FA3, matched against demangled "
                    f"names: {NCU_KERNEL_REGEX_FA3}).")

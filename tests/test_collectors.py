@@ -182,7 +182,11 @@ def test_ncu_sections_pick_the_details_page() -> None:
     details = _config(["sweep", "--out", "o", "--profiler", "ncu", "--ncu-sections",
                        "SpeedOfLight, LaunchStats,Occupancy,WorkloadDistribution"])
     assert details.ncu_sections == ("SpeedOfLight", "LaunchStats", "Occupancy", "WorkloadDistribution")
+    assert details.ncu_metrics == raw.ncu_metrics and len(raw.ncu_metrics) == 21  # min/max SM cycles exact
     assert RunConfig.from_json(details.to_json()) == details
+    alone = _config(["sweep", "--out", "o", "--profiler", "ncu", "--ncu-sections", "SpeedOfLight",
+                     "--ncu-metrics", "none"])
+    assert (alone.ncu_sections, alone.ncu_metrics) == (("SpeedOfLight",), ())
 
 
 # ---------------------------------------------------------------------------------------------- the CLI
@@ -204,6 +208,7 @@ def test_ncu_sections_pick_the_details_page() -> None:
     ["serving", "--out", "o", "--cuda-graph", "--capture-sizes", "1,2", "--max-batch", "8"],
     ["timing", "--out", "o", "--profiler", "nsys"],
     ["sweep", "--out", "o", "--profiler", "ncu", "--ncu-sections", "SpeedOfLight,--set full"],
+    ["sweep", "--out", "o", "--profiler", "ncu", "--ncu-metrics", "none"],
 ])
 def test_cli_argument_errors_are_one_line_exit_2(args: list[str]) -> None:
     res = CliRunner().invoke(collect, args)
