@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -117,8 +118,20 @@ def test_cut_gzip_export_is_one_line_error(tmp_path: Path) -> None:
     res = _cli("analyze", TRACE, "--ncu", cut)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == [
-        f"traceinsight: error: {cut}: damaged gzip stream (Compressed file ended before the end-of-stream marker was "
-        "reached)"]
+        f"traceinsight: error: {cut}: damaged gzip stream (truncated: it ends before the end-of-stream marker)"]
+
+
+def test_gzip_export_stops_at_the_decompression_limit(tmp_path: Path) -> None:
+    """A gzip export is decompressed under the limits every gzip input has ($TRACEINSIGHT_MAX_DECOMPRESSED_BYTES
+    here 1 MiB; the raw page's header, then 8 MiB of blank lines): a one-line error, not read to the end."""
+    bomb = tmp_path / "bomb.ncu.csv.gz"
+    header = next(line for line in RAW.read_bytes().splitlines(keepends=True) if line.startswith(b'"ID"'))
+    bomb.write_bytes(gzip.compress(header + b"\n" * (8 << 20), mtime=0))
+    res = subprocess.run([sys.executable, "-m", "traceinsight", "analyze", str(bomb)], capture_output=True, text=True,
+                         env={**os.environ, "TRACEINSIGHT_MAX_DECOMPRESSED_BYTES": str(1 << 20)})
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"traceinsight: error: {bomb}: the gzip stream expands past 1.0 MiB (a decompression bomb")
 
 
 def test_gzip_and_plain_details_pages_read_alike(tmp_path: Path) -> None:

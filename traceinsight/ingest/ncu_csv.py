@@ -17,10 +17,10 @@ with a warning naming the line where the data ends.
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import csv
-import gzip
 import re
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,8 +150,7 @@ def _csv_lines(path: Path) -> Iterator[str]:
     with path.open("rb") as probe:
         packed = probe.read(2) == b"\x1f\x8b"
     try:
-        with (gzip.open(path, "rt", encoding="utf-8-sig", newline="") if packed
-              else path.open("r", encoding="utf-8-sig", newline="")) as fh:
+        with _gunzipped_lines(path) if packed else path.open("r", encoding="utf-8-sig", newline="") as fh:
             started = False
             for line in fh:
                 if not started:
@@ -164,10 +163,30 @@ def _csv_lines(path: Path) -> Iterator[str]:
                 yield line
     except UnicodeDecodeError as exc:
         raise FormatError(f"{path}: Nsight Compute CSV is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError; a cut stream ends in EOFError
-        if not packed:
-            raise
-        raise FormatError(f"{path}: damaged gzip stream ({exc or 'cut short'})") from None
+
+
+@contextlib.contextmanager
+def _gunzipped_lines(path: Path) -> Iterator[Iterator[str]]:
+    """The lines (each with its '\n') of a gzip-compressed export, decompressed under the limits every gzip input
+    has (json_stream.byte_chunks: size and ratio, so a gzip bomb is a one-line LimitError; a damaged or cut stream
+    a one-line FormatError)."""
+    from traceinsight.ingest.json_stream import Repairs, byte_chunks
+
+    def lines() -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        pieces: list[str] = []  # of the line not yet ended (kept apart: a long line is joined once)
+        for chunk in byte_chunks(path, Repairs()):
+            parts = decoder.decode(chunk).split("\n")
+            if len(parts) > 1:
+                yield "".join([*pieces, parts[0], "\n"])
+                yield from (line + "\n" for line in parts[1:-1])
+                pieces = []
+            pieces.append(parts[-1])
+        pieces.append(decoder.decode(b"", final=True))
+        if last := "".join(pieces):
+            yield last
+
+    yield lines()
 
 
 def read(path: Path) -> Ingest:
