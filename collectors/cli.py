@@ -6,6 +6,7 @@ run starts. Every error (bad arguments included) is one stderr line and exit sta
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -187,16 +188,22 @@ def build_config(kind: str, out: Path, **o: Any) -> RunConfig:
     serving = ServingConfig(o["max_batch"], float(o["arrival_rate"]), parse_span(o["prompt_len"], "--prompt-len"),
                             parse_span(o["output_len"], "--output-len"), o["long_every"], o["long_len"],
                             o["initial"], capture)
-    metrics = tuple(_items(o["ncu_metrics"])) if o["ncu_metrics"] else NCU_METRICS
+    metrics = (() if o["ncu_metrics"].strip() == "none" else tuple(_items(o["ncu_metrics"])) if o["ncu_metrics"]
+               else NCU_METRICS)
+    if not metrics and not o["ncu_sections"]:
+        raise CollectError("collect: --ncu-metrics none needs --ncu-sections (the raw page has only metrics)")
     tag = "fa3" if backend == "fa3" else paths[0] if kind == "loop" else None
     name = o["name"] or default_name(kind, shape, o["cuda_graph"], profiler, tag)
     if "/" in name or not name.strip():
         raise CollectError(f"collect: --name {name!r} must be a plain file stem")
+    for section in _items(o["ncu_sections"]):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", section):
+            raise CollectError(f"collect: --ncu-sections: {section!r} is not an ncu section identifier")
     kernels = o["ncu_kernels"] or (NCU_KERNEL_REGEX_FA3 if backend == "fa3" else NCU_KERNEL_REGEX)
     return RunConfig(kind, str(out), name, profiler, shape, paths, o["cuda_graph"], o["seed"], steps, warmup,
                      batch_sizes, dists, o["total_tokens"], serving, loop, metrics, kernels,
                      o["workspace_mb"], not o["drop_nsys_rep"], o["gzip_sidecar"], backend, fa3,
-                     "demangled" if backend == "fa3" else "function")
+                     "demangled" if backend == "fa3" else "function", tuple(_items(o["ncu_sections"])))
 
 
 def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], profiler: str, steps: int,
@@ -296,7 +303,12 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
 @click.option("--sleep-ms", type=float, default=0.0, show_default=True, help="Loop: host-sleep stall (0: derived).")
 @click.option("--cpu-ms", type=float, default=0.0, show_default=True, help="Loop: host-cpu stall (0: derived).")
 @click.option("--ncu-metrics", default="",
-              help="ncu: comma-separated metrics (default: collectors.config.NCU_METRICS).")
+              help="ncu: comma-separated metrics (default: collectors.config.NCU_METRICS); 'none' with "
+                   "--ncu-sections: the sections alone.")
+@click.option("--ncu-sections", default="",
+              help="ncu: comma-separated sections (e.g. SpeedOfLight,LaunchStats,Occupancy,WorkloadDistribution): "
+                   "write ncu's details page (its default CSV layout) with them and the --ncu-metrics instead of "
+                   "the raw page.")
 @click.option("--ncu-kernels", default=None,
               help=f"ncu: kernel name regex (default FlashInfer: {NCU_KERNEL_REGEX}; FA3, matched against demangled "
                    f"names: {NCU_KERNEL_REGEX_FA3}).")

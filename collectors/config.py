@@ -255,6 +255,9 @@ class RunConfig:
     backend: str = "flashinfer"
     fa3: Fa3Config = field(default_factory=Fa3Config)
     ncu_name_base: str = "function"  # ncu --kernel-name-base: what -k regex: is matched against
+    # ncu sections (SpeedOfLight, LaunchStats, ...): the details page, ncu's default CSV layout, instead of the raw
+    # page with `ncu_metrics`; empty = the raw page.
+    ncu_sections: tuple[str, ...] = ()
 
     @property
     def model(self) -> dict[str, Any]:

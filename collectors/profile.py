@@ -210,9 +210,13 @@ def run_ncu(cfg: RunConfig) -> list[Path]:
     ncu = find_tool("NCU", "ncu", NCU_GLOBS)
     cfg_path = _write_config(cfg)
     csv_path = cfg.output(".ncu.csv")
+    # The details page: each section, plus the metrics (ncu prints them as "Command line profiler metrics" rows:
+    # the SM active-cycle min/max there are exact, the sections give them only where a rule fires); else the raw page.
+    metrics = ["--metrics", ",".join(cfg.ncu_metrics)] if cfg.ncu_metrics else []
+    what = (["--print-units", "base", *(a for s in cfg.ncu_sections for a in ("--section", s)), *metrics]
+            if cfg.ncu_sections else ["--page", "raw", "--print-units", "base", *metrics])
     with csv_path.open("wb") as out:
-        _run([ncu, "--profile-from-start", "off", "--nvtx", "--clock-control", "none", "--csv", "--page", "raw",
-              "--print-units", "base", "--metrics", ",".join(cfg.ncu_metrics),
+        _run([ncu, "--profile-from-start", "off", "--nvtx", "--clock-control", "none", "--csv", *what,
               *(["--kernel-name-base", cfg.ncu_name_base] if cfg.ncu_name_base != "function" else []),
               "-k", f"regex:{cfg.ncu_kernels}", *_child(cfg_path)],
              "ncu", stdout=out)

@@ -27,7 +27,8 @@ def run(cfg: RunConfig) -> list[Path]:
 
 def _run_record(cfg: RunConfig) -> dict[str, Any]:
     rec = asdict(cfg)
-    for noisy in ("out", "ncu_metrics", "ncu_kernels", "keep_nsys_rep", "gzip_sidecar", "ncu_name_base"):
+    for noisy in ("out", "ncu_metrics", "ncu_kernels", "keep_nsys_rep", "gzip_sidecar", "ncu_name_base",
+                  "ncu_sections"):
         rec.pop(noisy)
     if cfg.backend != "fa3":
         rec.pop("fa3")

@@ -44,8 +44,8 @@ def sidecar_in(folder: Path, stem: str) -> dict[str, Any]:
 
 
 def ncu_rows(path: Path) -> list[dict[str, str]]:
-    """The rows of an Nsight Compute CSV (`ncu --csv --page raw`), read as plain CSV: its header row after any
-    log lines, one dict per profiled kernel (the row of units under the header left out)."""
+    """The rows of a raw-page Nsight Compute CSV (`ncu --csv --page raw`), read as plain CSV: its header row after
+    any log lines, one dict per profiled kernel (the row of units under the header left out)."""
     lines = path.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
     rows = list(csv.reader(lines[start:]))

@@ -176,6 +176,19 @@ def test_run_config_json_round_trip() -> None:
     assert (timing.name, timing.profiler, timing.steps) == ("timing_q64kv8d128_fp8_none", "none", 30)
 
 
+def test_ncu_sections_pick_the_details_page() -> None:
+    raw = _config(["sweep", "--out", "o", "--profiler", "ncu"])
+    assert raw.ncu_sections == ()  # the raw page with NCU_METRICS, as before
+    details = _config(["sweep", "--out", "o", "--profiler", "ncu", "--ncu-sections",
+                       "SpeedOfLight, LaunchStats,Occupancy,WorkloadDistribution"])
+    assert details.ncu_sections == ("SpeedOfLight", "LaunchStats", "Occupancy", "WorkloadDistribution")
+    assert details.ncu_metrics == raw.ncu_metrics and len(raw.ncu_metrics) == 21  # min/max SM cycles exact
+    assert RunConfig.from_json(details.to_json()) == details
+    alone = _config(["sweep", "--out", "o", "--profiler", "ncu", "--ncu-sections", "SpeedOfLight",
+                     "--ncu-metrics", "none"])
+    assert (alone.ncu_sections, alone.ncu_metrics) == (("SpeedOfLight",), ())
+
+
 # ---------------------------------------------------------------------------------------------- the CLI
 
 
@@ -194,6 +207,8 @@ def test_run_config_json_round_trip() -> None:
     ["serving", "--out", "o", "--prompt-len", "900:100"],
     ["serving", "--out", "o", "--cuda-graph", "--capture-sizes", "1,2", "--max-batch", "8"],
     ["timing", "--out", "o", "--profiler", "nsys"],
+    ["sweep", "--out", "o", "--profiler", "ncu", "--ncu-sections", "SpeedOfLight,--set full"],
+    ["sweep", "--out", "o", "--profiler", "ncu", "--ncu-metrics", "none"],
 ])
 def test_cli_argument_errors_are_one_line_exit_2(args: list[str]) -> None:
     res = CliRunner().invoke(collect, args)

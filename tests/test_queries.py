@@ -12,7 +12,7 @@ import pytest
 
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.kernel_table import ensure_labels
-from traceinsight.model.steps import FA3_CAP_PER_PREPARE_CTA, SPLIT_SIGNAL
+from traceinsight.model.steps import FA3_CAP_PER_PREPARE_CTA, attention_split_params
 from traceinsight.queries import names, sql
 
 T = 3  # a trace id other than 0, so a query that forgets its $trace filter shows
@@ -30,16 +30,16 @@ class Inline:
 
     def kernel(self, kid: int, name: str, family: str, start: int, end: int, *, backend: str | None = None,
                stream: int | None = 7, device: int | None = 0, corr: int | None = None, grid_x: int = 1,
-               trace: int = T) -> None:
+               grid_y: int = 1, grid_z: int = 1, trace: int = T) -> None:
         if name not in self.labels:
             self.labels.add(name)
             self.db.sql("INSERT INTO kernel_labels VALUES ($n, $f, $b, $n, 'unknown', '', 'inline', '{}')",
                         {"n": name, "f": family, "b": backend})
         self.db.sql("INSERT INTO kernels (trace_id, kernel_id, name, device_id, stream_id, start_ns, end_ns, dur_ns, "
                     "grid_x, grid_y, grid_z, correlation_id, process_id) "
-                    "VALUES ($t, $k, $n, $d, $s, $a, $e, $e - $a, $g, 1, 1, $c, 1)",
+                    "VALUES ($t, $k, $n, $d, $s, $a, $e, $e - $a, $g, $gy, $gz, $c, 1)",
                     {"t": trace, "k": kid, "n": name, "d": device, "s": stream, "a": start, "e": end, "g": grid_x,
-                     "c": corr})
+                     "gy": grid_y, "gz": grid_z, "c": corr})
 
     def launch(self, corr: int, start: int, thread: int = 11, trace: int = T) -> None:
         self.db.sql("INSERT INTO launches VALUES ($t, $c, 'cudaLaunchKernel', $a, $a + 5, 1, $h)",
@@ -172,9 +172,7 @@ def test_step_members_replaces_only_its_own_trace() -> None:
 
 def _launches(x: Inline) -> list[tuple[Any, ...]]:
     rows = x.db.rows(sql("step_launches"), {
-        "trace": T, "fa3_cap": FA3_CAP_PER_PREPARE_CTA,
-        "merge_backends": sorted(b for b, s in SPLIT_SIGNAL.items() if s == "merge"),
-        "never_backends": sorted(b for b, s in SPLIT_SIGNAL.items() if s == "never")})
+        "trace": T, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(x.db)})
     return [(r["step_key"], r["kernel_id"], r["role"], r["launch_id"], r["split_kv"], r["split_evidence"])
             for r in rows]
 
@@ -219,6 +217,35 @@ def test_step_launches_reads_fa3s_cap_from_its_prepare_grid() -> None:
         (-1, 1, "attention", 1, False, f"fa3_combine follows, but the prepare kernel ran 2 CTAs: B > {cap} "
                                        "requests, above FA3's dynamic-split cap no request is cut"),
         (-1, 2, "merge", 1, None, None),
+    ]
+
+
+def test_step_launches_reads_partitions_from_the_grid_axis_a_rule_names() -> None:
+    """vLLM v2 (model/split_signal.toml: partitions on grid.z, its reduce kernel always runs), v1 (never splits),
+    ll4mi with no grid in the trace (the reduce kernel decides), FlashMLA (its combine runs after every launch)."""
+    x = Inline()
+    x.kernel(0, "paged_attention_v2_kernel", "attention", 0, 90, backend="vllm", grid_x=32, grid_y=8, grid_z=16)
+    x.kernel(1, "paged_attention_v2_reduce_kernel", "merge", 90, 95, backend="vllm")
+    x.kernel(2, "paged_attention_v2_kernel", "attention", 100, 190, backend="vllm", grid_x=32, grid_y=8)
+    x.kernel(3, "paged_attention_v2_reduce_kernel", "merge", 190, 195, backend="vllm")
+    x.kernel(4, "paged_attention_v1_kernel", "attention", 200, 290, backend="vllm")
+    x.kernel(5, "paged_attention_ll4mi_QKV_mfma16_kernel", "attention", 300, 390, backend="vllm-rocm",
+             grid_x=0, grid_y=0, grid_z=0)
+    x.kernel(6, "paged_attention_ll4mi_reduce_kernel", "merge", 390, 395, backend="vllm-rocm")
+    x.kernel(7, "flash_fwd_splitkv_mla_kernel", "attention", 400, 490, backend="flashmla")
+    x.kernel(8, "flash_fwd_splitkv_mla_combine_kernel", "merge", 490, 495, backend="flashmla")
+    _group(x)
+    got = [r for r in _launches(x) if r[2] == "attention"]
+    assert got == [
+        (-5, 7, "attention", 7, None, "flash_fwd_splitkv_mla_combine_kernel runs after every launch of the flashmla "
+                                      "backend, split or not; which requests were cut is device data"),
+        (-4, 5, "attention", 5, True, "paged_attention_ll4mi_reduce_kernel follows the launch on stream 7"),
+        (-3, 4, "attention", 4, False, "paged_attention_v1_kernel (vllm) never splits along KV"),
+        (-2, 2, "attention", 2, False, "paged_attention_v2_reduce_kernel follows the launch on stream 7, but grid.z = 1"
+                                       " partitions of 512 tokens (vLLM PARTITION_SIZE; ceil(max_seq_len / 512)): no "
+                                       "request is cut, the merge kernel only copies"),
+        (-1, 0, "attention", 0, True, "paged_attention_v2_reduce_kernel follows the launch on stream 7; grid.z = 16 "
+                                      "partitions of 512 tokens (vLLM PARTITION_SIZE; ceil(max_seq_len / 512))"),
     ]
 
 

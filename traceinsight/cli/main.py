@@ -120,7 +120,8 @@ def main() -> None:
     """Analyze LLM decode-attention profiling traces: find split-KV cliffs, tail CTAs, SM idle and spikes.
 
     Reads Nsight Systems (.nsys-rep and its SQLite export), torch.profiler/Kineto JSON (.json, .json.gz) and
-    Nsight Compute CSV (--csv --page raw). The format is detected from the content.
+    Nsight Compute CSV (ncu --csv: the default details page or --page raw). The format is detected from the
+    content.
     """
 
 
@@ -133,7 +134,7 @@ def main() -> None:
 @click.option("--meta", "meta", multiple=True, type=click.Path(path_type=str),
               help="Sidecar with each step's batch composition (collector sidecar or *.meta.json[.gz]).")
 @click.option("--ncu", "ncu", multiple=True, type=click.Path(path_type=str),
-              help="Nsight Compute CSV (ncu --csv --page raw) to match to the trace's kernels.")
+              help="Nsight Compute CSV (ncu --csv, details page or --page raw) to match to the trace's kernels.")
 @click.option("--step-pattern", default=None, metavar="REGEX",
               help="Use only ranges whose name matches REGEX as steps (default: outermost ranges around attention).")
 @click.option("--fail-on", "fail_on", type=click.Choice(["critical", "warning", "info"]), default=None,

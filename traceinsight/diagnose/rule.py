@@ -67,7 +67,7 @@ MISSING: dict[Input, str] = {
     Input.SIDECAR: "no batch composition (KV lengths per step): pass --meta SIDECAR",
     Input.SCHEDULE: "no simulated schedule: needs --meta SIDECAR with KV lengths and balanced launches to "
                     "calibrate the cost model",
-    Input.NCU: "no Nsight Compute metrics matched to the launches: pass --ncu CSV (ncu --csv --page raw)",
+    Input.NCU: "no Nsight Compute metrics matched to the launches: pass --ncu CSV (ncu --csv, details or raw page)",
     Input.SHAPE: "the model shape (heads, head_dim) is unknown: pass a sidecar that records it",
     Input.BANDWIDTH: "the GPU's peak HBM bandwidth is unknown",
 }

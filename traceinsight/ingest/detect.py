@@ -90,5 +90,5 @@ def detect(path: Path) -> str:
         return "ncu-csv"
     raise FormatError(
         f"{path}: unknown format (expected a Kineto JSON trace, an Nsight Systems .nsys-rep or SQLite export, "
-        "or an Nsight Compute --csv --page raw export)"
+        "or an Nsight Compute --csv export, details or raw page)"
     )

@@ -17,6 +17,8 @@ with a warning naming the line where the data ends.
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import csv
 import re
 from collections.abc import Iterator
@@ -143,9 +145,12 @@ class _Lines:
 
 
 def _csv_lines(path: Path) -> Iterator[str]:
-    """The lines of the export from the header on, without ncu's own `==PROF==`-style lines."""
+    """The lines of the export (plain, or gzip-compressed as `detect` accepts it) from the header on, without
+    ncu's own `==PROF==`-style lines."""
+    with path.open("rb") as probe:
+        packed = probe.read(2) == b"\x1f\x8b"
     try:
-        with path.open("r", encoding="utf-8-sig", newline="") as fh:
+        with _gunzipped_lines(path) if packed else path.open("r", encoding="utf-8-sig", newline="") as fh:
             started = False
             for line in fh:
                 if not started:
@@ -158,6 +163,30 @@ def _csv_lines(path: Path) -> Iterator[str]:
                 yield line
     except UnicodeDecodeError as exc:
         raise FormatError(f"{path}: Nsight Compute CSV is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+@contextlib.contextmanager
+def _gunzipped_lines(path: Path) -> Iterator[Iterator[str]]:
+    """The lines (each with its '\n') of a gzip-compressed export, decompressed under the limits every gzip input
+    has (json_stream.byte_chunks: size and ratio, so a gzip bomb is a one-line LimitError; a damaged or cut stream
+    a one-line FormatError)."""
+    from traceinsight.ingest.json_stream import Repairs, byte_chunks
+
+    def lines() -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        pieces: list[str] = []  # of the line not yet ended (kept apart: a long line is joined once)
+        for chunk in byte_chunks(path, Repairs()):
+            parts = decoder.decode(chunk).split("\n")
+            if len(parts) > 1:
+                yield "".join([*pieces, parts[0], "\n"])
+                yield from (line + "\n" for line in parts[1:-1])
+                pieces = []
+            pieces.append(parts[-1])
+        pieces.append(decoder.decode(b"", final=True))
+        if last := "".join(pieces):
+            yield last
+
+    yield lines()
 
 
 def read(path: Path) -> Ingest:
@@ -435,15 +464,23 @@ def _add_details_metric(
 def _add_imbalance(metrics: dict[str, list[Any]], imbalance: dict[int, dict[str, float]]) -> None:
     """sm__cycles_active.min/max from the WorkloadImbalance rule's percentages and the average SM active cycles.
 
-    The rule reports them only where the imbalance is large; elsewhere min and max stay unknown (not invented).
-    Raw-page and `--metrics` values win: nothing is added for a kernel that already has the metric.
+    ncu's two percentages have different bases: "maximum instance value is A% above the average" is
+    (max - avg) / max, "minimum ... B% below the average" is (avg - min) / avg. So max = avg / (1 - A/100) and
+    min = avg * (1 - B/100). Checked on the H200 capture of one FlashInfer sweep on both pages
+    (tests/data/h200_ncu/): a decode launch with average 945,320 cycles and "93.01% above" has max 13,523,892 by
+    this reading, the raw page of the same case 13,522,445 (avg * 1.9301 would give 1,824,562); an FA2 launch,
+    1,759,293 vs 1,759,620.
+    The rule reports them only where ncu's rule fires, which is not every imbalanced kernel (in that capture it
+    did not fire for the most imbalanced decode launch, avg/max 0.035 on the raw page); elsewhere min and max stay
+    unknown (not invented): capture `--metrics sm__cycles_active.min,sm__cycles_active.max` beside the sections
+    for every kernel. Raw-page and `--metrics` values win: nothing is added for a kernel that already has them.
     """
     have = {(i, m) for i, m in zip(metrics["ncu_id"], metrics["metric"], strict=True)}
     for ncu_id, d in imbalance.items():
-        if "avg" not in d or "above" not in d:
+        if "avg" not in d or "above" not in d or not d["above"] < 100:
             continue
         for metric, value, how in (
-            ("sm__cycles_active.max", d["avg"] * (1 + d["above"] / 100), f"+{d['above']}%"),
+            ("sm__cycles_active.max", d["avg"] / (1 - d["above"] / 100), f"+{d['above']}% of the maximum"),
             ("sm__cycles_active.min", d["avg"] * (1 - d["below"] / 100), f"-{d['below']}%"),
         ):
             if (ncu_id, metric) in have:

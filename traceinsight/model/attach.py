@@ -108,9 +108,15 @@ def _attention_launches(steps: Iterable[Step]) -> Iterable[tuple[Step, Launch]]:
 
 
 def _device_row(db: TraceDB, trace_id: int, gpu_row: dict[str, Any]) -> dict[str, Any]:
+    """The devices row of the GPU the trace's kernels ran on, merged over `gpu_row` (trace_gpu.sql). Kernels on a
+    device id that no devices row describes use the trace's only devices row, when it has exactly one (the SGLang
+    MI300X trace: kernels on device 9, properties under id 0); the device id stays the kernels'."""
     dev = gpu_row.get("device_id")
     rows = db.rows("SELECT * FROM devices WHERE trace_id = $t AND (device_id = $d OR $d IS NULL) "
                    "ORDER BY device_id LIMIT 1", {"t": trace_id, "d": dev})
+    if not rows and dev is not None:
+        rows = db.rows("SELECT * FROM devices WHERE trace_id = $t LIMIT 2", {"t": trace_id})
+        rows = [{**rows[0], "device_id": dev}] if len(rows) == 1 else []
     return {**gpu_row, **(rows[0] if rows else {})}
 
 

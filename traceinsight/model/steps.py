@@ -10,9 +10,11 @@ A step is, in order of preference:
    merge/combine (and prepare) kernels. When ranges do define steps, attention launches outside all of them
    (warm-ups, planning runs) are not steps: `group_steps` returns them apart as unassigned launches.
 
-Split-KV of a launch comes from the trace alone: backends that split through a separate merge/combine kernel
-are "on" exactly when such a kernel follows the launch on the same stream within the step; backends that never
-split are "off"; others are unknown (None).
+Split-KV of a launch comes from the trace alone, by the rules of model/split_signal.toml: backends that split
+through a separate merge/combine kernel are "on" exactly when such a kernel follows the launch on the same stream
+within the step (refined by the grid axis that counts the KV parts, where a rule names one and the trace has the
+grid); kernels that never split are "off"; others (and those whose merge kernel runs after every launch) are
+unknown (None).
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ from __future__ import annotations
 import functools
 import json
 import re
+import tomllib
 from collections import defaultdict
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 import pyarrow as pa
 
 from traceinsight import labels
+from traceinsight.errors import FormatError
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.queries import sql
@@ -35,16 +40,91 @@ ATTENTION = "attention"
 MERGE = "merge"
 PREPARE = "prepare"
 
-# How each backend shows split-KV in a trace: 'merge' = a separate merge/combine kernel follows a split launch;
-# 'never' = the backend does not split along KV. Backends not listed: unknown.
-SPLIT_SIGNAL: dict[str, str] = {
-    "flashinfer-cuda-core": "merge",
-    "flashinfer-fa2": "merge",
-    "flashinfer-sm90": "never",
-    "fa3": "merge",
-    "fa2": "merge",
-    "pytorch-flash": "merge",
-}
+# How each backend shows split-KV in a trace: data, model/split_signal.toml (its header says what the fields mean).
+SPLIT_SIGNALS = ("merge", "never", "always")
+_SPLIT_KEYS = {"backend", "kernel", "signal", "parts", "parts_note", "source"}
+
+
+@dataclass(frozen=True, slots=True)
+class SplitRule:
+    """One rule of split_signal.toml: how launches of `backend` (whose full name `kernel` matches) show split-KV."""
+
+    backend: str
+    kernel: re.Pattern[str] | None
+    signal: str  # 'merge' | 'never' | 'always'
+    parts: str | None  # the grid axis counting KV parts when a merge kernel follows: 'x' | 'y' | 'z'
+    parts_note: str
+    source: str
+
+
+def parse_split_rules(text: str, where: str = "split_signal.toml") -> tuple[SplitRule, ...]:
+    """Validate split_signal.toml's text; a mistake is a one-line FormatError naming `where` and the rule."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise FormatError(f"{where}: not TOML: {exc}") from None
+    if doc.get("version") != 1 or set(doc) - {"version", "rule"}:
+        raise FormatError(f"{where}: expected version = 1 and [[rule]] tables only")
+    rules = []
+    for i, raw in enumerate(doc.get("rule", [])):
+        at = f"{where}: rule {i + 1}"
+        if not isinstance(raw, dict) or set(raw) - _SPLIT_KEYS or not {"backend", "signal", "source"} <= set(raw):
+            raise FormatError(f"{at}: keys must be backend, signal, source and optionally kernel, parts, parts_note")
+        if not all(isinstance(v, str) and v for v in raw.values()):
+            raise FormatError(f"{at}: every value must be a non-empty string")
+        if raw["signal"] not in SPLIT_SIGNALS:
+            raise FormatError(f"{at}: signal {raw['signal']!r} is not one of {', '.join(SPLIT_SIGNALS)}")
+        if raw.get("parts", "x") not in ("x", "y", "z") or ("parts" in raw) != ("parts_note" in raw):
+            raise FormatError(f"{at}: parts must be x, y or z, given together with parts_note")
+        try:
+            kernel = re.compile(raw["kernel"]) if "kernel" in raw else None
+        except re.error as exc:
+            raise FormatError(f"{at}: kernel {raw['kernel']!r} is not a regex: {exc}") from None
+        rules.append(SplitRule(raw["backend"], kernel, raw["signal"], raw.get("parts"), raw.get("parts_note", ""),
+                               raw["source"]))
+    return tuple(rules)
+
+
+@functools.cache
+def split_rules() -> tuple[SplitRule, ...]:
+    """The built-in rules (model/split_signal.toml)."""
+    text = resources.files("traceinsight.model").joinpath("split_signal.toml").read_text(encoding="utf-8")
+    return parse_split_rules(text)
+
+
+def split_rule(name: str, backend: str | None, rules: tuple[SplitRule, ...] | None = None) -> SplitRule | None:
+    """The first rule for an attention kernel of this full name and label backend, or None (split unknown)."""
+    for rule in split_rules() if rules is None else rules:
+        if rule.backend == backend and (rule.kernel is None or rule.kernel.search(name)):
+            return rule
+    return None
+
+
+def split_params(names: list[tuple[str, str | None, str]], rules: tuple[SplitRule, ...] | None = None,
+                 ) -> dict[str, list[str]]:
+    """step_launches.sql's split parameters for these attention kernels ((full name, backend, short name)
+    triples): parallel lists, one entry per name that a rule covers. The subject is what the evidence names: the
+    backend for a backend-wide rule, the kernel for a kernel rule."""
+    out: dict[str, list[str]] = {k: [] for k in ("split_names", "split_signals", "split_axes", "split_notes",
+                                                 "split_subjects")}
+    for name, backend, kernel in names:
+        rule = split_rule(name, backend, rules)
+        if rule is None:
+            continue
+        out["split_names"].append(name)
+        out["split_signals"].append(rule.signal)
+        out["split_axes"].append(rule.parts or "")
+        out["split_notes"].append(rule.parts_note)
+        out["split_subjects"].append(f"the {backend} backend" if rule.kernel is None
+                                     else f"{kernel} ({backend})")
+    return out
+
+
+def attention_split_params(db: TraceDB) -> dict[str, list[str]]:
+    """split_params for every attention kernel name the database has labelled."""
+    rows = db.rows("SELECT name, backend, kernel FROM kernel_labels WHERE family = 'attention' ORDER BY name")
+    return split_params([(r["name"], r["backend"], r["kernel"]) for r in rows])
+
 
 # Requests one CTA of FA3's prepare_varlen_num_blocks kernel handles (its grid is ceil(B / this)); with more than
 # one CTA no request is split (flash_prepare_scheduler.cu, PREPARE_VARLEN_MAX_BATCHES_1CTA).
@@ -221,9 +301,7 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
                                       "names": _range_names(db, step_pattern)})
     db.script(sql("step_members"), params)
     table = db.con.sql(sql("step_launches"), params={
-        "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA,
-        "merge_backends": sorted(b for b, s in SPLIT_SIGNAL.items() if s == "merge"),
-        "never_backends": sorted(b for b, s in SPLIT_SIGNAL.items() if s == "never")}).to_arrow_table()
+        "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)}).to_arrow_table()
     kernels = kernels_of(table)
     keys, roles, launch_ids = (table.column(c).to_pylist() for c in ("step_key", "role", "launch_id"))
     split_kv, split_evidence = (table.column(c).to_pylist() for c in ("split_kv", "split_evidence"))

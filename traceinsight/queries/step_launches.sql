@@ -2,11 +2,15 @@
 -- and prepare kernels, and whether the trace shows it split along KV. Within a step, on each (device, stream),
 -- a merge kernel belongs to the latest attention kernel that started before it and a prepare kernel to the
 -- next one; kernels with no such attention kernel belong to no launch.
--- Split state, from the trace alone: a backend that splits through a merge kernel ($merge_backends) is split
--- exactly when one follows the launch — except FA3 when its prepare kernel ran >= 2 CTAs: one CTA plans
--- $fa3_cap requests, and above that cap FA3 cuts no request though its combine kernel still runs
--- (KERNELS.md §5); a backend of $never_backends never splits; for any other the trace does not tell (NULL).
--- Inputs: _step_members, kernels, kernel_labels; $trace; $merge_backends, $never_backends (VARCHAR[]);
+-- Split state, from the trace alone, by the rule each attention kernel name has (model/split_signal.toml, resolved
+-- in Python into the parallel lists $split_names/_signals/_axes/_notes/_subjects): signal 'merge' = split exactly
+-- when a merge kernel follows the launch — except FA3 when its prepare kernel ran >= 2 CTAs: one CTA plans $fa3_cap
+-- requests, and above that cap FA3 cuts no request though its combine kernel still runs (KERNELS.md §5) — and,
+-- where the rule names the grid axis that counts KV parts and the trace has the grid, 1 part = not split (the
+-- merge kernel only copies); 'never' = not split; 'always' (the merge kernel runs after every launch) and names
+-- no rule covers: unknown (NULL).
+-- Inputs: _step_members, kernels, kernel_labels; $trace; $split_names, $split_signals, $split_axes ('x' | 'y' |
+--         'z' | ''), $split_notes, $split_subjects (VARCHAR[], one entry per attention kernel name);
 --         $fa3_cap (BIGINT).
 -- Columns: step_key; ranged; launch_id (kernel_id of the launch's attention kernel); role ('attention' |
 --          'merge' | 'prepare'); split_kv, split_evidence (on the attention row, else NULL); the kernel:
@@ -36,35 +40,57 @@ WITH m AS (
     FROM roles r
     JOIN kernels k ON k.trace_id = $trace AND k.kernel_id = r.kernel_id
     JOIN kernel_labels kl ON kl.name = k.name
+), rules AS (
+    SELECT unnest(CAST($split_names AS VARCHAR[])) AS name, unnest(CAST($split_signals AS VARCHAR[])) AS signal,
+           unnest(CAST($split_axes AS VARCHAR[])) AS axis, unnest(CAST($split_notes AS VARCHAR[])) AS note,
+           unnest(CAST($split_subjects AS VARCHAR[])) AS subject
 ), per_launch AS (
     SELECT step_key, launch_id,
            count(*) FILTER (WHERE role = 'merge') AS merges,
            arg_min(kernel, kernel_id) FILTER (WHERE role = 'merge') AS first_merge,
            coalesce(max(grid_x) FILTER (WHERE role = 'prepare' AND backend = 'fa3'), 0) AS cap_ctas
     FROM rows GROUP BY step_key, launch_id
-), decided AS (
-    SELECT f.step_key, f.launch_id,
-           CASE WHEN p.merges > 0 AND p.cap_ctas >= 2 THEN FALSE
-                WHEN p.merges > 0 THEN TRUE
-                WHEN list_contains($merge_backends, f.backend) THEN FALSE
-                WHEN list_contains($never_backends, f.backend) THEN FALSE
-           END AS split_kv,
-           CASE WHEN p.merges > 0 AND p.cap_ctas >= 2
-                    THEN p.first_merge || ' follows, but the prepare kernel ran ' || p.cap_ctas || ' CTAs: B > '
-                         || $fa3_cap || ' requests, above FA3''s dynamic-split cap no request is cut'
-                WHEN p.merges > 0
-                    THEN p.first_merge || ' follows the launch on stream ' || coalesce(CAST(f.stream_id AS VARCHAR), 'None')
-                WHEN list_contains($merge_backends, f.backend)
-                    THEN 'no merge/combine kernel follows the launch on stream '
-                         || coalesce(CAST(f.stream_id AS VARCHAR), 'None')
-                         || CASE WHEN p.cap_ctas >= 2 THEN ' (and the prepare kernel ran ' || p.cap_ctas
-                                 || ' CTAs: B > ' || $fa3_cap || ', above FA3''s dynamic-split cap)' ELSE '' END
-                WHEN list_contains($never_backends, f.backend)
-                    THEN 'the ' || f.backend || ' backend never splits along KV'
-                ELSE 'split-KV of backend ' || coalesce(nullif(f.backend, ''), 'unknown') || ' is not visible in a trace'
-           END AS split_evidence
-    FROM rows f JOIN per_launch p ON p.step_key = f.step_key AND p.launch_id = f.launch_id
+), ruled AS (
+    SELECT f.*, p.merges, p.first_merge, p.cap_ctas, r.signal, r.axis, r.note, r.subject,
+           CASE r.axis WHEN 'x' THEN nullif(f.grid_x, 0) WHEN 'y' THEN nullif(f.grid_y, 0)
+                       WHEN 'z' THEN nullif(f.grid_z, 0) END AS parts,
+           ' on stream ' || coalesce(CAST(f.stream_id AS VARCHAR), 'None') AS on_stream
+    FROM rows f
+    JOIN per_launch p ON p.step_key = f.step_key AND p.launch_id = f.launch_id
+    LEFT JOIN rules r ON r.name = f.name
     WHERE f.role = 'attention'
+), decided AS (
+    SELECT step_key, launch_id,
+           CASE WHEN merges > 0 AND cap_ctas >= 2 THEN FALSE
+                WHEN merges > 0 AND parts = 1 THEN FALSE
+                WHEN merges > 0 AND parts > 1 THEN TRUE
+                WHEN merges > 0 AND signal = 'always' THEN NULL
+                WHEN merges > 0 THEN TRUE
+                WHEN signal IN ('merge', 'never') THEN FALSE
+           END AS split_kv,
+           CASE WHEN merges > 0 AND cap_ctas >= 2
+                    THEN first_merge || ' follows, but the prepare kernel ran ' || cap_ctas || ' CTAs: B > '
+                         || $fa3_cap || ' requests, above FA3''s dynamic-split cap no request is cut'
+                WHEN merges > 0 AND parts = 1
+                    THEN first_merge || ' follows the launch' || on_stream || ', but grid.' || axis || ' = 1 '
+                         || note || ': no request is cut, the merge kernel only copies'
+                WHEN merges > 0 AND parts > 1
+                    THEN first_merge || ' follows the launch' || on_stream || '; grid.' || axis || ' = ' || parts
+                         || ' ' || note
+                WHEN merges > 0 AND signal = 'always'
+                    THEN first_merge || ' runs after every launch of ' || subject || ', split or not; which '
+                         || 'requests were cut is device data'
+                WHEN merges > 0
+                    THEN first_merge || ' follows the launch' || on_stream
+                WHEN signal = 'merge'
+                    THEN 'no merge/combine kernel follows the launch' || on_stream
+                         || CASE WHEN cap_ctas >= 2 THEN ' (and the prepare kernel ran ' || cap_ctas
+                                 || ' CTAs: B > ' || $fa3_cap || ', above FA3''s dynamic-split cap)' ELSE '' END
+                WHEN signal = 'never'
+                    THEN subject || ' never splits along KV'
+                ELSE 'split-KV of backend ' || coalesce(nullif(backend, ''), 'unknown') || ' is not visible in a trace'
+           END AS split_evidence
+    FROM ruled
 )
 SELECT f.step_key, f.ranged, f.launch_id, f.role, d.split_kv, d.split_evidence,
        f.* EXCLUDE (step_key, ranged, launch_id, role)

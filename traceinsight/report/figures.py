@@ -49,6 +49,7 @@ COMPONENT_COLOURS = {
     "norm": "#72b7b2",
     "elementwise": "#54a24b",
     "communication": "#b279a2",
+    "moe": "#e377c2",
     "memory": "#9d755d",
     "other": "#bab0ac",
     "idle-host": "#f2cf5b",
