@@ -116,3 +116,35 @@ def test_idle_gaps_between_steps_leave_out_the_steps_windows(h200: Path, name: s
     assert int((hi - lo).sum()) == want
     assert all(not any(w0 < e and s < w1 for w0, w1 in windows) for s, e in zip(lo.tolist(), hi.tolist(), strict=True))
     assert want < sum(g.dur_ns for g in gaps)  # the host time at the start of a step's range is the step's
+
+
+@pytest.mark.parametrize("trace", [
+    "../shared/traces/h200/flashinfer_decode_sweep.pt.trace.json.gz",
+    "../shared/traces/h200/flashinfer_decode.sqlite",
+    "../shared/traces/foreign/tracelens_h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    "examples/loop/loop_core_graph_nsys.sqlite",
+    "examples/fa3/sweep_q32kv4d128_fa3_nsys.sqlite",
+    "examples/loop/loop_fa2_nsys.sqlite",
+])
+def test_split_many_equals_split_window_by_window(trace: str) -> None:
+    """The vectorised split of every step's window (one pass over all intervals of windows that run one stream
+    at a time; the sweep for the others) equals `_split` called on each window, component by component and idle
+    stretch by idle stretch, on real traces with one and with several streams."""
+    from traceinsight.model.breakdown import _from_split, _gpu_work, _split_many, _windows
+    from traceinsight.pipeline import analyze
+
+    path = Path(__file__).resolve().parents[1] / trace
+    if not path.exists():
+        pytest.skip(f"{trace} not in this checkout")
+    db, (a,) = analyze([path], cache=False, diagnostics=False)
+    work = _gpu_work(db, a.trace_id, a.steps)
+    windows = [w for w in _windows(a.steps) if w[2] > w[1]]
+    assert windows
+    for wk in work.values():
+        w0 = np.array([w[1] for w in windows], np.int64)
+        w1 = np.array([w[2] for w in windows], np.int64)
+        host = np.array([w[3] == "cpu-range" for w in windows], bool)
+        fast = _split_many(wk, w0, w1, host)
+        for (_, a0, a1, src), got in zip(windows, fast, strict=True):
+            want = _from_split(*_split(wk, a0, a1, src == "cpu-range"))
+            assert got == want and list(got.parts) == list(want.parts), (a0, a1)

@@ -24,9 +24,8 @@ Whether idle host time came in a few long stretches (a stall) or many short ones
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,14 +113,13 @@ def component_of_family(family: str | None) -> str:
 
 @dataclass
 class _Work:
-    """All GPU work of one device, sorted by start, with each interval's component code (sequences: Python lists
-    in the pipeline, where each step slices a few of them)."""
+    """All GPU work of one device, sorted by start, with each interval's component code (int64 arrays)."""
 
-    start: Sequence[int]
-    end: Sequence[int]
-    launch: Sequence[int]  # -1: unknown
-    comp: Sequence[int]  # index into names
-    reach: Sequence[int]  # running maximum of end
+    start: np.ndarray
+    end: np.ndarray
+    launch: np.ndarray  # -1: unknown
+    comp: np.ndarray  # index into names
+    reach: np.ndarray  # running maximum of end
     names: list[str]
 
 
@@ -137,8 +135,10 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
     if table.num_rows == 0:
         return {}
     kid = table.column("kernel_id").to_numpy(zero_copy_only=False)
-    family = table.column("family").to_pylist()
-    device = table.column("device_id").to_pylist()
+    family = table.column("family").combine_chunks().dictionary_encode()
+    device_col = table.column("device_id")
+    dev = device_col.fill_null(-1).to_numpy().astype(np.int64) if device_col.null_count else \
+        device_col.to_numpy().astype(np.int64)
     start = table.column("start_ns").to_numpy().astype(np.int64)
     end = table.column("end_ns").to_numpy().astype(np.int64)
     launch_col = table.column("launch_ns")
@@ -154,20 +154,18 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
             names.append(name)
         return code[name]
 
-    by_family = {f: cid(component_of_family(f)) for f in set(family)}
-    comp = np.fromiter((by_family[f] for f in family), np.int64, len(family))
+    codes = np.array([cid(component_of_family(f)) for f in family.dictionary.to_pylist()], np.int64)
+    comp = codes[family.indices.fill_null(0).to_numpy()] if len(codes) else np.zeros(len(family), np.int64)
     if special:
         prefill = cid(PREFILL)
         valid = ~np.isnan(kid) if kid.dtype.kind == "f" else np.ones(len(kid), bool)
         ids = np.where(valid, kid, -1).astype(np.int64)
         comp[np.isin(ids, np.fromiter(special, np.int64, len(special)))] = prefill
-    dev = np.array([-1 if d is None else d for d in device], np.int64)
     out: dict[Any, _Work] = {}
     for d in np.unique(dev):
         m = dev == d
         s_, e_ = start[m], end[m]
-        out[int(d) if d >= 0 else None] = _Work(s_.tolist(), e_.tolist(), launch[m].tolist(), comp[m].tolist(),
-                                                np.maximum.accumulate(e_).tolist(), names)
+        out[int(d) if d >= 0 else None] = _Work(s_, e_, launch[m], comp[m], np.maximum.accumulate(e_), names)
     return out
 
 
@@ -181,11 +179,12 @@ def _step_device(step: Step) -> Any:
     return devices.most_common(1)[0][0] if devices else None
 
 
-def _windows(steps: Iterable[Step]) -> list[tuple[Step, int, int, str]]:
-    """(step, window start, window end, source) per step; windows of one device never overlap."""
+def _windows(steps: Iterable[Step], devices: dict[int, Any] | None = None) -> list[tuple[Step, int, int, str]]:
+    """(step, window start, window end, source) per step; windows of one device never overlap. `devices`: each
+    step's device by index (`_step_device`), when already known."""
     by_device: dict[Any, list[Step]] = defaultdict(list)
     for s in steps:
-        by_device[_step_device(s)].append(s)
+        by_device[devices[s.index] if devices is not None else _step_device(s)].append(s)
     out = []
     for group in by_device.values():
         group.sort(key=lambda s: (s.range_start_ns if s.range_side is not None else s.start_ns, s.index))
@@ -221,12 +220,12 @@ def _split(work: _Work, w0: int, w1: int, host_range: bool = False) -> tuple[dic
     """(busy ns per component, idle stretches as (component, start, ns)) of [w0, w1) on one device.
     `host_range`: the window comes from a host range, so idle time at its end with no GPU work after it at all
     is the host's (it was still inside the step)."""
-    lo = bisect.bisect_right(work.reach, w0)  # first interval ending after w0
-    hi = bisect.bisect_left(work.start, w1)  # intervals starting before w1
-    starts = list(work.start[lo:hi])
-    ends = list(work.end[lo:hi])
-    comps = list(work.comp[lo:hi])
-    launches = list(work.launch[lo:hi])
+    lo = int(np.searchsorted(work.reach, w0, side="right"))  # first interval ending after w0
+    hi = int(np.searchsorted(work.start, w1, side="left"))  # intervals starting before w1
+    starts = work.start[lo:hi].tolist()
+    ends = work.end[lo:hi].tolist()
+    comps = work.comp[lo:hi].tolist()
+    launches = work.launch[lo:hi].tolist()
     names = work.names
     busy: dict[str, float] = defaultdict(float)
     idle: list[tuple[str, int, int]] = []
@@ -293,38 +292,154 @@ def _round_to(parts: dict[str, float], total: int) -> dict[str, int]:
     return {k: v for k, v in floors.items() if v > 0}
 
 
+def _idle_class(launch: np.ndarray, idle_from: np.ndarray) -> np.ndarray:
+    """`_classify` on arrays: 0 idle-host, 1 idle-wait, 2 idle-unknown."""
+    return np.where(launch < 0, 2, np.where(launch >= idle_from, 0, 1))
+
+
+_IDLE_BY_CLASS = (IDLE_HOST, IDLE_WAIT, IDLE_UNKNOWN)
+
+
+@dataclass
+class _Split:
+    """One step's `_split`, summed: ns per component (busy components in the order they first ran, then idle
+    ones in the order they first occurred, as `_split` builds them) and its idle-host stretches."""
+
+    parts: dict[str, float]
+    idle_stretches: int = 0
+    host_max_ns: int = 0  # the longest idle-host stretch
+    host_long_ns: int = 0  # idle-host time in stretches of at least LONG_HOST_GAP_NS
+    long_host: list[tuple[int, int]] = field(default_factory=list)  # (start, ns) of those stretches, in time order
+
+
+def _from_split(busy: dict[str, float], idle: list[tuple[str, int, int]]) -> _Split:
+    parts = dict(busy)
+    for comp, _, ns in idle:
+        parts[comp] = parts.get(comp, 0.0) + ns
+    host = [(t, ns) for comp, t, ns in idle if comp == IDLE_HOST]
+    long_host = [(t, ns) for t, ns in host if ns >= LONG_HOST_GAP_NS]
+    return _Split(parts, len(idle), max((ns for _, ns in host), default=0), sum(ns for _, ns in long_host), long_host)
+
+
+def _split_many(work: _Work, w0: np.ndarray, w1: np.ndarray, host_range: np.ndarray) -> list[_Split]:
+    """`_split` of many windows of one device at once. Windows whose GPU work does not overlap itself (one
+    stream at a time: nearly every step) are split with array operations over all their intervals together;
+    the others go through `_split`'s sweep. Equal to calling `_split` on each (tests/test_breakdown.py)."""
+    n = len(w0)
+    out: list[_Split | None] = [None] * n
+    lo = np.searchsorted(work.reach, w0, side="right")
+    hi = np.maximum(np.searchsorted(work.start, w1, side="left"), lo)
+    count = hi - lo
+    pairs = np.concatenate(([0], np.cumsum(work.start[1:] < work.end[:-1])))  # overlapping neighbours up to i
+    overlapping = (count > 1) & (pairs[np.maximum(hi - 1, 0)] - pairs[lo] > 0)
+    for i in np.flatnonzero(overlapping).tolist():
+        out[i] = _from_split(*_split(work, int(w0[i]), int(w1[i]), bool(host_range[i])))
+    fast = np.flatnonzero(~overlapping)
+    if len(fast):
+        _split_fast(work, fast, w0[fast], w1[fast], host_range[fast], lo[fast], hi[fast], out)
+    return [x if x is not None else _Split({}) for x in out]
+
+
+def _split_fast(work: _Work, which: np.ndarray, w0: np.ndarray, w1: np.ndarray, host_range: np.ndarray,
+                lo: np.ndarray, hi: np.ndarray, out: list[_Split | None]) -> None:
+    """`_split` of windows whose intervals do not overlap (their ends rise with their starts), vectorised."""
+    count = hi - lo
+    total = int(count.sum())
+    step = np.repeat(np.arange(len(which)), count)  # window of each interval
+    first = np.repeat(np.cumsum(count) - count, count)  # position of its window's first interval
+    pos = np.arange(total) - first
+    idx = np.repeat(lo, count) + pos
+    s = np.maximum(work.start[idx], w0[step])
+    e = np.minimum(work.end[idx], w1[step])
+    # The sweep's clock before each interval: the window start, then the previous interval's (clipped) end.
+    t = np.where(pos == 0, w0[step], np.roll(e, 1)) if total else e
+    t = np.maximum(t, w0[step])
+    busy = e > s
+    gap = s > t
+    # The window's end: idle after its last interval (or all of it), classed by the next work's launch call.
+    last_end = np.full(len(which), 0, np.int64)
+    has = count > 0
+    last_end[has] = e[np.cumsum(count)[has] - 1]
+    t_end = np.where(has, np.maximum(last_end, w0), w0)
+    tail = t_end < w1
+    nxt = np.minimum(hi, len(work.start) - 1)
+    tail_class = np.where(hi >= len(work.start), np.where(host_range, 0, 2), _idle_class(work.launch[nxt], t_end))
+    gap_class = _idle_class(work.launch[idx], t)
+    # Rows (window, group, position, name id, ns, start): busy per interval, idle per gap, then the tails; sorted
+    # by window, group (busy before idle) and position, so each window's dict is filled in `_split`'s order.
+    names = work.names
+    n_names = len(names)
+    bi, gi, ti = np.flatnonzero(busy), np.flatnonzero(gap), np.flatnonzero(tail)
+    win = np.concatenate((step[bi], step[gi], ti))
+    group = np.concatenate((np.zeros(len(bi), np.int64), np.ones(len(gi) + len(ti), np.int64)))
+    order_pos = np.concatenate((pos[bi], pos[gi], count[ti]))
+    name = np.concatenate((work.comp[idx[bi]], n_names + gap_class[gi], n_names + tail_class[ti]))
+    ns = np.concatenate(((e - s)[bi], (s - t)[gi], (w1 - t_end)[ti]))
+    at = np.concatenate((s[bi], t[gi], t_end[ti]))
+    order = np.lexsort((order_pos, group, win))
+    win, name, ns, at = win[order], name[order], ns[order], at[order]
+    # One row per (window, component), in the order each first occurs, with its total.
+    width = n_names + len(_IDLE_BY_CLASS)
+    keys = win * width + name
+    uniq, first_row, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    sums = np.bincount(inverse, weights=ns.astype(np.float64), minlength=len(uniq))
+    rank = np.argsort(first_row, kind="stable")
+    labels = names + list(_IDLE_BY_CLASS)
+    parts: list[dict[str, float]] = [{} for _ in range(len(which))]
+    for k, v in zip(uniq[rank].tolist(), sums[rank].tolist(), strict=True):
+        parts[k // width][labels[k % width]] = v
+    idle_n = np.bincount(win[name >= n_names], minlength=len(which)).tolist()
+    is_host = name == n_names  # idle class 0
+    host_max = np.zeros(len(which), np.int64)
+    np.maximum.at(host_max, win[is_host], ns[is_host])
+    long = is_host & (ns >= LONG_HOST_GAP_NS)
+    host_long = np.bincount(win[long], weights=ns[long].astype(np.float64), minlength=len(which))
+    long_host: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for w, a, v in zip(win[long].tolist(), at[long].tolist(), ns[long].tolist(), strict=True):
+        long_host[w].append((a, v))
+    for j, i in enumerate(which.tolist()):
+        out[i] = _Split(parts[j], idle_n[j], int(host_max[j]), int(host_long[j]), long_host.get(j, []))
+
+
 def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepBreakdown]:
     """The breakdown of every step (by step index); each step's `breakdown` is set too."""
     if not steps:
         return {}
     work = _gpu_work(db, trace_id, steps)
-    out: dict[int, StepBreakdown] = {}
-    for s, w0, w1, source in _windows(steps):
-        dev = _step_device(s)
+    devices = {s.index: _step_device(s) for s in steps}
+    windows = _windows(steps, devices)
+    # Each window's GPU work: its device's, or the only device's when the step's is not known.
+    by_work: dict[int, list[int]] = defaultdict(list)
+    works: dict[int, _Work] = {}
+    for j, (s, w0, w1, _) in enumerate(windows):
+        dev = devices[s.index]
         wk = work.get(dev) if dev in work else (next(iter(work.values())) if len(work) == 1 else None)
-        parts: dict[str, float] = {}
-        idle: list[tuple[str, int, int]] = []
         if wk is not None and w1 > w0:
-            busy, idle = _split(wk, w0, w1, host_range=source == "cpu-range")
-            parts = dict(busy)
-            for comp, _, ns in idle:
-                parts[comp] = parts.get(comp, 0.0) + ns
-        elif w1 > w0:
-            parts = {IDLE_UNKNOWN: float(w1 - w0)}
-        host = [ns for comp, _, ns in idle if comp == IDLE_HOST]
-        long_gaps = sorted(((t, t + ns) for comp, t, ns in idle if comp == IDLE_HOST and ns >= LONG_HOST_GAP_NS),
-                           key=lambda g: g[0] - g[1])[:MAX_HOST_GAPS]
+            works[id(wk)] = wk
+            by_work[id(wk)].append(j)
+    splits: dict[int, _Split] = {}
+    for key, js in by_work.items():
+        starts = np.array([windows[j][1] for j in js], np.int64)
+        ends = np.array([windows[j][2] for j in js], np.int64)
+        host_range = np.array([windows[j][3] == "cpu-range" for j in js], bool)
+        splits.update(zip(js, _split_many(works[key], starts, ends, host_range), strict=True))
+    out: dict[int, StepBreakdown] = {}
+    for j, (s, w0, w1, source) in enumerate(windows):
+        sp = splits.get(j)
+        if sp is None:
+            sp = _Split({IDLE_UNKNOWN: float(w1 - w0)} if w1 > w0 else {})
+        long_gaps = sorted(((t, t + ns) for t, ns in sp.long_host), key=lambda g: g[0] - g[1])[:MAX_HOST_GAPS]
         b = StepBreakdown(
             start_ns=w0,
             end_ns=w1,
             source=source,
-            components=_round_to(parts, w1 - w0),
+            components=_round_to(sp.parts, w1 - w0),
             host_range_ns=(s.range_end_ns - s.range_start_ns
                            if s.range_side == "cpu" and s.range_start_ns is not None and s.range_end_ns is not None
                            else None),
-            host_gap_max_ns=max(host, default=0),
-            host_long_ns=sum(ns for ns in host if ns >= LONG_HOST_GAP_NS),
-            idle_stretches=len(idle),
+            host_gap_max_ns=sp.host_max_ns,
+            host_long_ns=sp.host_long_ns,
+            idle_stretches=sp.idle_stretches,
             host_gaps=tuple(long_gaps),
         )
         s.breakdown = b
