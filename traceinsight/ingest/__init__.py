@@ -125,4 +125,5 @@ def load(
         from traceinsight.ingest import ncu_csv
 
         ncu_csv.match(db, ids[0])
+    db.compress()
     return db, ids
