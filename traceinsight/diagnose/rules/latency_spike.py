@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,8 +243,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     base_of = {id(inc): neighbours(ctx, table, worst_of[id(inc)].step, HOST_BASELINE_STEPS) for inc in host_incidents}
     host_ops = read_ops(ctx, {s for inc in host_incidents for s in (worst_of[id(inc)].step, *base_of[id(inc)])}) \
         if host_incidents else None
-    out = []
-    for inc in found:
+
+    def build(inc: Incident) -> Finding:
         atts = [table[i] for i in inc.steps]
         worst = worst_of[id(inc)]
         host_ev = (host_evidence(ctx, worst.step, base_of[id(inc)], host_ops)
@@ -283,7 +284,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         n = len(inc.steps)
         onset = (f"; the {inc.component} part had already jumped in step{'s' if len(inc.onset) > 1 else ''} "
                  f"{step_ranges(inc.onset)} before the step total crossed the threshold" if inc.onset else "")
-        out.append(Finding(
+        return Finding(
             id=ID,
             severity=Severity.CRITICAL if worst.ratio >= crit else Severity.WARNING,
             steps=tuple(all_steps),
@@ -303,27 +304,46 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 + "."),
             remedy=_remedy(inc, ctx, worst, host_text, by_index),
             saving_ns=round(excess),
-        ))
-    return _fold(out, int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)))
+        )
+
+    records = []
+    for inc in found:
+        worst = worst_of[id(inc)]
+        records.append(_Record(inc, worst, round(sum(table[i].excess_ns for i in inc.steps)),
+                               tuple(inc.onset + inc.steps),
+                               Severity.CRITICAL if worst.ratio >= crit else Severity.WARNING))
+    return _fold(records, int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)), build)
 
 
-def _fold(found: list[Finding], keep: int) -> list[Finding]:
+@dataclass
+class _Record:
+    """What ranking and folding need of an incident, before its finding is written (only the incidents reported
+    one by one, and the first of each folded cause, are: a long trace has thousands)."""
+
+    inc: Incident
+    worst: StepAttribution
+    excess_ns: int
+    steps: tuple[int, ...]
+    severity: Severity
+
+
+def _fold(records: list[_Record], keep: int, build: Callable[[Incident], Finding]) -> list[Finding]:
     """The `keep` incidents with the most excess time as they are (in step order), and the others as one
     finding per cause that counts them (its steps: all of theirs; its severity: the worst of theirs)."""
-    if len(found) <= keep:
-        return found
-    ranked = sorted(range(len(found)), key=lambda i: -(found[i].saving_ns or 0))
+    if len(records) <= keep:
+        return [build(r.inc) for r in records]
+    ranked = sorted(range(len(records)), key=lambda i: -records[i].excess_ns)
     kept = sorted(ranked[:keep])
     folded: dict[str, list[int]] = defaultdict(list)
     for i in sorted(ranked[keep:]):
-        folded[found[i].evidence["cause"]].append(i)
-    out = [found[i] for i in kept]
+        folded[records[i].inc.cause].append(i)
+    out = [build(records[i].inc) for i in kept]
     for cid, members in folded.items():
-        steps = sorted(s for i in members for s in found[i].steps)
-        excess = sum(found[i].saving_ns or 0 for i in members)
-        worst = max(members, key=lambda i: found[i].evidence["worst_ratio"])
-        severity = min((found[i].severity for i in members), key=lambda x: x.rank)
-        first = found[members[0]]
+        steps = sorted(s for i in members for s in records[i].steps)
+        excess = sum(records[i].excess_ns for i in members)
+        worst = records[max(members, key=lambda i: round(records[i].worst.ratio, 2))].worst
+        severity = min((records[i].severity for i in members), key=lambda x: x.rank)
+        first = build(records[members[0]].inc)
         out.append(Finding(
             id=ID,
             severity=severity,
@@ -338,15 +358,15 @@ def _fold(found: list[Finding], keep: int) -> list[Finding]:
                 "spike_steps": len(steps),
                 "first_step": steps[0],
                 "last_step": steps[-1],
-                "worst_step": found[worst].evidence["worst_step"],
-                "worst_ratio": found[worst].evidence["worst_ratio"],
+                "worst_step": worst.step,
+                "worst_ratio": round(worst.ratio, 2),
                 "excess_ns": excess,
                 "folded": True,
             },
             explanation=(
                 f"Besides the {keep} incidents with the most excess time, reported one by one, {len(members)} "
                 f"more incidents broke from the trend of their series the same way (worst: step "
-                f"{found[worst].evidence['worst_step']}, {found[worst].evidence['worst_ratio']:.0f}x its baseline), "
+                f"{worst.step}, {round(worst.ratio, 2):.0f}x its baseline), "
                 f"each attributed to {cid}. The first: {first.explanation}"),
             remedy=first.remedy,
             saving_ns=excess,
