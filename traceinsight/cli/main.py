@@ -147,6 +147,8 @@ def main() -> None:
               help="Steps in --format json: the steps that matter (those the findings name and the slowest; "
                    "step_summary still counts every step), or all (streamed, one step per line).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display on stderr.")
+@click.option("--width", "width", default=None, type=click.IntRange(min=20), metavar="COLUMNS",
+              help="Columns of text output (default: $COLUMNS, else the terminal's, else 120 in a pipe or file).")
 @click.option("--no-cache", is_flag=True,
               help="Read every file again and write no cache (default: reuse the cached database of an unchanged "
                    "file, kept under $TRACEINSIGHT_CACHE_DIR or ~/.cache/traceinsight).")
@@ -154,7 +156,7 @@ def main() -> None:
 @user_errors
 def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[str, ...],
             step_pattern: str | None, fail_on: str | None, max_steps: int, out: str | None, steps: str,
-            quiet: bool, no_cache: bool) -> None:
+            quiet: bool, width: int | None, no_cache: bool) -> None:
     """Analyze trace files: GPU, kernels by family/backend, decode steps with split-KV state, the schedule
     model (thresholds, predicted times, SM idle) and findings with remedies.
 
@@ -182,13 +184,14 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
     with ingest_progress(traces + _paths(meta) + _paths(ncu), quiet=quiet):
         _, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
                                    cache=False if no_cache else None)
-    _emit(analyses, fmt, out, max_steps, steps)
+    _emit(analyses, fmt, out, max_steps, steps, width)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
         sys.exit(code)
 
 
-def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps: str) -> None:
+def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps: str,
+          width: int | None = None) -> None:
     if fmt in ("md", "html"):
         from traceinsight.report.files import render_report, write_report
 
@@ -211,11 +214,11 @@ def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps:
 
     if out:
         with open(out, "w", encoding="utf-8") as fh:
-            con = make_console(file=fh, no_color=True)
+            con = make_console(file=fh, no_color=True, width=width)
             for a in analyses:
                 render(a, con, max_steps=max_steps or None)
         return
-    con = make_console()
+    con = make_console(width=width)
     if len(analyses) > 1:
         from traceinsight.report.text import render_fleet
 

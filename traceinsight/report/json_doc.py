@@ -176,10 +176,30 @@ def _document(a: TraceAnalysis, steps: str) -> dict[str, Any]:
         "steps_included": steps,
         "steps": [],
         "findings": [_finding(f) for f in a.findings],
+        "savings": savings_summary(a),
         "checks": [c.to_json() if hasattr(c, "to_json") else c for c in a.checks],
         "model": _schedule(sched),
         **a.extra,
     }
+
+
+def savings_summary(a: TraceAnalysis) -> dict[str, Any]:
+    """What the listed savings are bounded by and add up to, over every step (ns): steps_wall_ns (the steps' wall
+    time), between_steps_ns (the time between steps' windows, from the first step to the last), and the root
+    causes' attributed savings on each basis (listed_steps_ns <= steps_wall_ns, listed_between_ns <=
+    between_steps_ns; `traceinsight.diagnose.rootcause`)."""
+    from traceinsight.diagnose.rootcause import BASIS_SPAN, BASIS_STEPS, budgets
+
+    b = budgets(a.steps)
+    listed = {BASIS_STEPS: 0, BASIS_SPAN: 0}
+    for f in a.findings:
+        if getattr(f, "supports", None) is None and getattr(f, "attributed_ns", None):
+            basis = f.saving_basis if f.saving_basis in listed else BASIS_STEPS
+            listed[basis] += int(f.attributed_ns)
+    return {"steps_wall_ns": sum(b[BASIS_STEPS].values()), "between_steps_ns": sum(b[BASIS_SPAN].values()),
+            "listed_steps_ns": listed[BASIS_STEPS], "listed_between_ns": listed[BASIS_SPAN],
+            "basis": "each root cause's saving is bounded, step by step, by the step's wall time (savings inside "
+                     "steps) or by the time before the step since the previous one ended (gpu-idle-gaps)"}
 
 
 def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
