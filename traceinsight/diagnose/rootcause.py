@@ -126,7 +126,10 @@ def attribute(claims: Sequence[tuple[int | None, Sequence[int]]], budget: Mappin
 
 def budgets(steps: Sequence[Any]) -> dict[str, dict[int, int]]:
     """Per basis, each step's budget (ns): its wall time (BASIS_STEPS) and the time between the end of the
-    previous step's window and the start of its own (BASIS_SPAN; 0 for the first step)."""
+    previous step's window and the start of its own (BASIS_SPAN; 0 for the first step, and 0 for a pause of
+    the workload, a gap of gpu-idle-gaps' PAUSE_MIN_NS or more, which that rule leaves out too)."""
+    from traceinsight.diagnose.rules.gpu_idle_gaps import PAUSE_MIN_NS
+
     walls: dict[int, int] = {}
     gaps: dict[int, int] = {}
     windows = []
@@ -139,7 +142,8 @@ def budgets(steps: Sequence[Any]) -> dict[str, dict[int, int]]:
     windows.sort()
     reach: int | None = None
     for start, end, i in windows:
-        gaps[i] = 0 if reach is None else max(0, start - reach)
+        gap = 0 if reach is None else max(0, start - reach)
+        gaps[i] = gap if gap < PAUSE_MIN_NS else 0
         reach = end if reach is None else max(reach, end)
     return {BASIS_STEPS: walls, BASIS_SPAN: gaps}
 

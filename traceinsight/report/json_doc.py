@@ -169,7 +169,7 @@ def _document(a: TraceAnalysis, steps: str) -> dict[str, Any]:
             "warnings": a.warnings,
         },
         "families": a.families,
-        "kernels": a.kernels,
+        "kernels": kernel_rows(a),
         "thresholds": [t.to_json() for t in sched.thresholds.values()] if sched is not None else [],
         "summary": summary_row(a),
         "step_summary": step_summary(_facts(s) for s in a.steps),
@@ -181,6 +181,34 @@ def _document(a: TraceAnalysis, steps: str) -> dict[str, Any]:
         "model": _schedule(sched),
         **a.extra,
     }
+
+
+def kernel_rows(a: TraceAnalysis) -> list[dict[str, Any]]:
+    """The kernel table with each attention, merge and prepare kernel's phase taken from its launches (the phase
+    the steps and findings use): one phase when every launch has it, `mixed` when they differ. The phase the
+    name alone gives stays as `name_phase`. Kernels no step launches keep the name's phase."""
+    phases: dict[str, set[str]] = {}
+    for s in a.steps:
+        for x in s.launches:
+            for k in (x.attention, *x.merges, *x.prepares):
+                phases.setdefault(k.name, set()).add(x.phase or "unknown")
+    rows = []
+    for k in a.kernels:
+        seen = {p for p in phases.get(k.get("name", ""), set()) if p != "unknown"}
+        if not seen:
+            rows.append(k)
+            continue
+        phase = seen.pop() if len(seen) == 1 else "mixed"
+        row = {**k, "name_phase": k.get("phase"), "phase": phase}
+        if phase != k.get("phase"):
+            n = sum(1 for s in a.steps for x in s.launches for y in (x.attention, *x.merges, *x.prepares)
+                    if y.name == k.get("name"))
+            row["phase_evidence"] = (f"from its {n} launches in steps" + (", in which prefill and decode both ran"
+                                                                         if phase == "mixed" else "")
+                                     + f" (the name alone: {k.get('phase')}"
+                                     + (f", {k['phase_evidence']}" if k.get("phase_evidence") else "") + ")")
+        rows.append(row)
+    return rows
 
 
 def savings_summary(a: TraceAnalysis) -> dict[str, Any]:

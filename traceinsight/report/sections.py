@@ -139,13 +139,16 @@ MINOR_SHARE = 0.05
 
 
 def remedy_head(remedy: str) -> str:
-    """The first thing a remedy says to do: its text up to the first alternative (', or ') or second sentence."""
+    """The first thing a remedy says to do: its text up to the first alternative (', or ') or second sentence,
+    without its asides in parentheses."""
     head = remedy
     for sep in (re.compile(r", or "), re.compile(r"; "), re.compile(r"(?<!e\.g)(?<!i\.e)\. ")):
         m = sep.search(head)
         if m and m.start() > 0:
             head = head[:m.start()]
-    return head.rstrip(".") + ("…" if head != remedy.rstrip(".") else "")
+    cut = head != remedy.rstrip(".")
+    head = re.sub(r" \([^()]*\)", "", head)
+    return head.rstrip(".") + ("…" if cut or head != remedy.rstrip(".") else "")
 
 
 @dataclass

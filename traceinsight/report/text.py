@@ -98,7 +98,7 @@ def findings_block(doc: dict[str, Any]) -> Table | Text:
             cell.append(f" (+{len(g.findings) - 1} more)", style="dim")
         also = g.evidence_text()
         if also and not info:
-            cell.append(f"  seen as {also}", style="dim")
+            cell.append(f"\nalso: {also}", style="dim")
         remedy = g.findings[0].get("remedy")
         if g.severity == "critical" and remedy:
             cell.append(f"\n→ {remedy_head(remedy)}", style="dim")
