@@ -112,6 +112,43 @@ def analyze(
 ) -> tuple[TraceDB, list[TraceAnalysis]]:
     """Ingest `paths` (each its own trace; sidecars and ncu CSVs attach to the first) and analyze each
     (`model` False: steps only, no schedule model and no findings; `diagnostics` False: no findings; `cache`:
-    see `traceinsight.ingest.add_trace`)."""
+    see `traceinsight.ingest.add_trace`). An input given twice is read once, and a sidecar that matches none of
+    the first trace's steps is kept: both are said in that trace's `warnings`."""
+    meta, ncu, notes = distinct_inputs(paths, list(meta or []), list(ncu or []))
     db, ids = load(paths, meta=meta, ncu=ncu, db=db, cache=cache)
-    return db, [analyze_trace(db, i, step_pattern, model=model, limits=limits, diagnostics=diagnostics) for i in ids]
+    analyses = [analyze_trace(db, i, step_pattern, model=model, limits=limits, diagnostics=diagnostics) for i in ids]
+    if analyses:
+        first = analyses[0]
+        if meta and model and first.steps and first.schedule is not None and not any(
+                b.source == "sidecar" for b in first.schedule.batches.values()):
+            names = ", ".join(repr(s.name) for s in first.steps[:2])
+            which = f"the sidecar {meta[0]}" if len(meta) == 1 else f"none of the sidecars ({', '.join(map(str, meta))})"
+            notes.append(f"{which} matches none of the {len(first.steps)} steps (named like {names}): is it from "
+                         "this run? Step batches come from the trace alone")
+        first.warnings.extend(n for n in notes if n not in first.warnings)
+    return db, analyses
+
+
+def _identity(p: Path) -> tuple[int, int] | str:
+    try:
+        st = p.stat()
+        return (st.st_dev, st.st_ino)
+    except OSError:
+        return str(p)
+
+
+def distinct_inputs(paths: list[Path], meta: list[Path], ncu: list[Path]) -> tuple[list[Path], list[Path], list[str]]:
+    """The sidecars and ncu CSVs without the files given already (as a trace, or before among them: the same file
+    read twice doubles every count it adds), and one warning per file left out."""
+    seen: dict[tuple[int, int] | str, str] = {_identity(p): "a trace" for p in paths}
+    notes: list[str] = []
+    kept: dict[str, list[Path]] = {"--meta": [], "--ncu": []}
+    for option, files in (("--meta", meta), ("--ncu", ncu)):
+        for f in files:
+            key = _identity(f)
+            if key in seen:
+                notes.append(f"{f} is given twice (as {seen[key]} and with {option}): read once")
+                continue
+            seen[key] = f"{option}"
+            kept[option].append(f)
+    return kept["--meta"], kept["--ncu"], notes

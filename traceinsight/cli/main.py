@@ -21,6 +21,36 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 
 
+def warn(message: str) -> None:
+    """One warning line on stderr, whatever the output format (stdout stays the document)."""
+    click.echo(f"traceinsight: warning: {message}", err=True)
+
+
+def warn_analyses(analyses: list[Any]) -> None:
+    """Every analysis's warnings (a cut file, a sidecar that matches no step, an input given twice) on stderr."""
+    for a in analyses:
+        for w in a.warnings:
+            warn(f"{a.path}: {w}" if len(analyses) > 1 else w)
+
+
+def repeated_paths(paths: tuple[str, ...]) -> list[str]:
+    """Plain files given more than once among `paths` (by identity, so `./t.json` and `t.json` are one)."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if not Path(p).is_file():
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            out.append(p)
+        seen.add(key)
+    return out
+
+
 def _fail(message: str, code: int) -> None:
     click.echo(f"traceinsight: error: {message}", err=True)
     sys.exit(code)
@@ -180,10 +210,13 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
         raise click.UsageError("--format md needs --out FILE (its figures are written beside it)")
     from traceinsight.ingest.paths import expand_paths
 
+    for p in repeated_paths(paths):
+        warn(f"{p} is given twice: read once")
     traces = expand_paths(paths)
     with ingest_progress(traces + _paths(meta) + _paths(ncu), quiet=quiet):
         _, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
                                    cache=False if no_cache else None)
+    warn_analyses(analyses)
     _emit(analyses, fmt, out, max_steps, steps, width)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
@@ -216,7 +249,7 @@ def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps:
         with open(out, "w", encoding="utf-8") as fh:
             con = make_console(file=fh, no_color=True, width=width)
             for a in analyses:
-                render(a, con, max_steps=max_steps or None)
+                render(a, con, max_steps=max_steps or None)  # a file keeps its warnings in its header
         return
     con = make_console(width=width)
     if len(analyses) > 1:
@@ -225,7 +258,7 @@ def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps:
         render_fleet(analyses, con)
         return
     for a in analyses:
-        render(a, con, max_steps=max_steps or None)
+        render(a, con, max_steps=max_steps or None, warnings=False)  # they went to stderr
 
 
 @main.command(name="sql")

@@ -49,7 +49,7 @@ def _table(title: str | None, columns: Sequence[tuple[str, str]]) -> Table:
     return table
 
 
-def header(doc: dict[str, Any]) -> Text:
+def header(doc: dict[str, Any], warnings: bool = True) -> Text:
     tr = doc.get("trace") or {}
     gpu = tr.get("gpu") or {}
     t = Text()
@@ -62,7 +62,7 @@ def header(doc: dict[str, Any]) -> Text:
     count = sum(k.get("count") or 0 for k in kernels)
     t.append(f"GPU: {name}{sms}   span: {fmt_ns(tr.get('dur_ns'))}   kernels: {count} ({fmt_ns(total)} GPU time)")
     t.append(f"   steps: {len(doc.get('steps') or [])}")
-    for w in tr.get("warnings") or []:
+    for w in (tr.get("warnings") or []) if warnings else []:
         t.append(f"\nwarning: {w}", style="yellow")
     return t
 
@@ -260,9 +260,10 @@ def folded_line(doc: dict[str, Any], limit: int | None) -> str:
     return "... " + ", ".join(parts) + ": --max-steps 0 shows all, --format json gives every field"
 
 
-def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40) -> None:
-    """Print one analysis document: header, findings, thresholds, families, attention kernels, steps."""
-    console.print(header(doc))
+def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40, warnings: bool = True) -> None:
+    """Print one analysis document: header (with the trace's warnings unless `warnings` is False: the CLI writes
+    them on stderr), findings, thresholds, families, attention kernels, steps."""
+    console.print(header(doc, warnings))
     block = findings_block(doc)
     if not isinstance(block, Text) or block.plain:
         console.print()
@@ -282,11 +283,11 @@ def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40
         console.print("No attention kernels found: no decode steps to show.")
 
 
-def render(a: TraceAnalysis, console: Console, max_steps: int | None = 40) -> None:
+def render(a: TraceAnalysis, console: Console, max_steps: int | None = 40, warnings: bool = True) -> None:
     """Print the analysis of one trace (see `render_doc`)."""
     from traceinsight.report.json_doc import to_json
 
-    render_doc(to_json(a), console, max_steps)
+    render_doc(to_json(a), console, max_steps, warnings)
 
 
 # Columns of text written to a pipe or file when neither --width nor $COLUMNS says (a width that pastes well).
