@@ -138,3 +138,19 @@ def test_killing_the_dashboard_command_stops_streamlit(tmp_path: Path, sig: sign
         except ProcessLookupError:
             pass
         log.close()
+
+
+def test_profiler_steps_when_nothing_else_annotates() -> None:
+    """TraceLens' Qwen trace has no annotation but torch.profiler's ProfilerStep#6: it was 34 steps, one per
+    attention kernel; now the profiler's step is the step (the 10 launches outside it are counted apart)."""
+    from traceinsight.pipeline import analyze
+
+    _, (a,) = analyze([TRACELENS], cache=False)
+    assert [s.name for s in a.steps] == ["ProfilerStep#6"]
+    assert len(a.steps[0].launches) == 24 and a.extra["unassigned_launches"]["count"] == 10
+    assert a.extra["steps_from"].startswith("ProfilerStep#N")
+    # An annotated trace keeps its own ranges, and --step-pattern still decides when given.
+    _, (small,) = analyze([SMALL], cache=False)
+    assert all(s.name.startswith("decode_step ") for s in small.steps) and "steps_from" not in small.extra
+    _, (b,) = analyze([TRACELENS], step_pattern="^nothing$", cache=False)
+    assert all(s.source.startswith("launch") for s in b.steps)

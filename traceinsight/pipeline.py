@@ -21,6 +21,10 @@ from traceinsight.model.steps import group_steps, step_kernels
 from traceinsight.queries import sql
 
 
+# torch.profiler's own step ranges (`prof.step()`): the steps of a trace nothing else annotates.
+PROFILER_STEP_PATTERN = r"^ProfilerStep#\d+$"
+
+
 def analyze_trace(
     db: TraceDB,
     trace_id: int,
@@ -43,6 +47,14 @@ def analyze_trace(
     for f in families:
         f["share"] = float(f["share"] or 0.0)
     steps, unassigned = group_steps(db, trace_id, step_pattern)
+    profiler_steps = False
+    if step_pattern is None and steps and all(s.source.split(":")[0] == "launch" for s in steps) and db.rows(
+            "SELECT 1 FROM ranges WHERE trace_id = $t AND regexp_matches(name, $p) LIMIT 1",
+            {"t": trace_id, "p": PROFILER_STEP_PATTERN}):
+        # Nothing annotates the steps but torch.profiler's own ProfilerStep#N ranges: those are the steps, not
+        # one step per attention kernel.
+        steps, unassigned = group_steps(db, trace_id, PROFILER_STEP_PATTERN)
+        profiler_steps = True
     analysis = TraceAnalysis(
         trace_id=trace_id,
         path=meta["path"],
@@ -58,6 +70,8 @@ def analyze_trace(
         steps=steps,
         limits=dict(limits or {}),
     )
+    if profiler_steps:
+        analysis.extra["steps_from"] = "ProfilerStep#N ranges (nothing else annotates the trace)"
     analysis.host_ops = _host_ops_reader(db, trace_id, meta)
     analysis.step_kernels = lambda step: step_kernels(db, trace_id, step)
     if unassigned:
