@@ -197,3 +197,76 @@ def test_pipe_width_without_columns() -> None:
 def test_readme_sample_is_the_real_output() -> None:
     assert current() == f"<!-- analyze-sample -->\n```\n{sample()}```\n<!-- /analyze-sample -->", (
         "README's sample differs from the real output: run `python tests/readme_sample.py`")
+
+
+def test_diff_says_when_the_workloads_differ_and_matches_steps_by_name(tmp_path: Path) -> None:
+    import json as _json
+
+    from traceinsight.report.diff import diff_docs
+
+    small = SHARED / "h200" / "flashinfer_decode_small.pt.trace.json.gz"
+    _, (a,) = analyze([small], cache=False)
+    _, (b,) = analyze([SHARED / "h200" / "flashinfer_decode.sqlite"], cache=False)
+    other = diff_docs(to_json(a), to_json(b))
+    assert other["matched_steps"]["workloads_differ"] and other["matched_steps"]["matched"] == 0
+    assert other["summary"][0].startswith("the workloads differ: only 0 of before's 18 steps")
+    same = diff_docs(to_json(a), to_json(a))
+    assert same["matched_steps"]["matched"] == 18 and not same["matched_steps"]["workloads_differ"]
+    assert same["matched_steps"]["median_ratio"] == 1.0
+    # A finding whose steps moved, with the same severity and as many steps, was 'same': now 'changed'.
+    before = to_json(a)
+    after = _json.loads(_json.dumps(before))
+    f = next(f for f in after["findings"] if f["id"] == "slow-path")
+    f["steps"] = [i - 9 for i in f["steps"]]  # the same number of steps, other steps
+    row = next(r for r in diff_docs(before, after)["findings"] if r["id"] == "slow-path")
+    assert row["status"] == "changed" and "steps" in row["changed"]
+
+
+def test_codesign_checks_kv_memory_against_the_gpu() -> None:
+    import json as _json
+
+    r = CliRunner().invoke(main, ["codesign", "--qo-heads", "32", "--kv-heads", "4", "--head-dim", "128", "--gpu",
+                                  "h200", "--kv-len", "131072", "--batch", "256", "--layers", "48", "--format",
+                                  "json"])
+    assert r.exit_code == 0, r.output
+    doc = _json.loads(r.stdout)
+    mem = doc["memory"]
+    # 2 (K,V) x 4 heads x 128 x 2 bytes = 2048 B per token per layer; x 48 layers x 256 x 131072 tokens.
+    assert mem["kv_cache_bytes"] == 2048 * 48 * 256 * 131072 and mem["fits"] is False
+    check = next(c for c in doc["checks"] if c["name"] == "kv-fits-memory")
+    assert not check["ok"] and "does not fit" in check["message"]
+    assert "traceinsight: warning: KV cache of 256 x 131,072 tokens" in r.stderr
+    r = CliRunner().invoke(main, ["codesign", "--qo-heads", "32", "--kv-heads", "4", "--head-dim", "128", "--gpu",
+                                  "h200", "--kv-len", "4096", "--batch", "64", "--layers", "48"])
+    assert r.exit_code == 0 and "warning" not in r.stderr and "ok   KV cache of 64 x 4,096 tokens" in r.stdout
+
+
+def test_per_kernel_spread_like_nsys_stats() -> None:
+    """median/min/max/stddev per kernel, checked against the export's own kernel table read with sqlite3."""
+    import sqlite3
+    import statistics
+
+    path = SHARED / "h200" / "flashinfer_decode.sqlite"
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    durs: dict[str, list[int]] = {}
+    for name, d in con.execute("SELECT s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                               "JOIN StringIds s ON s.id = k.demangledName"):
+        durs.setdefault(name, []).append(d)
+    con.close()
+    _, (a,) = analyze([path], cache=False)
+    rows = {k["name"]: k for k in to_json(a)["kernels"]}
+    assert len(rows) == len(durs)
+    for name, ds in durs.items():
+        k = rows[name]
+        assert (k["min_ns"], k["max_ns"], k["count"]) == (min(ds), max(ds), len(ds))
+        assert abs(k["median_ns"] - statistics.median(ds)) <= 0.5  # rounded to whole ns
+        assert abs(k["stddev_ns"] - (statistics.stdev(ds) if len(ds) > 1 else 0)) <= 0.5
+    out = _cli("analyze", str(path), columns=200)
+    assert re.search(r"median\s+min\s+max\s+stddev", out)
+
+
+def test_an_ncu_csv_alone_says_what_to_do() -> None:
+    r = CliRunner().invoke(main, ["analyze", str(SHARED / "h200" / "flashinfer_decode.ncu.csv"), "--format", "json"])
+    assert r.exit_code == 0
+    assert ("an Nsight Compute CSV (11 profiled kernels) holds per-kernel metrics, not a timeline: give it with "
+            "--ncu beside a trace") in r.stderr

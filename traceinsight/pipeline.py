@@ -21,6 +21,14 @@ from traceinsight.model.steps import group_steps, step_kernels
 from traceinsight.queries import sql
 
 
+# Per kernel name, the spread of its durations as `nsys stats` gives it (median; standard deviation of the sample,
+# 0 for one execution), in ns, beside the count/total/mean/min/max of queries/kernel_summary.sql.
+KERNEL_SPREAD_SQL = """
+SELECT name, CAST(round(median(dur_ns)) AS BIGINT) AS median_ns,
+       CAST(round(coalesce(stddev_samp(dur_ns), 0)) AS BIGINT) AS stddev_ns
+FROM kernels WHERE trace_id = $trace GROUP BY name
+"""
+
 # torch.profiler's own step ranges (`prof.step()`): the steps of a trace nothing else annotates.
 PROFILER_STEP_PATTERN = r"^ProfilerStep#\d+$"
 
@@ -40,9 +48,13 @@ def analyze_trace(
     gpu_rows = db.rows(sql("trace_gpu"), {"trace": trace_id})
     gpu = gpu_rows[0] if gpu_rows else {}
     kernels = db.rows(sql("kernel_summary"), {"trace": trace_id})
+    spread = {r["name"]: r for r in db.rows(KERNEL_SPREAD_SQL, {"trace": trace_id})}
     for k in kernels:
         k["params"] = json.loads(k.pop("params_json") or "{}")
         k["share"] = float(k["share"] or 0.0)
+        s = spread.get(k["name"]) or {}
+        k["median_ns"] = s.get("median_ns")
+        k["stddev_ns"] = s.get("stddev_ns")
     families = db.rows(sql("family_summary"), {"trace": trace_id})
     for f in families:
         f["share"] = float(f["share"] or 0.0)
@@ -70,6 +82,12 @@ def analyze_trace(
         steps=steps,
         limits=dict(limits or {}),
     )
+    if meta["format"] == "ncu-csv" and not kernels:
+        n = db.rows("SELECT count(*) AS n FROM ncu_kernels WHERE trace_id = $t", {"t": trace_id})[0]["n"]
+        analysis.warnings.append(
+            f"an Nsight Compute CSV ({n} profiled kernel{'s' if n != 1 else ''}) holds per-kernel metrics, not a "
+            "timeline: give it with --ncu beside a trace of the same run (traceinsight analyze TRACE --ncu "
+            f"{Path(meta['path']).name})")
     if profiler_steps:
         analysis.extra["steps_from"] = "ProfilerStep#N ranges (nothing else annotates the trace)"
     analysis.host_ops = _host_ops_reader(db, trace_id, meta)
