@@ -157,10 +157,11 @@ def main() -> None:
 
 @main.command()
 @path_arg
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html"]), default="text",
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html", "perfetto"]), default="text",
               show_default=True,
-              help="text (terminal), json (versioned schema traceinsight.analysis/1, docs/JSON.md), or a "
-                   "self-contained report: html (opens offline) or md (figures written beside --out).")
+              help="text (terminal), json (versioned schema traceinsight.analysis/1, docs/JSON.md), a "
+                   "self-contained report: html (opens offline) or md (figures written beside --out), or perfetto: "
+                   "a Chrome trace (JSON) of the trace's kernels, steps and one slice per finding, for Perfetto UI.")
 @click.option("--meta", "meta", multiple=True, type=click.Path(path_type=str),
               help="Sidecar with each step's batch composition (collector sidecar or *.meta.json[.gz]).")
 @click.option("--ncu", "ncu", multiple=True, type=click.Path(path_type=str),
@@ -214,13 +215,30 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
         warn(f"{p} is given twice: read once")
     traces = expand_paths(paths)
     with ingest_progress(traces + _paths(meta) + _paths(ncu), quiet=quiet):
-        _, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
-                                   cache=False if no_cache else None)
+        db, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
+                                    cache=False if no_cache else None)
     warn_analyses(analyses)
-    _emit(analyses, fmt, out, max_steps, steps, width)
+    if fmt == "perfetto":
+        _emit_perfetto(db, analyses, out)
+    else:
+        _emit(analyses, fmt, out, max_steps, steps, width)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
         sys.exit(code)
+
+
+def _emit_perfetto(db: Any, analyses: list[Any], out: str | None) -> None:
+    """The Chrome trace of one analysis (report/perfetto.py), to --out or stdout."""
+    from traceinsight.report import perfetto
+
+    if len(analyses) != 1:
+        raise click.UsageError(f"--format perfetto writes one trace; {len(analyses)} were given")
+    if out:
+        with open(out, "wb") as fh:
+            perfetto.write(db, analyses[0], fh)
+    else:
+        perfetto.write(db, analyses[0], sys.stdout.buffer)
+        sys.stdout.flush()
 
 
 def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps: str,
