@@ -20,7 +20,6 @@ from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.model.steps import group_steps, step_kernels
 from traceinsight.queries import sql
 
-
 # Per kernel name, the spread of its durations as `nsys stats` gives it (median; standard deviation of the sample,
 # 0 for one execution), in ns, beside the count/total/mean/min/max of queries/kernel_summary.sql.
 KERNEL_SPREAD_SQL = """
@@ -154,7 +153,8 @@ def analyze(
         if meta and model and first.steps and first.schedule is not None and not any(
                 b.source == "sidecar" for b in first.schedule.batches.values()):
             names = ", ".join(repr(s.name) for s in first.steps[:2])
-            which = f"the sidecar {meta[0]}" if len(meta) == 1 else f"none of the sidecars ({', '.join(map(str, meta))})"
+            which = (f"the sidecar {meta[0]}" if len(meta) == 1
+                     else f"none of the sidecars ({', '.join(map(str, meta))})")
             notes.append(f"{which} matches none of the {len(first.steps)} steps (named like {names}): is it from "
                          "this run? Step batches come from the trace alone")
         first.warnings.extend(n for n in notes if n not in first.warnings)

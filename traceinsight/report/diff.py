@@ -282,7 +282,7 @@ def _steps_by_name(before: dict[str, Any], after: dict[str, Any]) -> dict[str, A
     for side, doc, n in (("before", before, len(b)), ("after", after, len(a))):
         total = _summary(doc)["count"] or n
         if total and len(common) < SAME_WORKLOAD_SHARE * min(total, n or total):
-            names = ", ".join(repr(k[0]) for k in list((b if side == "before" else a))[:2])
+            names = ", ".join(repr(k[0]) for k in list(b if side == "before" else a)[:2])
             reasons.append(f"only {len(common)} of {side}'s {n} steps have a step of the same name on the other "
                            f"side ({side}: {names})")
     gb, ga = _trace(before).get("gpu"), _trace(after).get("gpu")

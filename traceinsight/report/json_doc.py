@@ -190,8 +190,8 @@ def kernel_rows(a: TraceAnalysis) -> list[dict[str, Any]]:
     phases: dict[str, set[str]] = {}
     for s in a.steps:
         for x in s.launches:
-            for k in (x.attention, *x.merges, *x.prepares):
-                phases.setdefault(k.name, set()).add(x.phase or "unknown")
+            for kern in (x.attention, *x.merges, *x.prepares):
+                phases.setdefault(kern.name, set()).add(x.phase or "unknown")
     rows = []
     for k in a.kernels:
         seen = {p for p in phases.get(k.get("name", ""), set()) if p != "unknown"}

@@ -62,9 +62,9 @@ def events(db: TraceDB, a: TraceAnalysis) -> Iterator[dict[str, Any]]:
             streams.add((device, stream))
             yield _meta(GPU_PID, "", tid, f"device {device} stream {stream}")
         k = labels.get(name) or {}
-        yield {"ph": "X", "pid": GPU_PID, "tid": tid, "name": k.get("kernel") or name, "cat": k.get("family") or "kernel",
-               "ts": _us(start), "dur": _us(dur), "args": {"name": name, "grid": [gx, gy, gz],
-                                                          "backend": k.get("backend")}}
+        yield {"ph": "X", "pid": GPU_PID, "tid": tid, "name": k.get("kernel") or name,
+               "cat": k.get("family") or "kernel", "ts": _us(start), "dur": _us(dur),
+               "args": {"name": name, "grid": [gx, gy, gz], "backend": k.get("backend")}}
     yield _meta(STEPS_PID, "", 1, "steps")
     by_index = {s.index: s for s in a.steps}
     for s in a.steps:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from rich import box
 from rich.console import Console
@@ -350,7 +350,8 @@ def make_console(file: Any = None, no_color: bool = False, stderr: bool = False,
     off = no_color or bool(os.environ.get("NO_COLOR"))
     stream = sys.stderr if stderr else sys.stdout
     tty = force_terminal if force_terminal is not None else (file is None and stream.isatty())
-    return Console(file=StripTrailing(file if file is not None else stream), stderr=stderr, no_color=off, color_system=None if off else "auto", highlight=False,
+    out = cast(IO[str], StripTrailing(file if file is not None else stream))
+    return Console(file=out, stderr=stderr, no_color=off, color_system=None if off else "auto", highlight=False,
                    soft_wrap=False, force_terminal=force_terminal, width=output_width(width, bool(tty)))
 
 
