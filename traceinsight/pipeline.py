@@ -155,7 +155,8 @@ def analyze(
             names = ", ".join(repr(s.name) for s in first.steps[:2])
             which = (f"the sidecar {meta[0]}" if len(meta) == 1
                      else f"none of the sidecars ({', '.join(map(str, meta))})")
-            notes.append(f"{which} matches none of the {len(first.steps)} steps (named like {names}): is it from "
+            count = f"the {len(first.steps)} steps" if len(first.steps) > 1 else "the one step"
+            notes.append(f"{which} matches none of {count} (named like {names}): is it from "
                          "this run? Step batches come from the trace alone")
         first.warnings.extend(n for n in notes if n not in first.warnings)
     return db, analyses
