@@ -28,6 +28,7 @@ from traceinsight.report.figures import Gantt  # noqa: E402
 from traceinsight.units import fmt_ns  # noqa: E402
 
 PATHS_ENV = "TRACEINSIGHT_DASHBOARD_PATHS"
+META_ENV = "TRACEINSIGHT_DASHBOARD_META"
 SEVERITY_BOX = {"critical": st.error, "warning": st.warning, "info": st.info}
 
 
@@ -78,7 +79,8 @@ def _analyze_upload(trace: Any, meta: Any | None) -> Loaded:
 
 def choose_source() -> Loaded | None:
     st.sidebar.title("traceinsight")
-    cli = sources.from_args([p for p in os.environ.get(PATHS_ENV, "").split(os.pathsep) if p])
+    cli = sources.from_args([p for p in os.environ.get(PATHS_ENV, "").split(os.pathsep) if p],
+                            [p for p in os.environ.get(META_ENV, "").split(os.pathsep) if p])
     bundled = sources.examples()
     options = (["Command line"] if cli else []) + ["Bundled example", "Upload"]
     kind = st.sidebar.radio("Trace", options, key="source_kind")

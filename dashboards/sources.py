@@ -69,12 +69,14 @@ def examples(root: Path = EXAMPLES) -> list[Source]:
     return [Source(p.relative_to(root).as_posix(), p, sidecar_for(p)) for p in found]
 
 
-def from_args(args: list[str]) -> list[Source]:
-    """Sources from command-line paths: every trace its own source; sidecars attach to the first trace."""
+def from_args(args: list[str], meta: list[str] | None = None) -> list[Source]:
+    """Sources from command-line paths: every trace its own source. The sidecars given (`meta`, the dashboard's
+    --meta, and paths named like sidecars) attach to the first trace; a trace without one takes the sidecar
+    beside it (`sidecar_for`), the first trace included."""
     paths = [Path(a) for a in args]
     traces = [p for p in paths if not is_sidecar(p)]
-    metas = tuple(p for p in paths if is_sidecar(p))
-    return [Source(p.name, p, metas if i == 0 else sidecar_for(p)) for i, p in enumerate(traces)]
+    metas = tuple(Path(m) for m in meta or ()) + tuple(p for p in paths if is_sidecar(p))
+    return [Source(p.name, p, metas if i == 0 and metas else sidecar_for(p)) for i, p in enumerate(traces)]
 
 
 def digest_files(paths: list[Path]) -> str:

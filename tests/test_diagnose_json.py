@@ -32,7 +32,8 @@ def test_document_carries_the_model_and_findings() -> None:
     assert launch["measured"]["sm_active_max"] == 1020054.0 and launch["measured"]["sm_active_avg"] == 797242.58
     assert len([s for s in doc["steps"] if "measured" in s["launches"][0]]) == 6
     f = doc["findings"][0]
-    assert list(f) == ["id", "severity", "steps", "summary", "evidence", "remedy", "saving_ns", "explanation"]
+    assert list(f) == ["id", "severity", "steps", "summary", "evidence", "remedy", "saving_ns", "explanation", "ref",
+                       "supports", "related", "attributed_saving_ns", "saving_basis"]
     assert f["severity"] == "critical"
     assert [c["id"] for c in doc["checks"]][-1] == "latency-spike"
     assert doc["model"]["gpu"]["num_sms"] == 132 and len(doc["model"]["cost_models"]) == 2

@@ -42,7 +42,7 @@ def test_replay_of_the_cliff_step() -> None:
 
 
 def _run(*args: str):
-    return CliRunner().invoke(main, ["whatif", *args])
+    return CliRunner().invoke(main, ["whatif", *args], env={"COLUMNS": "200"})
 
 
 def test_cli_one_step_text_and_json() -> None:
@@ -93,3 +93,30 @@ def test_cli_all_steps_of_a_small_capture() -> None:
     assert len(steps) == 56  # 2 paths x 2 distributions x 7 batch sizes x 2 steps (the capture's README)
     assert {s["b_threshold"] for s in steps} == {148, 33}
     assert str(SWEEP)  # the Kineto sweep is replayed in test_replay_of_the_cliff_step
+
+
+def test_whatif_speaks_in_savings_with_totals() -> None:
+    """It printed a ratio ('0.03x') where a saving was meant, and 5,580 lines with --all (issue 14)."""
+    r = _run(str(FA2), "--meta", str(FA2_META), "--step", "144")
+    assert r.exit_code == 0, r.output
+    assert "saves " in r.output and "model " in r.output  # the as-run row is the model's error
+    assert not __import__("re").search(r"\d\.\d\dx\b", r.output)
+    r = _run(str(FA2), "--meta", str(FA2_META), "--all")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert len(lines) <= 40, len(lines)
+    assert lines[0].startswith("195 steps replayed, measured ")
+    assert any("saves " in line and " steps" in line for line in lines)
+    from traceinsight.diagnose.whatif import replay_step, replayable_steps, totals
+    from traceinsight.pipeline import analyze
+
+    _, (a,) = analyze([FA2], meta=[FA2_META], diagnostics=False, cache=False)
+    assert a.schedule is not None
+    by_index = {s.index: s for s in a.steps}
+    replays = [replay_step(a.schedule, by_index[i]) for i in replayable_steps(a.schedule, a.steps)]
+    rows = {row["name"]: row for row in totals(replays)}
+    # Totals add up: measured - predicted = saving for every alternative; the as-run replay is never the best.
+    for row in rows.values():
+        assert row["measured_ns"] - row["cost_ns"] == row["saving_ns"]
+    assert rows["as-run"]["best_in"] == 0
+    assert sum(row["best_in"] for row in rows.values()) <= len(replays)

@@ -20,6 +20,17 @@ from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.model.steps import group_steps, step_kernels
 from traceinsight.queries import sql
 
+# Per kernel name, the spread of its durations as `nsys stats` gives it (median; standard deviation of the sample,
+# 0 for one execution), in ns, beside the count/total/mean/min/max of queries/kernel_summary.sql.
+KERNEL_SPREAD_SQL = """
+SELECT name, CAST(round(median(dur_ns)) AS BIGINT) AS median_ns,
+       CAST(round(coalesce(stddev_samp(dur_ns), 0)) AS BIGINT) AS stddev_ns
+FROM kernels WHERE trace_id = $trace GROUP BY name
+"""
+
+# torch.profiler's own step ranges (`prof.step()`): the steps of a trace nothing else annotates.
+PROFILER_STEP_PATTERN = r"^ProfilerStep#\d+$"
+
 
 def analyze_trace(
     db: TraceDB,
@@ -36,13 +47,25 @@ def analyze_trace(
     gpu_rows = db.rows(sql("trace_gpu"), {"trace": trace_id})
     gpu = gpu_rows[0] if gpu_rows else {}
     kernels = db.rows(sql("kernel_summary"), {"trace": trace_id})
+    spread = {r["name"]: r for r in db.rows(KERNEL_SPREAD_SQL, {"trace": trace_id})}
     for k in kernels:
         k["params"] = json.loads(k.pop("params_json") or "{}")
         k["share"] = float(k["share"] or 0.0)
+        s = spread.get(k["name"]) or {}
+        k["median_ns"] = s.get("median_ns")
+        k["stddev_ns"] = s.get("stddev_ns")
     families = db.rows(sql("family_summary"), {"trace": trace_id})
     for f in families:
         f["share"] = float(f["share"] or 0.0)
     steps, unassigned = group_steps(db, trace_id, step_pattern)
+    profiler_steps = False
+    if step_pattern is None and steps and all(s.source.split(":")[0] == "launch" for s in steps) and db.rows(
+            "SELECT 1 FROM ranges WHERE trace_id = $t AND regexp_matches(name, $p) LIMIT 1",
+            {"t": trace_id, "p": PROFILER_STEP_PATTERN}):
+        # Nothing annotates the steps but torch.profiler's own ProfilerStep#N ranges: those are the steps, not
+        # one step per attention kernel.
+        steps, unassigned = group_steps(db, trace_id, PROFILER_STEP_PATTERN)
+        profiler_steps = True
     analysis = TraceAnalysis(
         trace_id=trace_id,
         path=meta["path"],
@@ -58,6 +81,14 @@ def analyze_trace(
         steps=steps,
         limits=dict(limits or {}),
     )
+    if meta["format"] == "ncu-csv" and not kernels:
+        n = db.rows("SELECT count(*) AS n FROM ncu_kernels WHERE trace_id = $t", {"t": trace_id})[0]["n"]
+        analysis.warnings.append(
+            f"an Nsight Compute CSV ({n} profiled kernel{'s' if n != 1 else ''}) holds per-kernel metrics, not a "
+            "timeline: give it with --ncu beside a trace of the same run (traceinsight analyze TRACE --ncu "
+            f"{Path(meta['path']).name})")
+    if profiler_steps:
+        analysis.extra["steps_from"] = "ProfilerStep#N ranges (nothing else annotates the trace)"
     analysis.host_ops = _host_ops_reader(db, trace_id, meta)
     analysis.step_kernels = lambda step: step_kernels(db, trace_id, step)
     if unassigned:
@@ -112,6 +143,45 @@ def analyze(
 ) -> tuple[TraceDB, list[TraceAnalysis]]:
     """Ingest `paths` (each its own trace; sidecars and ncu CSVs attach to the first) and analyze each
     (`model` False: steps only, no schedule model and no findings; `diagnostics` False: no findings; `cache`:
-    see `traceinsight.ingest.add_trace`)."""
+    see `traceinsight.ingest.add_trace`). An input given twice is read once, and a sidecar that matches none of
+    the first trace's steps is kept: both are said in that trace's `warnings`."""
+    meta, ncu, notes = distinct_inputs(paths, list(meta or []), list(ncu or []))
     db, ids = load(paths, meta=meta, ncu=ncu, db=db, cache=cache)
-    return db, [analyze_trace(db, i, step_pattern, model=model, limits=limits, diagnostics=diagnostics) for i in ids]
+    analyses = [analyze_trace(db, i, step_pattern, model=model, limits=limits, diagnostics=diagnostics) for i in ids]
+    if analyses:
+        first = analyses[0]
+        if meta and model and first.steps and first.schedule is not None and not any(
+                b.source == "sidecar" for b in first.schedule.batches.values()):
+            names = ", ".join(repr(s.name) for s in first.steps[:2])
+            which = (f"the sidecar {meta[0]}" if len(meta) == 1
+                     else f"none of the sidecars ({', '.join(map(str, meta))})")
+            count = f"the {len(first.steps)} steps" if len(first.steps) > 1 else "the one step"
+            notes.append(f"{which} matches none of {count} (named like {names}): is it from "
+                         "this run? Step batches come from the trace alone")
+        first.warnings.extend(n for n in notes if n not in first.warnings)
+    return db, analyses
+
+
+def _identity(p: Path) -> tuple[int, int] | str:
+    try:
+        st = p.stat()
+        return (st.st_dev, st.st_ino)
+    except OSError:
+        return str(p)
+
+
+def distinct_inputs(paths: list[Path], meta: list[Path], ncu: list[Path]) -> tuple[list[Path], list[Path], list[str]]:
+    """The sidecars and ncu CSVs without the files given already (as a trace, or before among them: the same file
+    read twice doubles every count it adds), and one warning per file left out."""
+    seen: dict[tuple[int, int] | str, str] = {_identity(p): "a trace" for p in paths}
+    notes: list[str] = []
+    kept: dict[str, list[Path]] = {"--meta": [], "--ncu": []}
+    for option, files in (("--meta", meta), ("--ncu", ncu)):
+        for f in files:
+            key = _identity(f)
+            if key in seen:
+                notes.append(f"{f} is given twice (as {seen[key]} and with {option}): read once")
+                continue
+            seen[key] = f"{option}"
+            kept[option].append(f)
+    return kept["--meta"], kept["--ncu"], notes

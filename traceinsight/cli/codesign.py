@@ -51,6 +51,13 @@ def command(qo_heads: int, kv_heads: int, head_dim: int, tp: int, gpu_key: str, 
     shape = Shape(qo_heads, kv_heads, head_dim, tp, kv_dtype, "bf16")
     doc = report(shape, gpu.hbm_bandwidth_bytes_per_s, gpu.key, kv_len=kv_len, batch=batch, layers=layers)
     doc = {"schema": "traceinsight.codesign/1", "gpu": {"key": gpu.key, "name": gpu.name}, **doc}
+    from traceinsight.cli.main import warn
+
+    for c in doc["checks"]:
+        if c["name"] == "kv-fits-memory" and not c["ok"]:
+            warn(c["message"])
+    if kv_len and batch and doc.get("memory") is None:
+        warn(f"--gpu {gpu.key}: its memory size is not known, so the KV cache was not checked against it")
     if fmt == "json":
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
         sys.stdout.flush()

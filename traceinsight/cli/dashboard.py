@@ -1,12 +1,17 @@
-"""`traceinsight dashboard [PATH...]`: start the Streamlit dashboard (dashboards/app.py) on localhost with the
-given traces (sidecars `*.meta.json[.gz]` attach to the first trace)."""
+"""`traceinsight dashboard [PATH...] [--meta SIDECAR]`: start the Streamlit dashboard (dashboards/app.py) on
+localhost with the given traces (sidecars given with --meta or named `*.meta.json[.gz]` attach to the first trace;
+a trace without one takes the sidecar beside it). Streamlit runs as a child that ends with this command: on
+SIGTERM, SIGHUP or SIGINT the child is stopped, and on Linux the kernel stops it if this process dies."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import click
 
@@ -15,11 +20,14 @@ from traceinsight.errors import InputError, ToolMissingError
 
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 PATHS_ENV = "TRACEINSIGHT_DASHBOARD_PATHS"
+META_ENV = "TRACEINSIGHT_DASHBOARD_META"
+# Seconds the child gets to end after SIGTERM before it is killed.
+CHILD_GRACE_S = 5.0
 MAX_UPLOAD_ENV = "TRACEINSIGHT_MAX_UPLOAD_MB"
 
 
 def streamlit_command(paths: list[Path], port: int | None, host: str, max_upload_mb: int,
-                      headless: bool) -> tuple[list[str], dict[str, str]]:
+                      headless: bool, meta: list[Path] | None = None) -> tuple[list[str], dict[str, str]]:
     """The `streamlit run` command line and environment that start the dashboard."""
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host,
            "--server.maxUploadSize", str(max_upload_mb), "--browser.gatherUsageStats", "false",
@@ -29,8 +37,47 @@ def streamlit_command(paths: list[Path], port: int | None, host: str, max_upload
         cmd += ["--server.port", str(port)]
     env = dict(os.environ)
     env[PATHS_ENV] = os.pathsep.join(str(p.resolve()) for p in paths)
+    env[META_ENV] = os.pathsep.join(str(p.resolve()) for p in meta or [])
     env[MAX_UPLOAD_ENV] = str(max_upload_mb)
     return cmd, env
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: ask the kernel to send the child SIGTERM when its parent dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def run_child(cmd: list[str], env: dict[str, str]) -> int:
+    """Run `cmd` as a child that ends with this process: SIGTERM, SIGHUP and SIGINT are passed on to it (then
+    SIGKILL after CHILD_GRACE_S), and on Linux it gets SIGTERM if this process dies. Returns its exit status
+    (128 + signal when a signal ended this command)."""
+    child = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    got: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        got.append(signum)
+        if child.poll() is None:
+            child.terminate()
+
+    old: dict[int, Any] = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        while True:
+            try:
+                code = child.wait(timeout=CHILD_GRACE_S if got else None)
+                break
+            except subprocess.TimeoutExpired:
+                child.kill()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 128 + got[0] if got else code
 
 
 @click.command(name="dashboard")
@@ -40,13 +87,18 @@ def streamlit_command(paths: list[Path], port: int | None, host: str, max_upload
 @click.option("--max-upload-mb", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Largest trace the page accepts as an upload.")
 @click.option("--headless/--browser", default=False, help="Do not open a browser window.")
+@click.option("--meta", "meta", multiple=True, type=click.Path(path_type=Path),
+              help="Sidecar for the first trace (default: the <stem>.meta.json[.gz] / .sidecar.json[.gz] beside it).")
 @user_errors
-def command(paths: tuple[Path, ...], port: int | None, host: str, max_upload_mb: int, headless: bool) -> None:
+def command(paths: tuple[Path, ...], port: int | None, host: str, max_upload_mb: int, headless: bool,
+            meta: tuple[Path, ...]) -> None:
     """Open the interactive dashboard: findings, step timeline (click a step for its launches), kernel table,
     threshold chart and per-SM schedule; pick a bundled example, the PATHs given here, or upload a trace."""
-    for p in paths:
+    for p in (*paths, *meta):
         if not p.is_file():
             raise InputError(f"{p}: no such file")
+    if meta and not paths:
+        raise click.UsageError("--meta needs a trace to attach to (give its PATH)")
     if not APP.is_file():
         raise ToolMissingError(f"{APP}: the dashboard app is missing (it ships in the source tree's dashboards/)")
     try:
@@ -54,8 +106,5 @@ def command(paths: tuple[Path, ...], port: int | None, host: str, max_upload_mb:
     except ImportError:
         raise ToolMissingError("the dashboard needs streamlit: pip install 'traceinsight-attention[dashboard]'") \
             from None
-    cmd, env = streamlit_command(list(paths), port, host, max_upload_mb, headless)
-    try:
-        sys.exit(subprocess.call(cmd, env=env))
-    except KeyboardInterrupt:
-        sys.exit(130)
+    cmd, env = streamlit_command(list(paths), port, host, max_upload_mb, headless, list(meta))
+    sys.exit(run_child(cmd, env))

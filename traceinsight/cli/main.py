@@ -21,6 +21,36 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 
 
+def warn(message: str) -> None:
+    """One warning line on stderr, whatever the output format (stdout stays the document)."""
+    click.echo(f"traceinsight: warning: {message}", err=True)
+
+
+def warn_analyses(analyses: list[Any]) -> None:
+    """Every analysis's warnings (a cut file, a sidecar that matches no step, an input given twice) on stderr."""
+    for a in analyses:
+        for w in a.warnings:
+            warn(f"{a.path}: {w}" if len(analyses) > 1 else w)
+
+
+def repeated_paths(paths: tuple[str, ...]) -> list[str]:
+    """Plain files given more than once among `paths` (by identity, so `./t.json` and `t.json` are one)."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if not Path(p).is_file():
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            out.append(p)
+        seen.add(key)
+    return out
+
+
 def _fail(message: str, code: int) -> None:
     click.echo(f"traceinsight: error: {message}", err=True)
     sys.exit(code)
@@ -127,10 +157,11 @@ def main() -> None:
 
 @main.command()
 @path_arg
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html"]), default="text",
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "md", "html", "perfetto"]), default="text",
               show_default=True,
-              help="text (terminal), json (versioned schema traceinsight.analysis/1, docs/JSON.md), or a "
-                   "self-contained report: html (opens offline) or md (figures written beside --out).")
+              help="text (terminal), json (versioned schema traceinsight.analysis/1, docs/JSON.md), a "
+                   "self-contained report: html (opens offline) or md (figures written beside --out), or perfetto: "
+                   "a Chrome trace (JSON) of the trace's kernels, steps and one slice per finding, for Perfetto UI.")
 @click.option("--meta", "meta", multiple=True, type=click.Path(path_type=str),
               help="Sidecar with each step's batch composition (collector sidecar or *.meta.json[.gz]).")
 @click.option("--ncu", "ncu", multiple=True, type=click.Path(path_type=str),
@@ -147,6 +178,8 @@ def main() -> None:
               help="Steps in --format json: the steps that matter (those the findings name and the slowest; "
                    "step_summary still counts every step), or all (streamed, one step per line).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display on stderr.")
+@click.option("--width", "width", default=None, type=click.IntRange(min=20), metavar="COLUMNS",
+              help="Columns of text output (default: $COLUMNS, else the terminal's, else 120 in a pipe or file).")
 @click.option("--no-cache", is_flag=True,
               help="Read every file again and write no cache (default: reuse the cached database of an unchanged "
                    "file, kept under $TRACEINSIGHT_CACHE_DIR or ~/.cache/traceinsight).")
@@ -154,7 +187,7 @@ def main() -> None:
 @user_errors
 def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[str, ...],
             step_pattern: str | None, fail_on: str | None, max_steps: int, out: str | None, steps: str,
-            quiet: bool, no_cache: bool) -> None:
+            quiet: bool, width: int | None, no_cache: bool) -> None:
     """Analyze trace files: GPU, kernels by family/backend, decode steps with split-KV state, the schedule
     model (thresholds, predicted times, SM idle) and findings with remedies.
 
@@ -178,17 +211,38 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
         raise click.UsageError("--format md needs --out FILE (its figures are written beside it)")
     from traceinsight.ingest.paths import expand_paths
 
+    for p in repeated_paths(paths):
+        warn(f"{p} is given twice: read once")
     traces = expand_paths(paths)
     with ingest_progress(traces + _paths(meta) + _paths(ncu), quiet=quiet):
-        _, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
-                                   cache=False if no_cache else None)
-    _emit(analyses, fmt, out, max_steps, steps)
+        db, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
+                                    cache=False if no_cache else None)
+    warn_analyses(analyses)
+    if fmt == "perfetto":
+        _emit_perfetto(db, analyses, out)
+    else:
+        _emit(analyses, fmt, out, max_steps, steps, width)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
         sys.exit(code)
 
 
-def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps: str) -> None:
+def _emit_perfetto(db: Any, analyses: list[Any], out: str | None) -> None:
+    """The Chrome trace of one analysis (report/perfetto.py), to --out or stdout."""
+    from traceinsight.report import perfetto
+
+    if len(analyses) != 1:
+        raise click.UsageError(f"--format perfetto writes one trace; {len(analyses)} were given")
+    if out:
+        with open(out, "wb") as fh:
+            perfetto.write(db, analyses[0], fh)
+    else:
+        perfetto.write(db, analyses[0], sys.stdout.buffer)
+        sys.stdout.flush()
+
+
+def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps: str,
+          width: int | None = None) -> None:
     if fmt in ("md", "html"):
         from traceinsight.report.files import render_report, write_report
 
@@ -211,18 +265,18 @@ def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps:
 
     if out:
         with open(out, "w", encoding="utf-8") as fh:
-            con = make_console(file=fh, no_color=True)
+            con = make_console(file=fh, no_color=True, width=width)
             for a in analyses:
-                render(a, con, max_steps=max_steps or None)
+                render(a, con, max_steps=max_steps or None)  # a file keeps its warnings in its header
         return
-    con = make_console()
+    con = make_console(width=width)
     if len(analyses) > 1:
         from traceinsight.report.text import render_fleet
 
         render_fleet(analyses, con)
         return
     for a in analyses:
-        render(a, con, max_steps=max_steps or None)
+        render(a, con, max_steps=max_steps or None, warnings=False)  # they went to stderr
 
 
 @main.command(name="sql")

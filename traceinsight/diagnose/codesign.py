@@ -220,6 +220,36 @@ def ridge_point(gpu_key: str | None, hbm_bytes_per_s: float | None, dtype: str) 
     return peak / hbm_bytes_per_s if peak else None
 
 
+# Device memory per GPU (bytes), from the product datasheets: what the KV cache, weights and activations share.
+GIB = 1 << 30
+GB = 10**9
+GPU_MEMORY_BYTES: dict[str, int] = {
+    "h200": 141 * GB, "h20": 96 * GB, "h100-pcie": 80 * GB, "h100-nvl": 94 * GB, "h800": 80 * GB,
+    "h100-sxm": 80 * GB, "gb200": 186 * GB, "b300": 288 * GB, "b200": 180 * GB, "a100-80gb-pcie": 80 * GB,
+    "a100-80gb-sxm": 80 * GB, "a100-40gb": 40 * GB, "l40s": 48 * GB, "l4": 24 * GB, "a10g": 24 * GB,
+    "rtx-4090": 24 * GB, "rtx-5090": 32 * GB, "mi355x": 288 * GB, "mi325x": 256 * GB, "mi300x": 192 * GB,
+    "mi210": 64 * GB, "v100": 32 * GB,
+}
+# Share of device memory the KV cache may take (the rest holds weights, activations and the runtime; serving
+# engines default to about 0.9 of memory for weights + KV, so the KV cache is often far less).
+KV_MEMORY_FRACTION = 0.9
+
+
+def kv_memory(shape: Shape, gpu_key: str | None, kv_tokens: int, layers: int) -> dict[str, Any] | None:
+    """The KV cache of `kv_tokens` tokens over `layers` layers on one GPU against its memory: bytes needed,
+    device memory, the share it takes, whether it fits under KV_MEMORY_FRACTION, and the most tokens that do.
+    None when the GPU's memory is not in GPU_MEMORY_BYTES."""
+    mem = GPU_MEMORY_BYTES.get(gpu_key or "")
+    if mem is None:
+        return None
+    per_token = shape.kv_bytes_per_token_per_rank() * layers
+    need = per_token * kv_tokens
+    budget = int(mem * KV_MEMORY_FRACTION)
+    return {"kv_cache_bytes": need, "gpu_memory_bytes": mem, "share": need / mem, "fits": need <= budget,
+            "budget_bytes": budget, "max_kv_tokens": budget // per_token if per_token else None,
+            "kv_bytes_per_token_all_layers": per_token}
+
+
 def report(
     shape: Shape,
     hbm_bytes_per_s: float | None,
@@ -259,4 +289,22 @@ def report(
             "kv_bytes_per_gpu": per_layer * layers,
             "roofline_floor_ns": round(floor) if floor is not None else None,
         }
+        mem = kv_memory(shape, gpu_key, tokens, layers)
+        out["memory"] = mem
+        if mem is not None:
+            gb = 1e9
+            ok = mem["fits"]
+            out["checks"].append(Check(
+                name="kv-fits-memory", ok=ok, severity="warning",
+                message=(f"KV cache of {batch} x {kv_len:,} tokens x {layers} layer(s): "
+                            f"{mem['kv_cache_bytes'] / gb:,.1f} GB per GPU, {mem['share']:.0%} of its "
+                            f"{mem['gpu_memory_bytes'] / gb:.0f} GB"
+                            + ("" if ok else f": does not fit (at most {mem['max_kv_tokens']:,} tokens in "
+                                             f"{KV_MEMORY_FRACTION:.0%} of memory, before weights)")),
+                reason=("The KV cache shares device memory with the weights and activations; this counts the "
+                        f"cache alone against {KV_MEMORY_FRACTION:.0%} of memory. "
+                        + ("" if ok else "Lower the batch or the context, quantize the KV cache (fp8 halves "
+                                         "it), or spread the KV heads over more GPUs (TP up to H_kv).")),
+                evidence={k: v for k, v in mem.items() if k != "share"} | {"share": round(mem["share"], 4)},
+            ).to_json())
     return out

@@ -59,6 +59,11 @@ class Finding:
     explanation: str = ""
     remedy: str = ""
     saving_ns: int | None = None
+    ref: str | None = None
+    supports: str | None = None
+    related: tuple[str, ...] = ()
+    attributed_ns: int | None = None
+    saving_basis: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "severity", Severity(self.severity))
@@ -78,6 +83,11 @@ class Finding:
             "remedy": self.remedy,
             "saving_ns": self.saving_ns,
             "explanation": self.explanation,
+            "ref": self.ref,
+            "supports": self.supports,
+            "related": list(self.related),
+            "attributed_saving_ns": self.attributed_ns,
+            "saving_basis": self.saving_basis,
         }
 
 

@@ -105,9 +105,12 @@ def scope(rule: ModuleType, ctx: TraceAnalysis) -> tuple[str, str]:
 
 def diagnose(ctx: TraceAnalysis) -> list[Finding]:
     """Run every rule on `ctx`; record each rule's outcome in `ctx.checks`; return the findings, most severe
-    first and, within a severity, largest estimated saving first."""
+    first and, within a severity, largest estimated saving first; each linked to its root cause and each root's
+    saving bounded by the time it comes from (`traceinsight.diagnose.rootcause`)."""
+    from traceinsight.diagnose.rootcause import consolidate
+
     findings, results = run_rules(ctx)
     ctx.checks = results
-    ordered = sort_findings(findings)
+    ordered = consolidate(sort_findings(findings), ctx.steps)
     ctx.findings = ordered
     return ordered

@@ -308,3 +308,41 @@ def replay_step(sched: Schedule, step: Any) -> StepReplay:
         measured_ns=launch.attention.dur_ns, b_threshold=thr.b_threshold if thr else None,
         alternatives=tuple(alternatives(sched, launch, sb, cg)),
     )
+
+
+def alternative_cost_ns(alt: Alternative) -> int | None:
+    """What serving the step's batch costs with `alt` (ns): its total over the steps it takes (a capped batch
+    takes more than one), else its predicted time."""
+    return alt.total_ns if alt.total_ns is not None else alt.predicted_ns
+
+
+def alternative_saving_ns(replay: StepReplay, alt: Alternative) -> int | None:
+    """Time `alt` saves against the measured launch (ns; negative when it costs more); None when not predicted."""
+    cost = alternative_cost_ns(alt)
+    return None if cost is None else replay.measured_ns - cost
+
+
+def totals(replays: list[StepReplay]) -> list[dict[str, Any]]:
+    """Per alternative (by name, in the order they first appear) over the replayed steps: how many steps it was
+    predicted for, their measured time, its cost, the saving (measured - cost, ns; negative: it costs more),
+    and in how many steps it saves the most of all alternatives (the replay as run, `as-run`, is never the
+    best: its row measures the model against the trace). The steps an alternative could not be
+    predicted for are left out of its row (its `steps` says how many remain)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for r in replays:
+        best = None
+        for alt in r.alternatives:
+            saving = alternative_saving_ns(r, alt)
+            row = rows.setdefault(alt.name, {"name": alt.name, "description": alt.description, "steps": 0,
+                                             "measured_ns": 0, "cost_ns": 0, "saving_ns": 0, "best_in": 0})
+            if saving is None:
+                continue
+            row["steps"] += 1
+            row["measured_ns"] += r.measured_ns
+            row["cost_ns"] += r.measured_ns - saving
+            row["saving_ns"] += saving
+            if alt.name != "as-run" and (best is None or saving > best[0]):
+                best = (saving, alt.name)
+        if best is not None and best[0] > 0:
+            rows[best[1]]["best_in"] += 1
+    return list(rows.values())

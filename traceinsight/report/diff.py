@@ -192,10 +192,12 @@ def _thresholds(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str,
 
 
 def _finding_groups(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    names = {s["index"]: s["name"] for s in doc.get("steps") or []}
     out: dict[str, dict[str, Any]] = {}
     for f in doc.get("findings") or []:
         g = out.setdefault(f["id"], {"severity": f.get("severity"), "count": 0, "steps": set(), "saving_ns": None,
-                                     "summaries": []})
+                                     "summaries": [], "step_names": set()})
+        g["step_names"].update(names.get(i, f"#{i}") for i in f.get("steps") or [])
         if severity_rank(f.get("severity")) < severity_rank(g["severity"]):
             g["severity"] = f.get("severity")
         g["count"] += 1
@@ -205,7 +207,26 @@ def _finding_groups(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         g["summaries"].append(f.get("summary", ""))
     for g in out.values():
         g["steps"] = len(g["steps"])
+        g["step_names"] = sorted(g["step_names"])
     return out
+
+
+def _finding_changes(gb: dict[str, Any], ga: dict[str, Any]) -> list[str]:
+    """What differs between the two sides of one rule's findings: severity, how many, which steps (by name),
+    the saving (beyond UNCHANGED_RATIO) or what the summaries say."""
+    changes = []
+    if gb["severity"] != ga["severity"]:
+        changes.append("severity")
+    if gb["count"] != ga["count"]:
+        changes.append("count")
+    if gb["steps"] != ga["steps"] or gb.get("step_names") != ga.get("step_names"):
+        changes.append("steps")
+    sb, sa = gb.get("saving_ns"), ga.get("saving_ns")
+    if (sb is None) != (sa is None) or (sb and sa and abs(sa / sb - 1) > UNCHANGED_RATIO):
+        changes.append("saving")
+    if sorted(gb["summaries"]) != sorted(ga["summaries"]):
+        changes.append("summary")
+    return changes
 
 
 def _findings(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
@@ -217,15 +238,59 @@ def _findings(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, A
             status = "new"
         elif ga is None:
             status = "gone"
-        elif (gb["severity"], gb["steps"], gb["count"]) != (ga["severity"], ga["steps"], ga["count"]):
+        elif _finding_changes(gb, ga):
             status = "changed"
         else:
             status = "same"
-        rows.append({"id": fid, "status": status, "before": gb, "after": ga})
+        rows.append({"id": fid, "status": status, "before": gb, "after": ga,
+                     "changed": _finding_changes(gb, ga) if gb and ga else []})
     order = {"new": 0, "changed": 1, "gone": 2, "same": 3}
     rows.sort(key=lambda r: (order[r["status"]], severity_rank((r["after"] or r["before"])["severity"]),
                              r["id"]))
     return rows
+
+
+# Below this share of step names in common, BEFORE and AFTER count as different workloads.
+SAME_WORKLOAD_SHARE = 0.5
+# Matched steps listed in the diff at most (those whose time changed the most).
+MATCHED_STEPS_SHOWN = 20
+
+
+def _steps_by_name(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Steps matched by name (the n-th step of a name with the n-th of the same name on the other side): how many
+    match, how many are only on one side, the median ratio of matched steps' wall time (after / before), the
+    matched steps whose time changed the most, and whether the workloads differ (fewer than SAME_WORKLOAD_SHARE
+    of either side's steps matched, or different GPUs), with the reason in words."""
+    def keyed(doc: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+        seen: dict[str, int] = {}
+        out = {}
+        for s in doc.get("steps") or []:
+            n = seen[s["name"]] = seen.get(s["name"], -1) + 1
+            out[(s["name"], n)] = s
+        return out
+
+    b, a = keyed(before), keyed(after)
+    common = [k for k in b if k in a]
+    pairs = []
+    for k in common:
+        wb, wa = b[k].get("wall_ns", b[k]["dur_ns"]), a[k].get("wall_ns", a[k]["dur_ns"])
+        pairs.append({"name": k[0], "before_index": b[k]["index"], "after_index": a[k]["index"],
+                      "before_ns": wb, "after_ns": wa, "ratio": _ratio(wb, wa)})
+    ratios = sorted(p["ratio"] for p in pairs if p["ratio"] is not None)
+    pairs.sort(key=lambda p: -abs((p["after_ns"] or 0) - (p["before_ns"] or 0)))
+    reasons = []
+    for side, doc, n in (("before", before, len(b)), ("after", after, len(a))):
+        total = _summary(doc)["count"] or n
+        if total and len(common) < SAME_WORKLOAD_SHARE * min(total, n or total):
+            names = ", ".join(repr(k[0]) for k in list(b if side == "before" else a)[:2])
+            reasons.append(f"only {len(common)} of {side}'s {n} steps have a step of the same name on the other "
+                           f"side ({side}: {names})")
+    gb, ga = _trace(before).get("gpu"), _trace(after).get("gpu")
+    if gb and ga and gb != ga:
+        reasons.append(f"different GPUs ({gb} vs {ga})")
+    return {"matched": len(common), "before_only": len(b) - len(common), "after_only": len(a) - len(common),
+            "median_ratio": ratios[len(ratios) // 2] if ratios else None,
+            "changed": pairs[:MATCHED_STEPS_SHOWN], "workloads_differ": bool(reasons), "why": reasons}
 
 
 def _trace(doc: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +309,7 @@ def diff_docs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         "kernels": _kernels(before, after),
         "thresholds": _thresholds(before, after),
         "findings": _findings(before, after),
+        "matched_steps": _steps_by_name(before, after),
     }
     doc["summary"] = headline(doc)
     return doc
@@ -254,11 +320,18 @@ def headline(d: dict[str, Any]) -> list[str]:
     from traceinsight.units import fmt_ns
 
     lines = []
+    m = d.get("matched_steps") or {}
+    if m.get("workloads_differ"):
+        lines.append("the workloads differ: " + "; ".join(m["why"]) + ": totals and medians compare different work")
+    matched = ""
+    if m.get("matched"):
+        mr = m.get("median_ratio")
+        matched = f"; {m['matched']} matched by name" + (f", each {mr - 1:+.0%} at the median" if mr else "")
     sb, sa = d["steps"]["before"], d["steps"]["after"]
     if sb["count"] and sa["count"]:
         r = _ratio(sb["median_ns"], sa["median_ns"])
         lines.append(f"median step {fmt_ns(sb['median_ns'])} -> {fmt_ns(sa['median_ns'])}"
-                     + (f" ({r - 1:+.0%})" if r else "") + f"; steps {sb['count']} -> {sa['count']}")
+                     + (f" ({r - 1:+.0%})" if r else "") + f"; steps {sb['count']} -> {sa['count']}{matched}")
     for f in d["findings"]:
         if f["status"] == "new":
             lines.append(f"new finding {f['id']} ({f['after']['severity']}, {f['after']['steps']} steps)")
@@ -266,8 +339,8 @@ def headline(d: dict[str, Any]) -> list[str]:
             lines.append(f"finding {f['id']} is gone (was {f['before']['severity']}, {f['before']['steps']} steps)")
         elif f["status"] == "changed":
             b, a = f["before"], f["after"]
-            lines.append(f"finding {f['id']}: {b['severity']} in {b['steps']} steps -> {a['severity']} in "
-                         f"{a['steps']} steps")
+            lines.append(f"finding {f['id']} changed ({', '.join(f.get('changed') or [])}): {b['severity']} in "
+                         f"{b['steps']} steps -> {a['severity']} in {a['steps']} steps")
     for k in d["kernels"]:
         if k["split_kv"]["changed"]:
             lines.append(f"{k['kernel']}: split-KV {_split_state(k['split_kv']['before'])} -> "

@@ -41,10 +41,19 @@ def render_report(analyses: list[TraceAnalysis], fmt: str, out: Path) -> str:
     raise ValueError(f"unknown report format {fmt!r} (expected one of {FORMATS})")
 
 
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder, so a reader never sees half a file."""
+    """Write `text` to `path` through a temporary file in the same folder, so a reader never sees half a file.
+    The file gets the mode any new file gets (0666 less the umask), not the temporary file's private 0600."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)

@@ -167,7 +167,7 @@ def verdict_html(doc: dict[str, Any]) -> str:
         first = g.findings[0]
         save = ""
         if g.saving_ns:
-            share = sections.saving_share(doc, g.id, g.saving_ns)
+            share = g.share(doc)
             share = f" <small>({esc(share)})</small>" if share else ""
             save = f'<span class="saving">saves ≈ {esc(fmt_ns(g.saving_ns))}{share}</span>'
         more = f' <small class="more">(+{len(g.findings) - 1} more)</small>' if len(g.findings) > 1 else ""

@@ -169,17 +169,65 @@ def _document(a: TraceAnalysis, steps: str) -> dict[str, Any]:
             "warnings": a.warnings,
         },
         "families": a.families,
-        "kernels": a.kernels,
+        "kernels": kernel_rows(a),
         "thresholds": [t.to_json() for t in sched.thresholds.values()] if sched is not None else [],
         "summary": summary_row(a),
         "step_summary": step_summary(_facts(s) for s in a.steps),
         "steps_included": steps,
         "steps": [],
         "findings": [_finding(f) for f in a.findings],
+        "savings": savings_summary(a),
         "checks": [c.to_json() if hasattr(c, "to_json") else c for c in a.checks],
         "model": _schedule(sched),
         **a.extra,
     }
+
+
+def kernel_rows(a: TraceAnalysis) -> list[dict[str, Any]]:
+    """The kernel table with each attention, merge and prepare kernel's phase taken from its launches (the phase
+    the steps and findings use): one phase when every launch has it, `mixed` when they differ. The phase the
+    name alone gives stays as `name_phase`. Kernels no step launches keep the name's phase."""
+    phases: dict[str, set[str]] = {}
+    for s in a.steps:
+        for x in s.launches:
+            for kern in (x.attention, *x.merges, *x.prepares):
+                phases.setdefault(kern.name, set()).add(x.phase or "unknown")
+    rows = []
+    for k in a.kernels:
+        seen = {p for p in phases.get(k.get("name", ""), set()) if p != "unknown"}
+        if not seen:
+            rows.append(k)
+            continue
+        phase = seen.pop() if len(seen) == 1 else "mixed"
+        row = {**k, "name_phase": k.get("phase"), "phase": phase}
+        if phase != k.get("phase"):
+            n = sum(1 for s in a.steps for x in s.launches for y in (x.attention, *x.merges, *x.prepares)
+                    if y.name == k.get("name"))
+            row["phase_evidence"] = (f"from its {n} launches in steps" + (", in which prefill and decode both ran"
+                                                                         if phase == "mixed" else "")
+                                     + f" (the name alone: {k.get('phase')}"
+                                     + (f", {k['phase_evidence']}" if k.get("phase_evidence") else "") + ")")
+        rows.append(row)
+    return rows
+
+
+def savings_summary(a: TraceAnalysis) -> dict[str, Any]:
+    """What the listed savings are bounded by and add up to, over every step (ns): steps_wall_ns (the steps' wall
+    time), between_steps_ns (the time between steps' windows, from the first step to the last), and the root
+    causes' attributed savings on each basis (listed_steps_ns <= steps_wall_ns, listed_between_ns <=
+    between_steps_ns; `traceinsight.diagnose.rootcause`)."""
+    from traceinsight.diagnose.rootcause import BASIS_SPAN, BASIS_STEPS, budgets
+
+    b = budgets(a.steps)
+    listed = {BASIS_STEPS: 0, BASIS_SPAN: 0}
+    for f in a.findings:
+        if getattr(f, "supports", None) is None and getattr(f, "attributed_ns", None):
+            basis = f.saving_basis if f.saving_basis in listed else BASIS_STEPS
+            listed[basis] += int(f.attributed_ns)
+    return {"steps_wall_ns": sum(b[BASIS_STEPS].values()), "between_steps_ns": sum(b[BASIS_SPAN].values()),
+            "listed_steps_ns": listed[BASIS_STEPS], "listed_between_ns": listed[BASIS_SPAN],
+            "basis": "each root cause's saving is bounded, step by step, by the step's wall time (savings inside "
+                     "steps) or by the time before the step since the previous one ended (gpu-idle-gaps)"}
 
 
 def _schedule(sched: Schedule | None) -> dict[str, Any] | None:

@@ -70,7 +70,7 @@ def verdict_md(doc: dict[str, Any]) -> str:
         first = g.findings[0]
         save = ""
         if g.saving_ns:
-            share = sections.saving_share(doc, g.id, g.saving_ns)
+            share = g.share(doc)
             save = f" — **saves ≈ {fmt_ns(g.saving_ns)}**" + (f" ({share})" if share else "")
         more = f" (+{len(g.findings) - 1} more)" if len(g.findings) > 1 else ""
         mark = SEVERITY_MARK.get(g.severity, g.severity.upper())

@@ -57,15 +57,62 @@ _SAVING_BASES = {
 }
 
 
-def saving_share(doc: dict[str, Any], rule_id: str, saving_ns: float) -> str:
-    """'40% of step time' — or, for a rule whose saving lies between the steps (gpu-idle-gaps), a share of the
-    time from the first step to the last; '' when that time is unknown."""
-    from traceinsight.diagnose.registry import RULE_IDS, rule
+def saving_share(doc: dict[str, Any], rule_id: str, saving_ns: float, evidence: dict[str, Any] | None = None) -> str:
+    """'40% of the steps' time' — or, for a rule whose saving lies between the steps (gpu-idle-gaps), a share of
+    the time from the first step to the last (the span its own evidence `span_ns` measured, so that the share
+    reads as its summary does); '' when that time is unknown. The totals are `saving_totals`' (every step, not
+    only the steps a document holds)."""
+    from traceinsight.diagnose.rootcause import BASIS_SPAN, saving_basis
 
-    basis = getattr(rule(rule_id), "SAVING_BASIS", "steps") if rule_id in RULE_IDS else "steps"
-    total_of, label = _SAVING_BASES[basis]
-    total = total_of(doc)
+    totals = saving_totals(doc)
+    if saving_basis(rule_id) == BASIS_SPAN:
+        span = (evidence or {}).get("span_ns") or totals["steps_wall_ns"] + totals["between_steps_ns"]
+        total, label = int(span), "of the time from first to last step"
+    else:
+        total, label = totals["steps_wall_ns"], "of the steps' time"
     return f"{saving_ns / total:.0%} {label}" if total else ""
+
+
+def saving_totals(doc: dict[str, Any]) -> dict[str, int]:
+    """The time the listed savings are bounded by, and what they add up to (ns): steps_wall_ns (every step's
+    wall time), between_steps_ns (the rest of the time from the first step to the last), listed_steps_ns and
+    listed_between_ns (the root causes' attributed savings on each basis). Read from `savings` in the document
+    (json_doc writes it over every step), else from the steps it holds."""
+    got = doc.get("savings")
+    if isinstance(got, dict) and "steps_wall_ns" in got:
+        return {k: int(v or 0) for k, v in got.items() if isinstance(v, (int, float)) or v is None}
+    steps = doc.get("steps") or []
+    wall = sum(int(s.get("wall_ns", s["dur_ns"])) for s in steps)
+    listed = {"steps": 0, "span": 0}
+    for f in doc.get("findings") or []:
+        if f.get("supports") is None:
+            listed[f.get("saving_basis") or "steps"] = listed.get(f.get("saving_basis") or "steps", 0) + int(
+                _attributed(f) or 0)
+    return {"steps_wall_ns": wall, "between_steps_ns": max(0, steps_span_ns(doc) - wall),
+            "listed_steps_ns": listed.get("steps", 0), "listed_between_ns": listed.get("span", 0)}
+
+
+def _attributed(f: dict[str, Any]) -> int | None:
+    """A finding's saving as reports list it: the attributed one (bounded), else its rule's estimate (documents
+    written before root causes were linked)."""
+    if "attributed_saving_ns" in f:
+        v = f.get("attributed_saving_ns")
+        return None if v is None else int(v)
+    v = f.get("saving_ns")
+    return None if v is None else int(v)
+
+
+def savings_line(doc: dict[str, Any]) -> str:
+    """'savings listed: 806 ms of 1.01 s in steps, 439 ms of 782 ms between steps' ('' without savings)."""
+    from traceinsight.units import fmt_ns
+
+    t = saving_totals(doc)
+    parts = []
+    if t.get("listed_steps_ns"):
+        parts.append(f"{fmt_ns(t['listed_steps_ns'])} of {fmt_ns(t['steps_wall_ns'])} in steps")
+    if t.get("listed_between_ns"):
+        parts.append(f"{fmt_ns(t['listed_between_ns'])} of {fmt_ns(t['between_steps_ns'])} between steps")
+    return "savings listed: " + ", ".join(parts) if parts else ""
 
 
 @dataclass(frozen=True)
@@ -80,47 +127,141 @@ class VerdictLine:
 
 
 def verdict(doc: dict[str, Any], limit: int = 6) -> list[VerdictLine]:
-    """The worst findings, one line each (at most `limit`)."""
+    """The worst root causes, one line each (at most `limit`), with their attributed savings."""
     return [
-        VerdictLine(f.get("severity", "info"), f.get("id", "?"), f.get("summary", ""), f.get("saving_ns"),
-                    len(f.get("steps") or []))
-        for f in sorted_findings(doc)[:limit]
+        VerdictLine(g.severity, g.id, g.summary, g.saving_ns, len(g.steps))
+        for g in finding_groups(doc)[:limit]
     ]
+
+
+# INFO root causes saving less than this share of their time are folded into one line in the terminal.
+MINOR_SHARE = 0.05
+
+
+def remedy_head(remedy: str) -> str:
+    """The first thing a remedy says to do: its text up to the first alternative (', or ') or second sentence,
+    without its asides in parentheses."""
+    head = remedy
+    for sep in (re.compile(r", or "), re.compile(r"; "), re.compile(r"(?<!e\.g)(?<!i\.e)\. ")):
+        m = sep.search(head)
+        if m and m.start() > 0:
+            head = head[:m.start()]
+    cut = head != remedy.rstrip(".")
+    head = re.sub(r" \([^()]*\)", "", head)
+    return head.rstrip(".") + ("…" if cut or head != remedy.rstrip(".") else "")
 
 
 @dataclass
 class FindingGroup:
-    """The findings of one rule (a rule may report several, e.g. one latency spike per burst): the line the
-    verdict shows. saving_ns: sum over the group (its findings concern distinct steps or kernels); steps: the
-    union of their steps; findings: worst first (the first one's summary leads)."""
+    """One root cause as the reports show it: the root findings of one rule and reason (a rule may report
+    several, e.g. one latency spike per burst) with the findings that are their evidence (`related`, worst
+    first). severity: the worst of all of them; saving_ns: the roots' attributed savings (bounded by the time
+    they come from, `traceinsight.diagnose.rootcause`); steps: the union of the roots' and the evidence's steps;
+    findings: the roots, worst first (the first one's summary leads)."""
 
     id: str
     severity: str
     saving_ns: int | None
     steps: list[int]
     findings: list[dict[str, Any]]
+    related: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def summary(self) -> str:
         return self.findings[0].get("summary", "") if self.findings else ""
 
+    def share(self, doc: dict[str, Any]) -> str:
+        """The saving as a share of the time it comes from ('45% of the steps' time'; '' without a saving)."""
+        if not self.saving_ns:
+            return ""
+        return saving_share(doc, self.id, self.saving_ns, self.findings[0].get("evidence") if self.findings else None)
+
+    def minor(self, doc: dict[str, Any]) -> bool:
+        """An INFO root cause worth less than MINOR_SHARE of the time it comes from: the terminal folds these into
+        one line."""
+        if self.severity != "info":
+            return False
+        share = self.share(doc)
+        return not share or float(share.split("%")[0]) < 100 * MINOR_SHARE
+
+    def evidence_text(self) -> str:
+        """'latency-spike ×4, sm-idle': the rules whose findings support this root cause."""
+        counts: dict[str, int] = {}
+        for f in self.related:
+            counts[f.get("id", "?")] = counts.get(f.get("id", "?"), 0) + 1
+        return ", ".join(k if n == 1 else f"{k} ×{n}" for k, n in counts.items())
+
+
+def _reason(f: dict[str, Any]) -> str | None:
+    ev = f.get("evidence") or {}
+    reason = ev.get("why_unsplit") or ev.get("why_starved")
+    if reason is None and f.get("id") == SPIKE_ID:
+        reason = ev.get("cause")
+    return str(reason) if reason is not None else None
+
 
 def finding_groups(doc: dict[str, Any]) -> list[FindingGroup]:
-    """One group per rule id (and per named reason within a rule, e.g. FA3's batch cap vs a forced num_splits:
-    different causes with different remedies), worst first: by severity, then by the group's total saving."""
+    """One group per root cause: root findings (`supports` empty) grouped by rule id and named reason (FA3's batch
+    cap vs a forced num_splits; a spike's cause), each with the findings that support it; worst first: by
+    severity, then by the group's saving."""
+    ordered = sorted_findings(doc)
+    by_ref = {f["ref"]: f for f in ordered if f.get("ref")}
     groups: dict[tuple[str, str | None], FindingGroup] = {}
-    for f in sorted_findings(doc):
+    root_group: dict[str, FindingGroup] = {}
+    for f in ordered:
+        if f.get("supports") is not None and f["supports"] in by_ref:
+            continue
         fid = f.get("id", "?")
-        ev = f.get("evidence") or {}
-        key = (fid, ev.get("why_unsplit") or ev.get("why_starved"))
+        key = (fid, _reason(f))
         g = groups.get(key)
         if g is None:
             g = groups[key] = FindingGroup(fid, f.get("severity", "info"), None, [], [])
         g.findings.append(f)
-        if f.get("saving_ns") is not None:
-            g.saving_ns = (g.saving_ns or 0) + int(f["saving_ns"])
+        saving = _attributed(f)
+        if saving is not None:
+            g.saving_ns = (g.saving_ns or 0) + saving
         g.steps = sorted(set(g.steps) | set(f.get("steps") or []))
+        if f.get("ref"):
+            root_group[f["ref"]] = g
+    for f in ordered:
+        g = root_group.get(f.get("supports") or "")
+        if g is None:
+            continue
+        g.related.append(f)
+        g.steps = sorted(set(g.steps) | set(f.get("steps") or []))
+        if severity_rank(f.get("severity")) < severity_rank(g.severity):
+            g.severity = f.get("severity", g.severity)
     return sorted(groups.values(), key=lambda g: (severity_rank(g.severity), -(g.saving_ns or 0), g.id))
+
+
+def step_tags(doc: dict[str, Any]) -> dict[int, list[str]]:
+    """Per step, the root causes that concern it, worst first: a root cause tags the steps its own findings
+    list and the steps of the latency spikes it caused ('split-kv-off (spike)'). An INFO root cause tags only
+    steps that broke from their trend (a latency spike): a healthy step is not tagged by something worth
+    knowing about the whole trace."""
+    spikes = {i for f in doc.get("findings") or [] if f.get("id") == SPIKE_ID for i in f.get("steps") or []}
+    out: dict[int, list[str]] = {}
+    for g in finding_groups(doc):
+        caused = {i for f in g.related if f.get("id") == SPIKE_ID for i in f.get("steps") or []}
+        if g.id == SPIKE_ID:
+            caused = set(g.steps)
+        own = {i for f in g.findings for i in f.get("steps") or []} | caused
+        for i in sorted(own):
+            if g.severity == "info" and i not in spikes:
+                continue
+            tag = g.id + (" (spike)" if i in caused and g.id != SPIKE_ID else "")
+            if tag not in out.get(i, []):
+                out.setdefault(i, []).append(tag)
+    return out
+
+
+def group_steps(doc: dict[str, Any]) -> list[list[int]]:
+    """Per root cause (`finding_groups` order), the steps it tags (`step_tags`)."""
+    tags = step_tags(doc)
+    out = []
+    for g in finding_groups(doc):
+        out.append([i for i, t in tags.items() if any(x == g.id or x.startswith(g.id + " (") for x in t)])
+    return out
 
 
 # --- timeline -----------------------------------------------------------------------------------------------

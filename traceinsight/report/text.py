@@ -6,11 +6,12 @@ both). Everything is read from the JSON document (`json_doc.to_json`), so the te
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from rich import box
 from rich.console import Console
@@ -48,7 +49,7 @@ def _table(title: str | None, columns: Sequence[tuple[str, str]]) -> Table:
     return table
 
 
-def header(doc: dict[str, Any]) -> Text:
+def header(doc: dict[str, Any], warnings: bool = True) -> Text:
     tr = doc.get("trace") or {}
     gpu = tr.get("gpu") or {}
     t = Text()
@@ -61,46 +62,58 @@ def header(doc: dict[str, Any]) -> Text:
     count = sum(k.get("count") or 0 for k in kernels)
     t.append(f"GPU: {name}{sms}   span: {fmt_ns(tr.get('dur_ns'))}   kernels: {count} ({fmt_ns(total)} GPU time)")
     t.append(f"   steps: {len(doc.get('steps') or [])}")
-    for w in tr.get("warnings") or []:
+    for w in (tr.get("warnings") or []) if warnings else []:
         t.append(f"\nwarning: {w}", style="yellow")
     return t
 
 
 def findings_block(doc: dict[str, Any]) -> Table | Text:
-    """Findings, worst first, one row per rule: severity, id, summary of its worst finding (+ how many more)
-    and the saving; under a critical rule's summary its remedy. A grid, so long lines wrap inside their column.
-    The last line says how many rules were checked. Empty Text when the diagnostics reported nothing."""
-    from traceinsight.report.sections import checks_line, finding_groups, saving_share
+    """One row per root cause, worst first: severity, id, the saving attributed to it (bounded by the time it
+    comes from, with its share), its summary and the rules whose findings are its evidence; under a critical
+    one its remedy. INFO rows keep to one line. The caption says what the savings add up to, against what, and
+    how many rules were checked. Empty Text when the diagnostics reported nothing."""
+    from traceinsight.report.sections import checks_line, finding_groups, remedy_head, savings_line
 
     groups = finding_groups(doc)
     checked = checks_line(doc)
     if not groups:
         return Text(f"Findings: none ({checked})", style="bold green") if checked else Text()
-    count = sum(len(g.findings) for g in groups)
-    table = Table.grid(padding=(0, 1), pad_edge=True)
-    table.title = f"Findings ({count})"
+    count = len(doc.get("findings") or [])
+    table = Table.grid(padding=(0, 1), pad_edge=False)
+    table.title = (f"Findings: {len(groups)} root cause{'s' if len(groups) != 1 else ''}"
+                   + (f" ({count} findings, the others are their evidence)" if count > len(groups) else ""))
     table.title_justify = "left"
     table.title_style = "bold"
     table.add_column(no_wrap=True)
     table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True, justify="right")
     table.add_column(ratio=1)
+    minor = [g for g in groups if g.minor(doc)]
     for g in groups:
-        cell = Text(g.summary)
+        if g in minor:
+            continue
+        info = g.severity == "info"
+        cell = Text(g.summary, no_wrap=info, overflow="ellipsis")
         if len(g.findings) > 1:
             cell.append(f" (+{len(g.findings) - 1} more)", style="dim")
-        if g.saving_ns:
-            share = saving_share(doc, g.id, g.saving_ns)
-            share = f", {share}" if share else ""
-            cell.append(f"  (saves ≈ {fmt_ns(g.saving_ns)}{share})", style="bold")
-        if g.steps and len(g.findings) == 1:
-            cell.append(f"  [{len(g.steps)} step{'s' if len(g.steps) > 1 else ''}]", style="dim")
+        also = g.evidence_text()
+        if also and not info:
+            cell.append(f"\nalso: {also}", style="dim")
         remedy = g.findings[0].get("remedy")
         if g.severity == "critical" and remedy:
-            cell.append(f"\n→ {remedy}", style="dim")
+            cell.append(f"\n→ {remedy_head(remedy)}", style="dim")
+        saving = Text("")
+        if g.saving_ns:
+            saving = Text(f"{fmt_ns(g.saving_ns)} {g.share(doc).split(' ')[0]}".rstrip(), style="bold")
         table.add_row(Text(g.severity.upper(), style=SEVERITY_STYLE.get(g.severity, "")), Text(g.id, style="bold"),
-                      cell)
-    if checked:
-        table.caption = f"{checked} (--format json gives each rule's reason)"
+                      saving, cell)
+    if minor:
+        table.add_row(Text("INFO", style=SEVERITY_STYLE["info"]), Text(f"+{len(minor)} minor"), Text(""),
+                      Text(", ".join(f"{g.id} ({fmt_ns(g.saving_ns)})" if g.saving_ns else g.id for g in minor),
+                           style="dim", no_wrap=True, overflow="ellipsis"))
+    caption = [c for c in (savings_line(doc), checked) if c]
+    if caption:
+        table.caption = "; ".join(caption)
         table.caption_justify = "left"
         table.caption_style = "dim"
     return table
@@ -131,31 +144,74 @@ def families_table(doc: dict[str, Any]) -> Table:
 def attention_kernels_table(doc: dict[str, Any]) -> Table:
     table = _table("Attention kernels", [("kernel", "left"), ("backend", "left"), ("phase", "left"),
                                          ("count", "right"), ("time", "right"), ("share", "right"),
-                                         ("grids", "left")])
-    for k in doc.get("kernels") or []:
-        if k["family"] not in ("attention", "merge", "prepare"):
-            continue
+                                         ("median", "right"), ("min", "right"), ("max", "right"),
+                                         ("stddev", "right"), ("grids", "left")])
+    rows = [k for k in doc.get("kernels") or [] if k["family"] in ("attention", "merge", "prepare")]
+    table.columns[0].min_width = min(STEP_NAME_MIN_WIDTH, max((len(k["kernel"]) for k in rows), default=6))
+    for k in rows:
         grids = k.get("grids") or []
         shown = " ".join(_grid(g) for g in grids[:3]) + (" ..." if len(grids) > 3 else "")
         table.add_row(k["kernel"], k.get("backend") or "-", k["phase"], str(k["count"]), fmt_ns(k["total_ns"]),
-                      f"{(k.get('share') or 0):.1%}", shown)
+                      f"{(k.get('share') or 0):.1%}", fmt_ns(k.get("median_ns")), fmt_ns(k.get("min_ns")),
+                      fmt_ns(k.get("max_ns")), fmt_ns(k.get("stddev_ns")), shown)
     return table
 
 
-def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
-    """One row per step: its wall time, with its attention, other GPU work and the time the GPU waited for the
-    host (the rest of the breakdown is in the JSON and `explain`), the launches, split-KV and the findings naming
-    it (a spike with its cause)."""
-    from traceinsight.report.sections import breakdown_parts, spike_causes
+# Steps shown when no step has a finding (the table then only samples the series).
+HEALTHY_SAMPLE = 10
+
+
+def steps_shown(doc: dict[str, Any], limit: int | None) -> tuple[list[dict[str, Any]], int, int]:
+    """The steps the table lists, and how many steps with findings and healthy steps it leaves out.
+
+    The steps that matter come first: those a root cause tags (`sections.step_tags`), up to `limit` of them,
+    taken a group at a time (each root cause's slowest steps first, so every cause shows), listed in step
+    order. Healthy steps fold into one line; when no step has a finding, the first HEALTHY_SAMPLE are shown.
+    `limit` None: every step."""
+    from traceinsight.report.sections import group_steps, step_tags
 
     steps = doc.get("steps") or []
-    shown = steps if limit is None else steps[:limit]
+    if limit is None:
+        return steps, 0, 0
+    by_index = {s["index"]: s for s in steps}
+    tags = step_tags(doc)
+    flagged = [i for i in tags if i in by_index]
+    if not flagged:
+        shown = steps[:min(limit, HEALTHY_SAMPLE)]
+        return shown, 0, len(steps) - len(shown)
+    queues = []
+    for gs in group_steps(doc):
+        mine = [i for i in gs if i in by_index]
+        queues.append(sorted(mine, key=lambda i: -by_index[i].get("wall_ns", by_index[i]["dur_ns"])))
+    keep: set[int] = set()
+    while len(keep) < min(limit, len(flagged)) and any(queues):
+        for q in queues:
+            while q and q[0] in keep:
+                q.pop(0)
+            if q and len(keep) < limit:
+                keep.add(q.pop(0))
+    for i in flagged:  # tags from groups whose steps were all taken already
+        if len(keep) >= limit:
+            break
+        keep.add(i)
+    shown = [by_index[i] for i in sorted(keep)]
+    return shown, len(flagged) - len(shown), len(steps) - len(flagged)
+
+
+def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
+    """One row per step that matters (`steps_shown`): its wall time, with its attention, other GPU work and the
+    time the GPU waited for the host (the rest of the breakdown is in the JSON and `explain`), the launches,
+    split-KV and the root causes that concern it (a spike marked)."""
+    from traceinsight.report.sections import breakdown_parts, step_tags
+
+    steps = doc.get("steps") or []
+    shown, _, _ = steps_shown(doc, limit)
     modelled = any(isinstance(x.get("model"), dict) for s in shown for x in s["launches"])
-    flagged: dict[int, list[str]] = {}
-    for f in doc.get("findings") or []:
-        for i in f.get("steps") or []:
-            flagged.setdefault(i, []).append(f.get("id", ""))
-    title = f"Steps ({len(steps)})" + (f", first {len(shown)}" if len(shown) < len(steps) else "")
+    tags = step_tags(doc)
+    flagged = sum(1 for s in steps if s["index"] in tags)
+    title = f"Steps ({len(steps)}" + (f", {flagged} with findings" if flagged else "") + ")"
+    if len(shown) < len(steps):
+        title += (f": the {len(shown)} that matter most" if flagged else f", first {len(shown)}")
     broken = any(s.get("breakdown") for s in shown)
     cols = [("#", "right"), ("step", "left"), ("time", "right"), ("attention", "right")]
     if broken:
@@ -166,7 +222,6 @@ def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
     table = _table(title, cols)
     # Step names are what users search for: keep them on one line up to a point (they fold beyond it).
     table.columns[1].min_width = min(STEP_NAME_MIN_WIDTH, max((len(s["name"]) for s in shown), default=4))
-    causes = spike_causes(doc)
     for s in shown:
         launches = s["launches"]
         text = "; ".join(f"{x['kernel']}{_grid(x['grid'])}" + (f"+{len(x['merges'])} merge" if x["merges"] else "")
@@ -179,16 +234,38 @@ def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
         if modelled:
             pred = [x["model"].get("predicted_ns") for x in launches if isinstance(x.get("model"), dict)]
             row.append(fmt_ns(sum(p for p in pred if p)) if pred and all(pred) else "-")
-        ids = [f"latency-spike({causes[s['index']]})" if i == "latency-spike" and s["index"] in causes else i
-               for i in flagged.get(s["index"], [])]
-        row += [text, _split(s.get("split_kv")), Text(",".join(ids), style="red" if ids else "")]
+        ids = tags.get(s["index"], [])
+        row += [text, _split(s.get("split_kv")), Text(", ".join(ids), style="red" if ids else "")]
         table.add_row(*row)
     return table
 
 
-def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40) -> None:
-    """Print one analysis document: header, findings, thresholds, families, attention kernels, steps."""
-    console.print(header(doc))
+def folded_line(doc: dict[str, Any], limit: int | None) -> str:
+    """What the steps table left out, in one line ('' when it shows every step)."""
+    import statistics
+
+    from traceinsight.report.sections import step_tags
+
+    shown, more_flagged, healthy = steps_shown(doc, limit)
+    if not more_flagged and not healthy:
+        return ""
+    tags = step_tags(doc)
+    listed = {s["index"] for s in shown}
+    parts = []
+    if more_flagged:
+        parts.append(f"{more_flagged} more step{'s' if more_flagged != 1 else ''} with findings")
+    rest = [s.get("wall_ns", s["dur_ns"]) for s in doc.get("steps") or []
+            if s["index"] not in tags and s["index"] not in listed]
+    if rest:
+        parts.append(f"{len(rest)} healthy step{'s' if len(rest) != 1 else ''} folded (time median "
+                     f"{fmt_ns(statistics.median(rest))}, max {fmt_ns(max(rest))})")
+    return "... " + ", ".join(parts) + ": --max-steps 0 shows all, --format json gives every field"
+
+
+def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40, warnings: bool = True) -> None:
+    """Print one analysis document: header (with the trace's warnings unless `warnings` is False: the CLI writes
+    them on stderr), findings, thresholds, families, attention kernels, steps."""
+    console.print(header(doc, warnings))
     block = findings_block(doc)
     if not isinstance(block, Text) or block.plain:
         console.print()
@@ -201,28 +278,81 @@ def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40
     console.print()
     if steps:
         console.print(steps_table(doc, max_steps))
-        if max_steps is not None and len(steps) > max_steps:
-            console.print(f"[dim]... {len(steps) - max_steps} more steps: --max-steps 0 shows all, "
-                          "--format json gives every field[/dim]")
+        folded = folded_line(doc, max_steps)
+        if folded:
+            console.print(Text(folded, style="dim"))
     else:
         console.print("No attention kernels found: no decode steps to show.")
 
 
-def render(a: TraceAnalysis, console: Console, max_steps: int | None = 40) -> None:
+def render(a: TraceAnalysis, console: Console, max_steps: int | None = 40, warnings: bool = True) -> None:
     """Print the analysis of one trace (see `render_doc`)."""
     from traceinsight.report.json_doc import to_json
 
-    render_doc(to_json(a), console, max_steps)
+    render_doc(to_json(a), console, max_steps, warnings)
+
+
+# Columns of text written to a pipe or file when neither --width nor $COLUMNS says (a width that pastes well).
+PIPE_WIDTH = 120
+
+
+def output_width(width: int | None = None, tty: bool = False) -> int | None:
+    """Columns to lay text out in: `width` (--width) when given, else $COLUMNS when it is a positive number, else
+    the terminal's (None: rich measures it) or PIPE_WIDTH when not writing to a terminal."""
+    if width:
+        return max(20, int(width))
+    cols = os.environ.get("COLUMNS", "")
+    if cols.strip().isdigit() and int(cols) > 0:
+        return max(20, int(cols))
+    return None if tty else PIPE_WIDTH
+
+
+_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$")
+
+
+class StripTrailing:
+    """A text stream that passes lines on without trailing spaces (rich pads every line of a table to the
+    console's width; pasted into an issue or diffed, those spaces are noise). Colour codes after the spaces
+    are kept. A partial line is held until its newline or `flush`."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._held = ""
+
+    def write(self, text: str) -> int:
+        lines = (self._held + text).split("\n")
+        self._held = lines.pop()
+        if lines:
+            self._stream.write("".join(_TRAILING.sub(r"\1", line) + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._held:
+            self._stream.write(self._held)
+            self._held = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return bool(getattr(self._stream, "isatty", lambda: False)())
+
+    def fileno(self) -> int:
+        return int(self._stream.fileno())
+
+    @property
+    def encoding(self) -> str:
+        return str(getattr(self._stream, "encoding", None) or "utf-8")
 
 
 def make_console(file: Any = None, no_color: bool = False, stderr: bool = False,
-                 force_terminal: bool | None = None) -> Console:
+                 force_terminal: bool | None = None, width: int | None = None) -> Console:
     """A console that colours only a terminal, never when NO_COLOR is set (non-empty) or `no_color` is asked;
-    200 columns wide when writing to a pipe or file."""
+    laid out in `output_width(width)` columns."""
     off = no_color or bool(os.environ.get("NO_COLOR"))
-    tty = force_terminal if force_terminal is not None else (file is None and sys.stdout.isatty())
-    return Console(file=file, stderr=stderr, no_color=off, color_system=None if off else "auto", highlight=False,
-                   soft_wrap=False, force_terminal=force_terminal, width=None if tty else 200)
+    stream = sys.stderr if stderr else sys.stdout
+    tty = force_terminal if force_terminal is not None else (file is None and stream.isatty())
+    out = cast(IO[str], StripTrailing(file if file is not None else stream))
+    return Console(file=out, stderr=stderr, no_color=off, color_system=None if off else "auto", highlight=False,
+                   soft_wrap=False, force_terminal=force_terminal, width=output_width(width, bool(tty)))
 
 
 # Files larger than this get a progress display while they are read.

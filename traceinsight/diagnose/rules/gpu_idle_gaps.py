@@ -98,7 +98,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         id=ID,
         severity=Severity.WARNING if frac >= WARNING_FRACTION else Severity.INFO,
         steps=tuple(np.unique(before[counted]).tolist()),
-        summary=(f"GPU idle {frac:.0%} of the time between steps: {evidence['gaps']} gaps >= {fmt_ns(gap_min)}, "
+        summary=(f"GPU idle between steps {frac:.0%} of the time from the first step to the last: "
+                 f"{evidence['gaps']} gaps >= {fmt_ns(gap_min)}, "
                  f"{fmt_ns(total)} in all, longest {fmt_ns(longest_ns)} before step {longest_before}"),
         evidence=evidence,
         explanation=(

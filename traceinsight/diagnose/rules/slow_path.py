@@ -96,8 +96,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             severity=Severity.WARNING,
             steps=tuple(steps),
             summary=(f"{len(same)} decode launches on the slow {v0.backend} path ({v0.kernel}, median {fmt_ns(med)}, "
-                     f"steps {step_ranges(steps)})"
-                     + (f"; the alternatives would save ~{fmt_ns(saving)}" if compared else "")),
+                     f"steps {step_ranges(steps)})"),
             evidence=evidence,
             explanation=path.reason + (f" Here: {seen}." if seen else ""),
             remedy=path.remedy,
