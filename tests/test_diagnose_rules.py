@@ -39,7 +39,10 @@ def test_finding_normalizes_and_serializes() -> None:
                 explanation="e", remedy="r", saving_ns=-4.2)
     assert f.severity is Severity.WARNING and f.steps == (3, 5) and f.saving_ns == 0
     assert f.to_json() == {"id": "x", "severity": "warning", "steps": [3, 5], "summary": "s",
-                           "evidence": {"dur_ns": 1, "t": [1, 2]}, "remedy": "r", "saving_ns": 0, "explanation": "e"}
+                           "evidence": {"dur_ns": 1, "t": [1, 2]}, "remedy": "r", "saving_ns": 0, "explanation": "e",
+                           # Root-cause links (diagnose/rootcause.py), unset until the registry links findings.
+                           "ref": None, "supports": None, "related": [], "attributed_saving_ns": None,
+                           "saving_basis": None}
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.id = "y"  # type: ignore[misc]
 

@@ -164,7 +164,8 @@ def test_findings_sorted_and_json_shape() -> None:
         savings = [f.saving_ns for f in a.findings if f.severity.rank == sev and f.saving_ns is not None]
         assert savings == sorted(savings, reverse=True)
     doc = a.findings[0].to_json()
-    assert list(doc) == ["id", "severity", "steps", "summary", "evidence", "remedy", "saving_ns", "explanation"]
+    assert list(doc) == ["id", "severity", "steps", "summary", "evidence", "remedy", "saving_ns", "explanation",
+                         "ref", "supports", "related", "attributed_saving_ns", "saving_basis"]
     assert all("\n" not in f.summary for f in a.findings)
     assert {c.id for c in a.checks} == {
         "decode-on-prefill-kernel", "split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "latency-spike",
