@@ -19,6 +19,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a program that Ctrl-C ended
 
 
 def warn(message: str) -> None:
@@ -68,7 +69,10 @@ def user_errors(fn: F) -> F:
             _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code)
         except (MemoryError, _oom_errors()) as exc:
             _fail(out_of_memory_message(exc, kwargs.get("paths") or kwargs.get("path")), EXIT_USAGE)
-        except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt, BrokenPipeError):
+        except KeyboardInterrupt:
+            # Ctrl-C: one line and 130 (docs/ERRORS.md), not click's "Aborted!" and 1, the internal-error status.
+            _fail("interrupted", EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, BrokenPipeError):
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
             if os.environ.get("TRACEINSIGHT_DEBUG"):
