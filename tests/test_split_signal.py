@@ -127,8 +127,8 @@ def test_bad_rules_file_is_one_line_error(text: str, message: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- real traces
 def _launches(trace: Path) -> list[dict[str, object]]:
-    out = subprocess.run([sys.executable, "-m", "traceinsight", "analyze", str(trace), "--format", "json", "--steps", "all"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "traceinsight", "analyze", str(trace), "--format", "json",
+                          "--steps", "all"], capture_output=True, text=True, check=True)
     return [launch for step in json.loads(out.stdout)["steps"] for launch in step["launches"]]
 
 
