@@ -15,7 +15,8 @@ import pytest
 
 from traceinsight.pipeline import analyze
 from traceinsight.report.json_doc import to_json
-from traceinsight.report.text import fmt_ns, ingest_progress, make_console, render, render_doc
+from traceinsight.report.text import ingest_progress, make_console, render, render_doc
+from traceinsight.units import fmt_ns
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -115,3 +116,24 @@ def test_savings_are_shares_of_the_time_they_lie_in(h200: Path) -> None:
 
     assert "57% of the time from first to last step" in verdict_md(doc)
     assert "57% of the time from first to last step" in verdict_html(doc)
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 160])
+def test_narrow_terminals_drop_columns_instead_of_folding_rows_into_blank_lines(h200: Path, width: int) -> None:
+    """At 120 columns (a pipe's default) the kernel and steps tables used to squeeze their widest columns to
+    nothing, and rich folded them into blank continuation lines under every row. Now a table gives up its
+    optional columns (grids, stddev, min, median, predicted, ...) until it fits: no runs of blank lines, no line
+    wider than the terminal, and the numbers that stay are whole."""
+    _, (a,) = analyze([h200 / "flashinfer_decode_sweep.pt.trace.json.gz"],
+                      meta=[h200 / "flashinfer_decode_sweep.meta.json.gz"], cache=False)
+    buf = io.StringIO()
+    render(a, make_console(file=buf, width=width), max_steps=40)
+    out = buf.getvalue()
+    assert "\n\n\n" not in out
+    assert max(len(line) for line in out.splitlines()) <= width
+    kernels = out.split("Attention kernels\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    header, rows = kernels[0], kernels[2:]
+    assert {"count", "time", "share"} <= set(header.split())
+    assert len(rows) == 3 and all(re.search(r"\d+ (ms|us)\b", r) and "…" not in r.split()[-1] for r in rows)
+    if width >= 160:
+        assert "grids" in header or "stddev" in header

@@ -262,6 +262,26 @@ def folded_line(doc: dict[str, Any], limit: int | None) -> str:
     return "... " + ", ".join(parts) + ": --max-steps 0 shows all, --format json gives every field"
 
 
+# Columns a table gives up, first to last, when the terminal is too narrow for all of them: squeezed instead, rich
+# folds them into blank continuation lines under every row.
+OPTIONAL_COLUMNS = ("grids", "stddev", "min", "median", "predicted", "other GPU", "phase", "launches", "max",
+                    "backend", "host wait")
+
+
+def fit(table: Table, console: Console, optional: Sequence[str] = OPTIONAL_COLUMNS) -> Table:
+    """`table` without its optional columns, in OPTIONAL_COLUMNS order, as long as it is wider than the
+    console."""
+    from rich.measure import Measurement
+
+    for name in optional:
+        if Measurement.get(console, console.options.update_width(1 << 16), table).maximum <= console.width:
+            break
+        table.columns[:] = [c for c in table.columns if c.header != name]
+        for i, column in enumerate(table.columns):
+            column._index = i  # rich pads the first and last column by their index
+    return table
+
+
 def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40, warnings: bool = True) -> None:
     """Print one analysis document: header (with the trace's warnings unless `warnings` is False: the CLI writes
     them on stderr), findings, thresholds, families, attention kernels, steps."""
@@ -273,11 +293,11 @@ def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40
     for table in (thresholds_table(doc), families_table(doc), attention_kernels_table(doc)):
         if table is not None and table.row_count:
             console.print()
-            console.print(table)
+            console.print(fit(table, console))
     steps = doc.get("steps") or []
     console.print()
     if steps:
-        console.print(steps_table(doc, max_steps))
+        console.print(fit(steps_table(doc, max_steps), console))
         folded = folded_line(doc, max_steps)
         if folded:
             console.print(Text(folded, style="dim"))
