@@ -137,3 +137,15 @@ def test_narrow_terminals_drop_columns_instead_of_folding_rows_into_blank_lines(
     assert len(rows) == 3 and all(re.search(r"\d+ (ms|us)\b", r) and "…" not in r.split()[-1] for r in rows)
     if width >= 160:
         assert "grids" in header or "stddev" in header
+
+
+def test_a_trace_without_grids_prints_none_rather_than_made_up_ones() -> None:
+    """ROCm traces (TraceLens' SGLang MI300X capture) record no launch grid: the kernel table printed
+    '(None,None,None)' and the steps table '(0,0,0)'."""
+    trace = Path(__file__).resolve().parent / "data" / "foreign" / "tracelens" / "sglang_mi300x_Qwen3-8B_decode.json.gz"
+    _, (a,) = analyze([trace], cache=False)
+    buf = io.StringIO()
+    render(a, make_console(file=buf, width=220), max_steps=5)
+    out = buf.getvalue()
+    assert "paged_attention_ll4mi_QKV_mfma16_kernel" in out
+    assert "None" not in out and "(0,0,0)" not in out

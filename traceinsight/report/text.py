@@ -37,7 +37,10 @@ def _split(state: bool | None) -> Text:
     return Text("?", style="dim")
 
 
-def _grid(g: tuple[int, int, int] | list[int]) -> str:
+def _grid(g: tuple[int, int, int] | list[int | None]) -> str:
+    """'(296,4,1)'; '' when the trace records no grid (ROCm traces: None, or 0 where a launch holds it)."""
+    if not any(g):
+        return ""
     return "(" + ",".join(str(x) for x in g) + ")"
 
 
@@ -150,7 +153,7 @@ def attention_kernels_table(doc: dict[str, Any]) -> Table:
     table.columns[0].min_width = min(STEP_NAME_MIN_WIDTH, max((len(k["kernel"]) for k in rows), default=6))
     for k in rows:
         grids = k.get("grids") or []
-        shown = " ".join(_grid(g) for g in grids[:3]) + (" ..." if len(grids) > 3 else "")
+        shown = " ".join(_grid(g) for g in grids[:3] if any(g)) + (" ..." if len(grids) > 3 else "")
         table.add_row(k["kernel"], k.get("backend") or "-", k["phase"], str(k["count"]), fmt_ns(k["total_ns"]),
                       f"{(k.get('share') or 0):.1%}", fmt_ns(k.get("median_ns")), fmt_ns(k.get("min_ns")),
                       fmt_ns(k.get("max_ns")), fmt_ns(k.get("stddev_ns")), shown)
