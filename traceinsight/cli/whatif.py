@@ -42,7 +42,7 @@ def command(path: str, step: int | None, all_steps: bool, meta: tuple[str, ...],
     a = analyses[0]
     sched = a.schedule
     known = replayable_steps(sched, a.steps)
-    by_index = {s.index: s for s in a.steps}
+    by_index = a.steps_by_index()
     if step is not None:
         if step not in by_index:
             raise InputError(f"{path}: no step {step} (the trace has {len(a.steps)} steps, 0..{len(a.steps) - 1})")

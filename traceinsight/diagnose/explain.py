@@ -111,7 +111,7 @@ def explain_step(ctx: TraceAnalysis, index: int) -> StepExplanation:
     """The explanation of step `index` (KeyError when the trace has no such step or it has no attribution)."""
     table = latency_spike.attributions(ctx)
     att = table[index]
-    by_index = {s.index: s for s in ctx.steps}
+    by_index = ctx.steps_by_index()
     step = by_index[index]
     baseline = latency_spike.neighbours(ctx, table, index, latency_spike.HOST_BASELINE_STEPS)
     by_step: dict[int, list[Any]] = defaultdict(list)

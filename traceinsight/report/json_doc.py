@@ -13,6 +13,7 @@ from traceinsight import __version__
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.model.schedule import Schedule
 from traceinsight.model.steps import Launch, Step
+from traceinsight.report.fleet import fleet_findings, fleet_summary, summary_row
 
 SCHEMA = "traceinsight.analysis/1"
 MULTI_SCHEMA = "traceinsight.analyses/1"
@@ -121,7 +122,7 @@ def step_summary(steps: Iterable[StepFacts]) -> dict[str, Any]:
 def selected_steps(a: TraceAnalysis) -> list[Step]:
     """The steps that matter, in step order: for each finding its first STEPS_PER_FINDING steps, its
     STEPS_PER_FINDING slowest and the steps its evidence names; and the SLOWEST_STEPS slowest steps overall."""
-    by_index = {s.index: s for s in a.steps}
+    by_index = a.steps_by_index()
     keep: set[int] = {s.index for s in sorted(a.steps, key=lambda s: -s.wall_ns)[:SLOWEST_STEPS]}
     for f in a.findings:
         steps = [i for i in getattr(f, "steps", ()) if i in by_index]
@@ -143,8 +144,6 @@ def to_json(a: TraceAnalysis, steps: str = STEPS_ALL) -> dict[str, Any]:
 
 def _document(a: TraceAnalysis, steps: str) -> dict[str, Any]:
     """The document without its `steps` list (filled by the caller, or streamed by `write_documents`)."""
-    from traceinsight.report.fleet import summary_row
-
     gpu = a.gpu
     sched = a.schedule
     return {
@@ -256,13 +255,15 @@ def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
 def documents(analyses: list[TraceAnalysis], steps: str = STEPS_ALL) -> dict[str, Any]:
     """One analysis: its document. Several: `{"schema": MULTI_SCHEMA, "traces": [document, ...], "fleet":
     {"summary": [one row per trace], "findings": [findings across traces]}}`."""
-    if len(analyses) == 1:
-        return to_json(analyses[0], steps)
-    from traceinsight.report.fleet import fleet_findings, fleet_summary
+    return _whole(analyses, [to_json(a, steps) for a in analyses])
 
+
+def _whole(analyses: list[TraceAnalysis], docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The document of `analyses` from their own documents `docs`: the one, or the traces with the fleet."""
+    if len(analyses) == 1:
+        return docs[0]
     rows = fleet_summary(analyses)
-    return {"schema": MULTI_SCHEMA, "traces": [to_json(a, steps) for a in analyses],
-            "fleet": {"summary": rows, "findings": fleet_findings(rows)}}
+    return {"schema": MULTI_SCHEMA, "traces": docs, "fleet": {"summary": rows, "findings": fleet_findings(rows)}}
 
 
 _OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
@@ -280,14 +281,7 @@ def write_documents(analyses: list[TraceAnalysis], out: IO[bytes], steps: str = 
         d = _document(a, steps)
         d["steps"] = _HOLE
         docs.append(d)
-    if len(analyses) == 1:
-        whole: dict[str, Any] = docs[0]
-    else:
-        from traceinsight.report.fleet import fleet_findings, fleet_summary
-
-        rows = fleet_summary(analyses)
-        whole = {"schema": MULTI_SCHEMA, "traces": docs, "fleet": {"summary": rows, "findings": fleet_findings(rows)}}
-    text = orjson.dumps(whole, option=_OPTIONS) + b"\n"
+    text = orjson.dumps(_whole(analyses, docs), option=_OPTIONS) + b"\n"
     hole = orjson.dumps(_HOLE)
     pieces = text.split(hole)
     if len(pieces) != len(analyses) + 1:

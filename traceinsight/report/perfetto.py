@@ -66,7 +66,7 @@ def events(db: TraceDB, a: TraceAnalysis) -> Iterator[dict[str, Any]]:
                "cat": k.get("family") or "kernel", "ts": _us(start), "dur": _us(dur),
                "args": {"name": name, "grid": [gx, gy, gz], "backend": k.get("backend")}}
     yield _meta(STEPS_PID, "", 1, "steps")
-    by_index = {s.index: s for s in a.steps}
+    by_index = a.steps_by_index()
     for s in a.steps:
         start = s.breakdown.start_ns if s.breakdown is not None else s.start_ns
         yield {"ph": "X", "pid": STEPS_PID, "tid": 1, "name": s.name, "cat": "step", "ts": _us(start),

@@ -235,7 +235,7 @@ def _calm_series(ctx: TraceAnalysis, table: dict[int, StepAttribution]) -> dict[
 def apply(ctx: TraceAnalysis) -> list[Finding]:
     found, table = incidents(ctx)
     crit = limit(ctx, ID, "CRITICAL_RATIO", CRITICAL_RATIO)
-    by_index = {st.index: st for st in ctx.steps}
+    by_index = ctx.steps_by_index()
     worst_of = {id(inc): max((table[i] for i in inc.steps), key=lambda a: a.excess_ns) for inc in found}
     # Host causes: what the host did meanwhile, read once for the incidents reported one by one.
     host_incidents = sorted((inc for inc in found if inc.cause in HOST_CAUSES),
