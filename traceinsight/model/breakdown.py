@@ -409,20 +409,21 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
     devices = {s.index: _step_device(s) for s in steps}
     windows = _windows(steps, devices)
     # Each window's GPU work: its device's, or the only device's when the step's is not known.
-    by_work: dict[int, list[int]] = defaultdict(list)
-    works: dict[int, _Work] = {}
+    by_device: dict[Any, list[int]] = defaultdict(list)
     for j, (s, w0, w1, _) in enumerate(windows):
         dev = devices[s.index]
-        wk = work.get(dev) if dev in work else (next(iter(work.values())) if len(work) == 1 else None)
-        if wk is not None and w1 > w0:
-            works[id(wk)] = wk
-            by_work[id(wk)].append(j)
+        if dev not in work:
+            if len(work) != 1:
+                continue
+            dev = next(iter(work))
+        if w1 > w0:
+            by_device[dev].append(j)
     splits: dict[int, _Split] = {}
-    for key, js in by_work.items():
+    for dev, js in by_device.items():
         starts = np.array([windows[j][1] for j in js], np.int64)
         ends = np.array([windows[j][2] for j in js], np.int64)
         host_range = np.array([windows[j][3] == "cpu-range" for j in js], bool)
-        splits.update(zip(js, _split_many(works[key], starts, ends, host_range), strict=True))
+        splits.update(zip(js, _split_many(work[dev], starts, ends, host_range), strict=True))
     out: dict[int, StepBreakdown] = {}
     for j, (s, w0, w1, source) in enumerate(windows):
         sp = splits.get(j)
