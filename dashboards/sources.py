@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceinsight.ingest.paths import sidecar_for
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 # Largest upload accepted (MB); `traceinsight dashboard` passes the same value to Streamlit's server.
@@ -38,23 +40,6 @@ class Source:
 
 def is_sidecar(path: Path | str) -> bool:
     return bool(SIDECAR.search(str(path)))
-
-
-def _stem(name: str) -> str:
-    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite", ".nsys-rep"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def sidecar_for(trace: Path) -> tuple[Path, ...]:
-    """The `<stem>.meta.json[.gz]` or `<stem>.sidecar.json[.gz]` beside a trace, if there is one."""
-    stem = _stem(trace.name)
-    for suffix in (".meta.json.gz", ".meta.json", ".sidecar.json.gz", ".sidecar.json"):
-        p = trace.with_name(stem + suffix)
-        if p.is_file():
-            return (p,)
-    return ()
 
 
 def examples(root: Path = EXAMPLES) -> list[Source]:

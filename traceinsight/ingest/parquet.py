@@ -94,15 +94,7 @@ def export_parquet(db: TraceDB, trace_ids: list[int], out_dir: Path, options: di
         taken[key] = meta["path"]
         rows: dict[str, int] = {}
         for table in tables:
-            if table == LABELS_TABLE:
-                query = (
-                    f"SELECT * FROM {LABELS_TABLE} WHERE name IN "
-                    f"(SELECT DISTINCT name FROM kernels WHERE trace_id = {trace_id}) ORDER BY name"
-                )
-            else:
-                order = _order(db, table)
-                query = f"SELECT * EXCLUDE (trace_id) FROM {table} WHERE trace_id = {trace_id}{order}"
-            rows[table] = _copy(db, query, out_dir / table / f"trace={key}" / PART)
+            rows[table] = _copy(db, partition_query(db, table, trace_id), out_dir / table / f"trace={key}" / PART)
         written.append(
             {
                 "trace": key,
@@ -149,6 +141,15 @@ def export_parquet(db: TraceDB, trace_ids: list[int], out_dir: Path, options: di
 _STORED_IN_ID_ORDER = ("kernels", "ranges")
 
 
+def partition_query(db: TraceDB, table: str, trace_id: int) -> str:
+    """The query of one trace's rows of `table` as its partition holds them: without `trace_id` (the partition
+    column takes its place), in a stable order; `kernel_labels` holds the labels of the names the trace ran."""
+    if table == LABELS_TABLE:
+        return (f"SELECT * FROM {LABELS_TABLE} WHERE name IN "
+                f"(SELECT DISTINCT name FROM kernels WHERE trace_id = {int(trace_id)}) ORDER BY name")
+    return f"SELECT * EXCLUDE (trace_id) FROM {table} WHERE trace_id = {int(trace_id)}{_order(db, table)}"
+
+
 def _order(db: TraceDB, table: str) -> str:
     if table in _STORED_IN_ID_ORDER:
         return ""
@@ -158,7 +159,7 @@ def _order(db: TraceDB, table: str) -> str:
             "SELECT column_name FROM information_schema.columns WHERE table_name = $t", {"t": table}
         ).fetchall()
     }
-    for first in ("kernel_id", "range_id", "start_ns", "ncu_id", "device_id"):
+    for first in ("kernel_id", "range_id", "start_ns", "ncu_id", "device_id", "finding", "step"):
         if first in cols:
             return f" ORDER BY {first}"
     return ""

@@ -14,13 +14,39 @@ from traceinsight.errors import InputError
 TRACE_ENDINGS = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 # Files that accompany traces rather than being traces: skipped in folders and globs (pass them with
 # --meta / --ncu instead).
-COMPANION_ENDINGS = (".meta.json", ".meta.json.gz", ".nsys.meta.json", ".ncu.csv", "manifest.json")
+COMPANION_ENDINGS = (".meta.json", ".meta.json.gz", ".sidecar.json", ".sidecar.json.gz", ".timing.json",
+                     ".timing.json.gz", ".ncu.csv", "manifest.json")
+# Sidecars looked for beside a trace (`sidecar_for`), in order: `<stem><ending>`.
+SIDECAR_ENDINGS = (".meta.json.gz", ".meta.json", ".sidecar.json.gz", ".sidecar.json", ".nsys.meta.json")
+# Endings dropped from a trace's file name to form its stem (longest first).
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
+                  ".nsys-rep", ".sqlite")
 _GLOB_CHARS = frozenset("*?[")
 
 
 def is_trace_name(name: str) -> bool:
     low = name.lower()
     return low.endswith(TRACE_ENDINGS) and not low.endswith(COMPANION_ENDINGS) and not low.startswith(".")
+
+
+def trace_stem(name: str) -> str:
+    """A trace's file name without its trace suffix (`rank0.pt.trace.json.gz` -> `rank0`)."""
+    low = name.lower()
+    for suffix in TRACE_SUFFIXES:
+        if low.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def sidecar_for(trace: Path) -> tuple[Path, ...]:
+    """The sidecar beside a trace, if there is one: `<stem>.meta.json[.gz]`, `<stem>.sidecar.json[.gz]` or
+    `<stem>.nsys.meta.json` (the collectors' names)."""
+    stem = trace_stem(trace.name)
+    for ending in SIDECAR_ENDINGS:
+        p = trace.with_name(stem + ending)
+        if p.is_file():
+            return (p,)
+    return ()
 
 
 def expand_paths(args: Iterable[str | os.PathLike[str]]) -> list[Path]:

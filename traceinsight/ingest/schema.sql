@@ -250,7 +250,12 @@ CREATE TABLE IF NOT EXISTS findings (
     saving_ns       BIGINT,             -- estimated saving; NULL when it cannot be computed
     evidence_json   VARCHAR,            -- the numbers behind it (docs/JSON.md), as JSON
     remedy          VARCHAR,            -- what to change
-    explanation     VARCHAR             -- one paragraph
+    explanation     VARCHAR,            -- one paragraph
+    ref             VARCHAR,            -- the finding's reference ('F1', ...), which `supports` and `related` use
+    supports        VARCHAR,            -- the ref of the root cause this finding is evidence for; NULL: a root cause
+    related         VARCHAR[],          -- a root cause: the refs of the findings that support it
+    attributed_saving_ns BIGINT,        -- a root cause: its saving, bounded step by step by the time it comes from
+    saving_basis    VARCHAR             -- what attributed_saving_ns is bounded by: 'steps' | 'span' (between steps)
 );
 
 -- One row per rule run on the trace.

@@ -92,13 +92,15 @@ def _model_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
 def _finding_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {c: [] for c in (
         "trace_id", "finding", "rule_id", "severity", "steps", "summary", "cause", "saving_ns", "evidence_json",
-        "remedy", "explanation")}
+        "remedy", "explanation", "ref", "supports", "related", "attributed_saving_ns", "saving_basis")}
     for i, f in enumerate(a.findings):
         j = f.to_json()
         for c, v in (("trace_id", a.trace_id), ("finding", i), ("rule_id", j["id"]), ("severity", j["severity"]),
                      ("steps", j["steps"]), ("summary", j["summary"]), ("cause", j["evidence"].get("cause")),
                      ("saving_ns", j["saving_ns"]), ("evidence_json", orjson.dumps(j["evidence"]).decode()),
-                     ("remedy", j["remedy"]), ("explanation", j["explanation"])):
+                     ("remedy", j["remedy"]), ("explanation", j["explanation"]), ("ref", j["ref"]),
+                     ("supports", j["supports"]), ("related", j["related"]),
+                     ("attributed_saving_ns", j["attributed_saving_ns"]), ("saving_basis", j["saving_basis"])):
             cols[c].append(v)
     return cols
 

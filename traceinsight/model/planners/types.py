@@ -138,6 +138,16 @@ class Plan:
     splits: tuple[int, ...]
     details: Mapping[str, int | float | bool | None] = field(default_factory=dict, compare=False)
 
+    def __hash__(self) -> int:
+        # The fields compared, hashed once per plan: a plan keys the simulation memo, and hashing its work items
+        # (tens of thousands of WorkItems) on every lookup was a tenth of a serving trace's analysis.
+        h: int | None = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.backend, self.batch, self.work_items, self.chunk_tokens, self.split_kv,
+                      self.padded_batch_size, self.grid, self.merge, self.persistent, self.max_grid, self.splits))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     @property
     def num_ctas(self) -> int:
         """CTAs launched (grid.x * grid.y * grid.z), padding CTAs included."""

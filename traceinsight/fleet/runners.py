@@ -1,0 +1,147 @@
+"""Where a fleet's tasks run: in this process, in a local process pool, or as Ray tasks on a Ray cluster.
+
+Each runner yields the tasks' outcomes as they complete and keeps at most a few tasks in flight per worker
+(tasks are submitted as others finish), so memory and the work lost to a dead worker stay bounded whatever the
+size of the fleet. A worker process that dies (killed for memory, a crash in a native library) fails only the
+tasks it was running: they are tried once more on a fresh worker, then recorded as failed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from traceinsight.errors import InputError
+from traceinsight.fleet.task import Outcome, Task, run_task
+
+ATTEMPTS = 2  # a task whose worker died is run again once
+DIED = "its worker process died (killed for memory? try fewer --workers or a --memory-limit)"
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """How to run: `workers` processes (1: in this process), or Ray at `ray` ('auto', 'local' or an address)."""
+
+    workers: int = 1
+    ray: str | None = None
+    memory_limit: str | None = None  # DuckDB's limit in each worker (default: the machine's RAM shared out)
+
+    def describe(self) -> str:
+        if self.ray:
+            return f"Ray ({self.ray})"
+        return "this process" if self.workers <= 1 else f"a local pool of {self.workers} processes"
+
+
+def run(tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]:
+    """The outcomes of `tasks` as they complete, run as `spec` says."""
+    if spec.ray:
+        return _ray(tasks, spec)
+    if spec.workers <= 1:
+        return (run_task(t) for t in tasks)
+    return _pool(tasks, spec)
+
+
+def worker_memory_limit(workers: int) -> str:
+    """DuckDB's memory limit per worker when none is set: 80% of the machine's memory shared among them."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "4GB"
+    return f"{max(256, int(total * 0.8 / max(workers, 1) / 2**20))}MB"
+
+
+def _init_worker(memory_limit: str | None) -> None:
+    from traceinsight.ingest.store import MEMORY_LIMIT_ENV
+
+    if memory_limit:
+        os.environ[MEMORY_LIMIT_ENV] = memory_limit
+
+
+def _pool(tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]:
+    from traceinsight.ingest.store import MEMORY_LIMIT_ENV
+
+    limit = spec.memory_limit or os.environ.get(MEMORY_LIMIT_ENV) or worker_memory_limit(spec.workers)
+    # forkserver: workers start from a clean process, not a fork of one that holds DuckDB's threads.
+    ctx = multiprocessing.get_context("forkserver")
+    queue: deque[tuple[Task, int]] = deque((t, 1) for t in tasks)
+    while queue:
+        with ProcessPoolExecutor(spec.workers, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(limit,)) as pool:
+            running: dict[Future[Outcome], tuple[Task, int]] = {}
+            broken = False
+            while (queue or running) and not broken:
+                while queue and len(running) < 2 * spec.workers:
+                    task, attempt = queue.popleft()
+                    running[pool.submit(run_task, task)] = (task, attempt)
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    task, attempt = running.pop(fut)
+                    try:
+                        yield fut.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        yield from _retry_or_fail(queue, task, attempt)
+            if broken:  # every task still running on the broken pool: again on a new one, or failed
+                for fut, (task, attempt) in running.items():
+                    fut.cancel()
+                    yield from _retry_or_fail(queue, task, attempt)
+                pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _retry_or_fail(queue: deque[tuple[Task, int]], task: Task, attempt: int) -> Iterator[Outcome]:
+    if attempt < ATTEMPTS:
+        queue.append((task, attempt + 1))
+    else:
+        yield Outcome(task.key, "error", 0.0, "", error=DIED)
+
+
+def _ray(tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]:
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--ray needs Ray: pip install 'traceinsight-attention[fleet]'") from None
+    started = not ray.is_initialized()
+    if started:
+        _ray_init(ray, spec)
+    try:
+        from traceinsight.ingest.store import MEMORY_LIMIT_ENV
+
+        env = {MEMORY_LIMIT_ENV: spec.memory_limit} if spec.memory_limit else {}
+        remote = ray.remote(run_task).options(num_cpus=1, max_retries=ATTEMPTS - 1, retry_exceptions=False,
+                                              runtime_env={"env_vars": env} if env else None)
+        width = max(1, int(ray.cluster_resources().get("CPU", 1))) * 2  # type: ignore[no-untyped-call]
+        queue = deque(tasks)
+        running: dict[Any, Task] = {}
+        while queue or running:
+            while queue and len(running) < width:
+                task = queue.popleft()
+                running[remote.remote(task)] = task
+            ready, _ = ray.wait(list(running), num_returns=1)
+            for ref in ready:
+                task = running.pop(ref)
+                try:
+                    yield ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    yield Outcome(task.key, "error", 0.0, "", error=f"Ray task failed: {type(exc).__name__}: "
+                                  + (str(exc).strip().splitlines() or [""])[-1][:300])
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _ray_init(ray: Any, spec: RunnerSpec) -> None:
+    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    if spec.ray == "local":  # a private instance for this run, stopped at its end
+        kwargs.update(include_dashboard=False, num_cpus=spec.workers if spec.workers > 1 else None)
+    else:
+        kwargs["address"] = spec.ray
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise InputError(f"--ray {spec.ray}: cannot connect ({(str(exc).splitlines() or [''])[0]})") from None
