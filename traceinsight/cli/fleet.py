@@ -37,7 +37,7 @@ def _reports(value: str) -> tuple[str, ...]:
 
 @command.command(name="analyze")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="The dataset folder (created; a run into an existing one adds to it and skips what is done).")
 @click.option("--from-list", "from_list", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A file naming the traces, one path, glob or URL per line (# comments).")

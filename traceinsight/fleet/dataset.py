@@ -4,9 +4,10 @@
     DIR/<table>/trace=<key>/part-0.parquet   one file per table and analyzed trace (hive partitioning)
     DIR/reports/<key>.json | .html           each trace's own report
 
-Only the coordinator writes here (workers return values), each file under a temporary name renamed into place;
-the manifest is rewritten at most every `SAVE_EVERY_S` seconds and at the end, so a fleet that is killed loses
-at most those seconds of bookkeeping: its next run analyzes those traces again and replaces their files.
+Only the coordinator writes here (workers return values), each file under a temporary name renamed into place.
+The manifest is rewritten after each trace unless that would take more than a tenth of the time (a manifest of
+thousands of traces is then rewritten less often) and at the end: a fleet that is killed loses at most the
+latest few outcomes' bookkeeping, and its next run analyzes those traces again and replaces their files.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ MANIFEST = "manifest.json"
 PART = "part-0.parquet"
 SUMMARY = "summary"
 REPORTS = "reports"
-SAVE_EVERY_S = 2.0
+SAVE_SHARE = 0.1  # the most of a run's time that rewriting the manifest may take
 
 # The per-trace summary table, typed here so that every partition has the same columns and types (times in ns).
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -91,7 +92,8 @@ class Dataset:
         self.entries: dict[str, dict[str, Any]] = {e["trace"]: e for e in manifest.get("traces", [])}
         self.options = dict(options or {})
         self.tables: list[str] = list(manifest.get("tables", []))
-        self._saved = 0.0
+        self._saved = 0.0  # when the manifest was last written (monotonic s), and how long that took
+        self._save_cost = 0.0
 
     # --- planning -------------------------------------------------------------------------------------------
     def known_digests(self) -> dict[str, tuple[str, str]]:
@@ -170,11 +172,11 @@ class Dataset:
             (self.root / rel).unlink(missing_ok=True)
 
     def save(self, force: bool = False) -> None:
-        """Rewrite the manifest (atomically), at most every SAVE_EVERY_S seconds unless `force`."""
+        """Rewrite the manifest (atomically); unless `force`, only when that keeps its share of the time under
+        SAVE_SHARE."""
         now = time.monotonic()
-        if not force and now - self._saved < SAVE_EVERY_S:
+        if not force and now - self._saved < self._save_cost / SAVE_SHARE:
             return
-        self._saved = now
         import duckdb
         import pyarrow
 
@@ -191,6 +193,8 @@ class Dataset:
         }
         self.root.mkdir(parents=True, exist_ok=True)
         _atomic(self.root / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n"))
+        self._saved = time.monotonic()
+        self._save_cost = self._saved - now
 
 
 def read_manifest(root: Path) -> dict[str, Any]:

@@ -1,0 +1,231 @@
+"""`traceinsight fleet analyze` on the shared and committed traces, on a local process pool and on a local Ray
+instance that the test starts (`ray start --head`): both datasets equal the single-process analysis, table by
+table, and the golden snapshots (tests/golden.py) that single-process analysis is held to.
+
+(FA3's serving replay is left out as the goldens leave it out: 30 s to analyze, held by tests/test_fa3_model.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from golden import CASES, EVIDENCE_KEYS
+from golden import path as golden_path
+
+from traceinsight.cli import main
+from traceinsight.fleet.dataset import MANIFEST, PART, SUMMARY
+from traceinsight.fleet.task import DEFAULT_TABLES
+from traceinsight.ingest.paths import expand_paths, sidecar_for
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "traces"
+LEFT_OUT = ("serving_q64kv8d128_fa3_torch",)
+# Columns that say how and when a trace ran, not what its analysis found.
+RUN_COLUMNS = {"seconds", "analyzed"}
+
+
+def fleet_inputs() -> list[str]:
+    return [str(p) for p in expand_paths([SHARED, REPO / "tests" / "data", REPO / "examples"])
+            if not any(n in p.name for n in LEFT_OUT)]
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "traceinsight", *args], capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def inputs() -> list[str]:
+    found = fleet_inputs()
+    assert len(found) >= 25, found
+    return found
+
+
+@pytest.fixture(scope="module")
+def pool_dataset(tmp_path_factory: pytest.TempPathFactory, inputs: list[str]) -> Path:
+    out = tmp_path_factory.mktemp("fleet") / "pool"
+    r = _run(["fleet", "analyze", *inputs, "--out", str(out), "--workers", "2", "--reports", "json", "--no-cache",
+              "-q"])
+    assert r.returncode in (0, 4), r.stderr
+    return out
+
+
+# Runs inside a network namespace of its own (`unshare -n`, loopback only), so that Ray's head, workers and the
+# driver talk over 127.0.0.1 (outside one, Ray binds the machine's interface address), with a token of its own.
+RAY_SCRIPT = """
+set -e
+ip link set lo up
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+export RAY_USAGE_STATS_ENABLED=0
+ray=$(dirname "$PYTHON")/ray
+"$ray" start --head --port=6379 --num-cpus=2 --include-dashboard=false --disable-usage-stats \
+    --temp-dir="$RAY_TMP" --object-store-memory=200000000 > "$RAY_TMP/start.log" 2>&1
+trap '"$ray" stop --force > /dev/null 2>&1' EXIT
+"$PYTHON" -m traceinsight fleet analyze "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_dataset(tmp_path_factory: pytest.TempPathFactory, inputs: list[str]) -> Path:
+    if not Path(sys.executable).with_name("ray").exists():
+        pytest.fail("Ray is not installed: the [test] extra pins it (pip install -e '.[test]')")
+    out = tmp_path_factory.mktemp("fleet") / "ray"
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    try:
+        r = subprocess.run(["unshare", "-n", "bash", "-c", RAY_SCRIPT, "ray-fleet", *inputs, "--out", str(out),
+                            "--ray", "127.0.0.1:6379", "--reports", "json", "--no-cache", "-q"],
+                           capture_output=True, text=True, timeout=600, cwd=REPO,
+                           env=dict(os.environ, PYTHON=sys.executable, RAY_TMP=ray_tmp))
+        assert r.returncode in (0, 4), r.stderr[-3000:]
+        assert "on Ray (127.0.0.1:6379)" in r.stdout, r.stdout
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    return out
+
+
+def manifest(ds: Path) -> dict[str, Any]:
+    return json.loads((ds / MANIFEST).read_text())
+
+
+def table(ds: Path, name: str) -> list[dict[str, Any]]:
+    """Every row of `name` over the dataset, as dicts (with the `trace` partition), in a stable order."""
+    con = duckdb.connect()
+    rel = con.sql(f"SELECT * FROM read_parquet('{ds}/{name}/*/*.parquet', hive_partitioning = true, "
+                  "union_by_name = true, hive_types = {'trace': VARCHAR})")
+    cols = rel.columns
+    rows = [dict(zip(cols, r, strict=True)) for r in rel.fetchall()]
+    return sorted(({k: v for k, v in r.items() if k not in RUN_COLUMNS} for r in rows),
+                  key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def snapshot(ds: Path, key: str) -> dict[str, Any]:
+    """What tests/golden.py holds of an analysis, rebuilt from the dataset's tables for trace `key`."""
+    con = duckdb.connect()
+
+    def rows(name: str, order: str) -> list[dict[str, Any]]:
+        rel = con.sql(f"SELECT * FROM read_parquet('{ds}/{name}/trace={key}/{PART}') ORDER BY {order}")
+        return [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
+
+    models = {m["kernel_id"]: m for m in rows("launch_models", "kernel_id")}
+    launches: dict[int, list[Any]] = {}
+    for x in rows("attention_launches", "step, start_ns"):
+        m = models.get(x["kernel_id"])
+        launches.setdefault(x["step"], []).append(
+            [x["kernel"], x["phase"], x["split_kv"], None if m is None else m["predicted_ns"],
+             None if m is None or m["sm_idle"] is None else round(m["sm_idle"], 4)])
+    steps = [{"name": s["name"], "wall_ns": s["wall_ns"], "launches": launches.get(s["step"], [])}
+             for s in rows("steps", "step")]
+    findings = []
+    for f in rows("findings", "finding"):
+        ev = json.loads(f["evidence_json"])
+        findings.append([f["rule_id"], f["severity"], list(f["steps"]), f["saving_ns"],
+                         {k: ev[k] for k in EVIDENCE_KEYS if k in ev}])
+    findings.sort(key=lambda r: json.dumps(r, sort_keys=True))
+    rel = con.sql(f"SELECT rule_id, status FROM read_parquet('{ds}/rule_checks/trace={key}/{PART}')")
+    return json.loads(json.dumps({"steps": steps, "findings": findings,
+                                  "checks": [list(r) for r in rel.fetchall()]}))
+
+
+def golden_cases_of_the_fleet() -> dict[str, str]:
+    """Golden case -> its trace's absolute path, for the cases analyzed as the fleet analyzes a trace: with the
+    sidecar beside it and no ncu CSV."""
+    out = {}
+    for name, (trace, meta, ncu) in CASES.items():
+        p = (REPO / trace).resolve()
+        if ncu or tuple((REPO / m).resolve() for m in meta) != tuple(s.resolve() for s in sidecar_for(p)):
+            continue
+        out[name] = str(p)
+    return out
+
+
+def key_of(ds: Path, source: str) -> str:
+    for e in manifest(ds)["traces"]:
+        if os.path.realpath(e["source"]) == source or source in map(os.path.realpath, e.get("aliases", [])):
+            return str(e["trace"])
+    raise AssertionError(f"{source} is not in {ds}")
+
+
+def test_the_pool_analyzes_every_trace_and_records_the_one_that_is_not(pool_dataset: Path,
+                                                                        inputs: list[str]) -> None:
+    m = manifest(pool_dataset)
+    entries = m["traces"]
+    # Two inputs are byte-identical copies (examples/h200 holds two of the shared traces): analyzed once each.
+    assert len(entries) + sum(len(e["aliases"]) for e in entries) == len(inputs)
+    failed = [e for e in entries if e["status"] != "ok"]
+    # tracelens_kernel_times.json.gz is a list of kernel times, not a trace: recorded, the fleet went on.
+    assert [Path(e["source"]).name for e in failed] == ["tracelens_kernel_times.json.gz"]
+    assert "neither a Kineto/torch.profiler trace" in failed[0]["error"]
+    assert m["counts"] == {"ok": len(entries) - 1, "error": 1, "pending": 0}
+    for e in entries:
+        if e["status"] == "ok":
+            assert set(e["rows"]) == {SUMMARY, *DEFAULT_TABLES} and e["rows"][SUMMARY] == 1
+            assert (pool_dataset / e["reports"]["json"]).is_file()
+            doc = json.loads((pool_dataset / e["reports"]["json"]).read_text())
+            assert doc["trace"]["path"] == e["source"]
+    assert not list(pool_dataset.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("case", sorted(golden_cases_of_the_fleet()))
+def test_pool_and_ray_equal_the_golden_single_process_analysis(case: str, pool_dataset: Path,
+                                                               ray_dataset: Path) -> None:
+    import gzip
+
+    want = json.loads(gzip.decompress(golden_path(case).read_bytes()))
+    source = golden_cases_of_the_fleet()[case]
+    for ds in (pool_dataset, ray_dataset):
+        assert snapshot(ds, key_of(ds, source)) == want, f"{ds.name}: {case}"
+
+
+def test_enough_golden_cases_are_compared() -> None:
+    assert len(golden_cases_of_the_fleet()) >= 15
+
+
+def test_pool_and_ray_datasets_are_equal_table_by_table(pool_dataset: Path, ray_dataset: Path) -> None:
+    pool, ray = manifest(pool_dataset), manifest(ray_dataset)
+    assert {e["trace"]: (e["source"], e["status"], e["rows"]) for e in pool["traces"]} == {
+        e["trace"]: (e["source"], e["status"], e["rows"]) for e in ray["traces"]}
+    for name in sorted(set(pool["tables"]) | set(ray["tables"])):
+        assert table(pool_dataset, name) == table(ray_dataset, name), name
+
+
+def test_traces_outside_the_goldens_equal_their_single_process_analysis(pool_dataset: Path) -> None:
+    """The traces no golden covers (foreign stacks, the committed test data): the dataset's rows are those of
+    `traceinsight export --analysis`, which analyzes in this one process."""
+    golden_sources = set(golden_cases_of_the_fleet().values())
+    rest = [e for e in manifest(pool_dataset)["traces"]
+            if e["status"] == "ok" and os.path.realpath(e["source"]) not in golden_sources]
+    assert len(rest) >= 5
+    out = pool_dataset.parent / "single"
+    paths = [e["source"] for e in rest]
+    r = CliRunner().invoke(main, ["export", *paths, "--parquet", str(out), "--analysis", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    single = {Path(t["path"]).resolve(): t["trace"] for t in json.loads((out / "manifest.json").read_text())["traces"]}
+    for e in rest:
+        key, skey = e["trace"], single[Path(e["source"]).resolve()]
+        for name in ("steps", "attention_launches", "launch_models", "findings", "rule_checks", "kernel_labels"):
+            got = table_of(pool_dataset, name, key)
+            want = table_of(out, name, skey)
+            assert got == want, f"{name} of {key}"
+
+
+def table_of(ds: Path, name: str, key: str) -> list[tuple[Any, ...]]:
+    f = ds / name / f"trace={key}" / PART
+    rows = duckdb.sql(f"SELECT * FROM read_parquet('{f}')").fetchall()
+    return sorted(rows, key=lambda r: json.dumps(r, default=str))
+
+
+def test_a_copy_of_the_dataset_reads_the_same_from_another_folder(pool_dataset: Path, tmp_path: Path) -> None:
+    """The dataset holds no absolute paths of its own: copied elsewhere, every table reads the same."""
+    copy = tmp_path / "copy"
+    shutil.copytree(pool_dataset, copy)
+    assert table(copy, "summary") == table(pool_dataset, "summary")
