@@ -15,7 +15,19 @@ import pytest
 
 from traceinsight.pipeline import analyze
 from traceinsight.report.json_doc import to_json
-from traceinsight.report.text import ingest_progress, make_console, render, render_doc
+from traceinsight.report.text import (
+    OPTIONAL_COLUMNS,
+    attention_kernels_table,
+    content_widths,
+    families_table,
+    ingest_progress,
+    make_console,
+    natural_width,
+    render,
+    render_doc,
+    steps_table,
+    thresholds_table,
+)
 from traceinsight.units import fmt_ns
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -137,6 +149,29 @@ def test_narrow_terminals_drop_columns_instead_of_folding_rows_into_blank_lines(
     assert len(rows) == 3 and all(re.search(r"\d+ (ms|us)\b", r) and "…" not in r.split()[-1] for r in rows)
     if width >= 160:
         assert "grids" in header or "stddev" in header
+
+
+def test_fit_measures_tables_as_rich_does(h200: Path) -> None:
+    """`fit` measures each column once and adds up the table's width itself (rich measured the whole table again
+    after every column dropped: most of the time of a text report): the sum equals rich's own measurement of
+    the table, with the optional columns dropped one after the other."""
+    from rich.measure import Measurement
+
+    _, (a,) = analyze([h200 / "flashinfer_decode_sweep.pt.trace.json.gz"], cache=False)
+    doc = to_json(a)
+    console = make_console(file=io.StringIO(), width=100)
+    tables = [t for t in (thresholds_table(doc), families_table(doc), attention_kernels_table(doc),
+                          steps_table(doc, 40)) if t is not None]
+    assert len(tables) >= 3
+    for table in tables:
+        content = content_widths(table, console)
+        for name in (None, *OPTIONAL_COLUMNS):
+            if name is not None:
+                table.columns[:] = [c for c in table.columns if c.header != name]
+                for i, column in enumerate(table.columns):
+                    column._index = i
+            rich_width = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+            assert natural_width(table, content) == rich_width
 
 
 def test_a_trace_without_grids_prints_none_rather_than_made_up_ones() -> None:

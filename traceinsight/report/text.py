@@ -273,16 +273,54 @@ OPTIONAL_COLUMNS = ("grids", "stddev", "min", "median", "predicted", "other GPU"
 
 def fit(table: Table, console: Console, optional: Sequence[str] = OPTIONAL_COLUMNS) -> Table:
     """`table` without its optional columns, in OPTIONAL_COLUMNS order, as long as it is wider than the
-    console."""
-    from rich.measure import Measurement
-
+    console. Each column's cells are measured once (rich would measure the whole table again after each column
+    dropped: most of the time of a text report)."""
+    content = content_widths(table, console)
     for name in optional:
-        if Measurement.get(console, console.options.update_width(1 << 16), table).maximum <= console.width:
+        if natural_width(table, content) <= console.width:
             break
         table.columns[:] = [c for c in table.columns if c.header != name]
         for i, column in enumerate(table.columns):
             column._index = i  # rich pads the first and last column by their index
     return table
+
+
+# The width tables are measured at: wide enough that nothing wraps.
+_UNBOUNDED = 1 << 16
+
+
+def content_widths(table: Table, console: Console) -> dict[int, int]:
+    """Per column (by id): the widest of its header and cells, unwrapped (what rich measures them at, before
+    padding)."""
+    from rich.measure import Measurement
+
+    options = console.options.update_width(_UNBOUNDED)
+    out = {}
+    for column in table.columns:
+        cells = [*([column.header] if table.show_header else []), *column.cells,
+                 *([column.footer] if table.show_footer else [])]
+        out[id(column)] = column.width if column.width is not None else max(
+            (Measurement.get(console, options, cell).maximum for cell in cells), default=_UNBOUNDED)
+    return out
+
+
+def natural_width(table: Table, content: dict[int, int]) -> int:
+    """The width rich gives `table` unconstrained (`Measurement.get(...).maximum` of it), from its columns'
+    `content` widths (by id): each column's content plus its padding (which depends on whether it is first or
+    last), clamped to its min/max width, plus the table's edges and separators."""
+    total = table._extra_width
+    for i, column in enumerate(table.columns):
+        pad = table._get_padding_width(i)
+        width = content[id(column)] + pad
+        if column.width is not None:
+            total += width
+            continue
+        if column.min_width is not None:
+            width = max(width, column.min_width + pad)
+        if column.max_width is not None:
+            width = min(width, column.max_width + pad)
+        total += width
+    return total
 
 
 def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40, warnings: bool = True) -> None:
