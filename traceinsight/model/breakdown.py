@@ -131,19 +131,13 @@ def prefill_kernels(steps: Iterable[Step]) -> set[int]:
 
 
 def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]:
-    table = db.con.sql(sql("step_gpu_work"), params={"trace": trace_id}).to_arrow_table()
-    if table.num_rows == 0:
+    # Straight to numpy: pyarrow's to_numpy imports pandas (a third of a second) when it is installed.
+    cols = db.con.sql(sql("step_gpu_work"), params={"trace": trace_id}).fetchnumpy()
+    if not len(cols["start_ns"]):
         return {}
-    kid = table.column("kernel_id").to_numpy(zero_copy_only=False)
-    family = table.column("family").combine_chunks().dictionary_encode()
-    device_col = table.column("device_id")
-    dev = device_col.fill_null(-1).to_numpy().astype(np.int64) if device_col.null_count else \
-        device_col.to_numpy().astype(np.int64)
-    start = table.column("start_ns").to_numpy().astype(np.int64)
-    end = table.column("end_ns").to_numpy().astype(np.int64)
-    launch_col = table.column("launch_ns")
-    launch = launch_col.fill_null(-1).to_numpy().astype(np.int64) if launch_col.null_count else \
-        launch_col.to_numpy().astype(np.int64)
+    kid, dev, start, end, launch = (np.ma.filled(cols[c], -1).astype(np.int64)  # NULL: -1
+                                    for c in ("kernel_id", "device_id", "start_ns", "end_ns", "launch_ns"))
+    families, family = _first_seen(cols["family"])
     special = prefill_kernels(steps)
     names: list[str] = []
     code: dict[str, int] = {}
@@ -154,19 +148,27 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
             names.append(name)
         return code[name]
 
-    codes = np.array([cid(component_of_family(f)) for f in family.dictionary.to_pylist()], np.int64)
-    comp = codes[family.indices.fill_null(0).to_numpy()] if len(codes) else np.zeros(len(family), np.int64)
+    codes = np.array([cid(component_of_family(f)) for f in families], np.int64)
+    comp = codes[family]
     if special:
         prefill = cid(PREFILL)
-        valid = ~np.isnan(kid) if kid.dtype.kind == "f" else np.ones(len(kid), bool)
-        ids = np.where(valid, kid, -1).astype(np.int64)
-        comp[np.isin(ids, np.fromiter(special, np.int64, len(special)))] = prefill
+        comp[np.isin(kid, np.fromiter(special, np.int64, len(special)))] = prefill
     out: dict[Any, _Work] = {}
     for d in np.unique(dev):
         m = dev == d
         s_, e_ = start[m], end[m]
         out[int(d) if d >= 0 else None] = _Work(s_, e_, launch[m], comp[m], np.maximum.accumulate(e_), names)
     return out
+
+
+def _first_seen(values: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The distinct strings of `values` in the order they first occur, and each value's index among them."""
+    text = np.ma.getdata(values).astype(str)
+    distinct, first, inverse = np.unique(text, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty(len(distinct), np.int64)
+    rank[order] = np.arange(len(distinct))
+    return [str(v) for v in distinct[order]], rank[inverse]
 
 
 def _step_device(step: Step) -> Any:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
-
 from traceinsight import labels
-from traceinsight.ingest.store import TraceDB
+from traceinsight.ingest.store import TraceDB, arrow_table
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS kernel_labels (
@@ -32,5 +30,5 @@ def ensure_labels(db: TraceDB) -> None:
     ]
     if not new:
         return
-    rows = pa.table(labels.label_rows(new))  # noqa: F841  (scanned by name below)
+    rows = arrow_table(db.con, labels.label_rows(new))  # noqa: F841  (scanned by name below)
     db.con.execute("INSERT INTO kernel_labels BY NAME SELECT * FROM rows")

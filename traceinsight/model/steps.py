@@ -259,6 +259,8 @@ def kernels_of(table: pa.Table) -> list[Kernel]:
 
 def _pylist(column: pa.ChunkedArray) -> list[Any]:
     """A column as a list; text through its dictionary, so equal strings are one object."""
+    if not len(column):
+        return []  # combine_chunks of no chunks goes through pa.array, which imports pandas when installed
     values = column.combine_chunks()
     if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
         encoded = values.dictionary_encode()
