@@ -298,3 +298,19 @@ def test_dashboard_fleet_page(fleet_dataset: Path, monkeypatch: pytest.MonkeyPat
     failed = next(d.value for d in at.dataframe if "error" in d.value.columns)
     assert list(failed["trace"]) == ["broken"]
     assert at.sidebar.radio(key="view").options == ["Fleet", "One trace"]  # the one-trace view stays a click away
+
+
+def test_docs_example_is_the_real_output(fleet_dataset: Path) -> None:
+    """docs/FLEET.md shows `fleet report` on the same traces as this module's dataset: its root-cause, trace,
+    worst-step and outlier lines must be what the report prints (paths aside)."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "FLEET.md").read_text()
+    sample = doc.split("<!-- fleet-report-sample -->")[1].split("<!-- /fleet-report-sample -->")[0]
+    lines = sample.splitlines()
+    shown = lines[lines.index("Root causes, most time lost first"):next(
+        i for i, line in enumerate(lines) if line.startswith("Not analyzed"))]
+    r = _cli(str(fleet_dataset), "--width", "120")
+    assert r.exit_code == 0, r.output
+    real = r.stdout.splitlines()
+    for line in shown:
+        if "each one's report" not in line:
+            assert line in real, line

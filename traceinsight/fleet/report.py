@@ -259,6 +259,12 @@ def causes_text(t: dict[str, Any], limit: int = 4) -> str:
     return ", ".join(shown) + (f", +{len(rc) - limit}" if len(rc) > limit else "") if shown else "-"
 
 
+def failure_text(f: dict[str, Any]) -> str:
+    """'SOURCE: what went wrong' (the error alone when it names its source already)."""
+    source, error = str(f.get("source") or ""), str(f.get("error") or "no error recorded")
+    return error if not source or error.startswith(source) else f"{source}: {error}"
+
+
 def ratio_text(r: float | None) -> str:
     return "-" if r is None else f"{r:.1f}×"
 
@@ -369,15 +375,15 @@ def render_text(doc: dict[str, Any], console: Console, top: int = TOP) -> None:
     if failed:
         console.print()
         t = _table(f"Not analyzed ({len(failed)}): left out of every figure above", [
-            ("trace", "left"), ("status", "left"), ("source", "left"), ("error", "left")])
+            ("trace", "left"), ("status", "left"), ("error", "left")])
         for f in failed:
-            t.add_row(f["trace"], f["status"], f.get("source") or "-", f.get("error") or "-")
-        console.print(fit(t, console, ("source",)))
+            t.add_row(f["trace"], f["status"], failure_text(f))
+        console.print(t)
 
 
 # Widest a folded column gets in the text tables (it wraps beyond), so that the others keep their room.
-_MAX_WIDTH = {"trace": 32, "rule": 24, "root causes (time lost)": 44, "findings naming it": 30, "error": 60,
-              "source": 40, "name": 28, "worst trace (its loss)": 40, "report": 40}
+_MAX_WIDTH = {"trace": 30, "rule": 24, "root causes (time lost)": 44, "findings naming it": 28, "error": 80,
+              "name": 26, "worst trace (its loss)": 40, "report": 40}
 
 
 def _table(title: str, columns: list[tuple[str, str]]) -> Any:
@@ -398,6 +404,7 @@ FLEET_CSS = """
 .bar { display: inline-block; height: 10px; vertical-align: middle; }
 .bar.steps { background: #b91c1c; } .bar.between { background: #d97706; }
 td.bars { min-width: 180px; white-space: nowrap; }
+td.causes { min-width: 260px; }
 """
 
 
@@ -445,7 +452,7 @@ def render_html(doc: dict[str, Any], base: str = "") -> str:
                      esc(causes_text(t, limit=8)),
                      " ".join(a(rel, fmt) for fmt, rel in sorted((t.get("report") or {}).items())) or "-"])
     inner = table([("trace", ""), ("gpu", ""), ("steps", "num"), ("p50 step", "num"), ("p99 step", "num"),
-                   ("time lost", "num"), ("of its time", "num"), ("", "bars"), ("root causes (time lost)", ""),
+                   ("time lost", "num"), ("of its time", "num"), ("", "bars"), ("root causes (time lost)", "causes"),
                    ("reports", "")], body) if body else '<p class="na">No analyzed trace.</p>'
     parts.append(_html_section("traces", "Traces, most time lost first", inner + (
         '<p class="caption">Bars: time lost in steps (red) and between steps (amber), to scale across traces. '
@@ -457,7 +464,8 @@ def render_html(doc: dict[str, Any], base: str = "") -> str:
              esc(", ".join(w["findings"]) or "-")] for w in doc["worst_steps"]]
     inner = table([("trace", ""), ("step", "num"), ("name", ""), ("time", "num"), ("×median", "num"),
                    ("wall", "num"), ("findings naming it", "")], body) if body else '<p class="na">No step.</p>'
-    parts.append(_html_section("worst-steps", f"Worst steps ({len(doc['worst_steps'])} slowest)", inner + (
+    n = len(doc["worst_steps"])
+    parts.append(_html_section("worst-steps", f"Worst steps ({n} slowest)" if n else "Worst steps", inner + (
         f'<p class="caption">{esc(STEPS_NOTE)}. A step\'s name links to its trace\'s step-time chart; '
         "`traceinsight explain TRACE --step N` explains one step.</p>")))
 
@@ -531,7 +539,7 @@ def render_markdown(doc: dict[str, Any], base: str = "", top: int = TOP) -> str:
                if traces else "_No analyzed trace._")
     if len(traces) > top:
         out += ["", f"_… {len(traces) - top} more traces: `--top N` lists more, `--format html` or `json` all._"]
-    out += ["", f"## Worst steps ({len(doc['worst_steps'])} slowest)", ""]
+    out += ["", f"## Worst steps ({len(doc['worst_steps'])} slowest)" if doc["worst_steps"] else "## Worst steps", ""]
     out.append(md_table(["trace", "step", "name", "time", "×median", "wall", "findings naming it"],
                         [[w["trace"], w["step"], a(w.get("report"), w.get("name") or "-"), fmt_ns(w["dur_ns"]),
                           ratio_text(w.get("ratio")), fmt_ns(w.get("wall_ns")), ", ".join(w["findings"]) or "-"]
