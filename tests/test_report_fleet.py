@@ -314,3 +314,29 @@ def test_docs_example_is_the_real_output(fleet_dataset: Path) -> None:
     for line in shown:
         if "each one's report" not in line:
             assert line in real, line
+
+
+def test_dashboard_fleet_option_checks_the_dataset_before_starting(fleet_dataset: Path, tmp_path: Path) -> None:
+    from traceinsight.cli.dashboard import FLEET_ENV, streamlit_command
+
+    r = CliRunner().invoke(main, ["dashboard", "--fleet", str(tmp_path), "--headless"])
+    assert r.exit_code == 2 and "not a fleet dataset" in r.stderr and len(r.stderr.splitlines()) == 1
+    _, env = streamlit_command([], None, "localhost", 10, True, fleet=fleet_dataset)
+    assert env[FLEET_ENV] == str(fleet_dataset.resolve())
+    assert streamlit_command([], None, "localhost", 10, True)[1][FLEET_ENV] == ""
+
+
+def test_a_trace_without_its_summary_is_left_out_and_a_damaged_file_is_one_line(fleet_dataset: Path,
+                                                                                 tmp_path: Path) -> None:
+    copy = tmp_path / "ds"
+    shutil.copytree(fleet_dataset, copy)
+    (copy / "summary" / "trace=flashinfer_decode" / "part-0.parquet").unlink()
+    d = json.loads(_cli(str(copy), "--format", "json").stdout)
+    assert (d["overview"]["ok"], d["overview"]["missing"]) == (3, 1)
+    # None of its rows counts anywhere (its findings and steps are still on disk).
+    assert all(r["worst_trace"] != "flashinfer_decode" for r in d["root_causes"])
+    assert all(w["trace"] != "flashinfer_decode" for w in d["worst_steps"])
+    assert ("flashinfer_decode", "missing") in {(f["trace"], f["status"]) for f in d["failed"]}
+    (copy / "steps" / "trace=sweep_q64kv8d128_nsys" / "part-0.parquet").write_bytes(b"not parquet")
+    r = _cli(str(copy))
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1 and "cannot read the dataset's tables" in r.stderr

@@ -128,8 +128,10 @@ def build(root: Path, top: int = TOP) -> dict[str, Any]:
     manifest = load_manifest(root)
     entries = _entries(manifest)
     ok = [e["trace"] for e in entries if e.get("status") == "ok"]
+    # A trace counts with its summary row, and with it all its rows: without one (its files removed since), none.
+    present = [k for k in ok if (root / "summary" / f"trace={k}" / "part-0.parquet").is_file()]
     try:
-        con = connect(root, ok)
+        con = connect(root, present)
         try:
             traces = _rows(con, "fleet_traces")
             rules = _rows(con, "fleet_root_causes")
@@ -145,7 +147,7 @@ def build(root: Path, top: int = TOP) -> dict[str, Any]:
         t["report"] = _reports(by_key.get(t["trace"], {}))
     for w in worst:
         w["report"] = _step_link(by_key.get(w["trace"], {}))
-    seen = {t["trace"] for t in traces}
+    seen = set(present)
     failed = [{"trace": e["trace"], "source": e.get("source"), "status": e.get("status") or "pending",
                "error": e.get("error"), "seconds": e.get("seconds")}
               for e in entries if e.get("status") != "ok"]
