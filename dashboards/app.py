@@ -2,7 +2,8 @@
 see the findings first, then the step timeline (click a step to see its launches), the labeled kernel table,
 the split-KV threshold chart and the simulated per-SM schedule of a launch.
 
-Start it with `traceinsight dashboard [PATH...]` (paths reach the app in TRACEINSIGHT_DASHBOARD_PATHS). It
+Start it with `traceinsight dashboard [PATH...]` (paths reach the app in TRACEINSIGHT_DASHBOARD_PATHS); with
+`--fleet DIR` it opens on the fleet report of that dataset (fleet_view.py, TRACEINSIGHT_DASHBOARD_FLEET). It
 calls the library exactly as the CLI does (`traceinsight.pipeline.analyze`, `report.json_doc.to_json`,
 `report.sections`, `report.gantt`), and caches one analysis per distinct file content (SHA-256).
 """
@@ -20,6 +21,7 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # charts.py, sources.py beside this file
 
 import charts  # noqa: E402
+import fleet_view  # noqa: E402
 import sources  # noqa: E402
 
 from traceinsight.errors import TraceInsightError  # noqa: E402
@@ -338,6 +340,10 @@ def report_download(loaded: Loaded) -> None:
 
 def main() -> None:
     st.set_page_config(page_title="traceinsight", layout="wide")
+    fleet = os.environ.get(fleet_view.FLEET_ENV, "")
+    if fleet and st.sidebar.radio("View", ["Fleet", "One trace"], key="view") == "Fleet":
+        fleet_view.page(Path(fleet))
+        return
     loaded = choose_source()
     if loaded is None:
         return

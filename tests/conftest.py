@@ -73,3 +73,25 @@ def foreign() -> Path:
     if not FOREIGN.is_dir():
         pytest.fail(f"real traces not found at {FOREIGN}")
     return FOREIGN
+
+
+# A small fleet dataset (`fleet analyze`, in this process): three H200 traces (Kineto, two Nsight Systems exports
+# with their sidecars), an H100 serving trace, and a file that is not a trace (recorded as failed).
+FLEET_TRACES = ("h200/flashinfer_decode_small.pt.trace.json.gz", "h200/flashinfer_decode.sqlite",
+                "examples/collected/sweep_q64kv8d128_nsys.sqlite",
+                "foreign/tracelens_h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+
+
+@pytest.fixture(scope="session")
+def fleet_dataset(h200: Path, foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from traceinsight.fleet.run import analyze_fleet
+    from traceinsight.fleet.runners import RunnerSpec
+
+    tmp = tmp_path_factory.mktemp("fleet")
+    broken = tmp / "broken.json.gz"
+    broken.write_bytes(gzip.compress(b"not a trace"))
+    paths = [str(REPO / p if p.startswith("examples/") else TRACES / p) for p in FLEET_TRACES] + [str(broken)]
+    out = tmp / "dataset"
+    result = analyze_fleet(paths, out, RunnerSpec(workers=1))
+    assert (result.analyzed, result.failed) == (4, 1), result.entries
+    return out

@@ -90,14 +90,13 @@ class DevTools:
         return str(r.get("result", {}).get("value") or "")
 
 
-@pytest.fixture()
-def dashboard(h200: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """`traceinsight dashboard TRACE --port P --host 127.0.0.1 --headless`, as a user starts it."""
+def _serve(args: list[str], tmp_path: Path):  # type: ignore[no-untyped-def]
+    """`traceinsight dashboard ARGS --port P --host 127.0.0.1 --headless`, as a user starts it; yields its URL."""
     port = _free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "traceinsight", "dashboard", str(h200 / SMALL), "--port", str(port),
-           "--host", "127.0.0.1", "--headless"]
+    cmd = [sys.executable, "-m", "traceinsight", "dashboard", *args, "--port", str(port), "--host", "127.0.0.1",
+           "--headless"]
     log = open(tmp_path / "dashboard.log", "wb")  # noqa: SIM115
     # Its own process group: the CLI runs `streamlit run` as a child, and both must stop at the end.
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
@@ -112,6 +111,16 @@ def dashboard(h200: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture()
+def dashboard(h200: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    yield from _serve([str(h200 / SMALL)], tmp_path)
+
+
+@pytest.fixture()
+def fleet_dashboard(fleet_dataset: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    yield from _serve(["--fleet", str(fleet_dataset)], tmp_path)
 
 
 @pytest.fixture()
@@ -142,18 +151,18 @@ def browser(tmp_path: Path):  # type: ignore[no-untyped-def]
             proc.kill()
 
 
-def test_dashboard_renders_findings_in_chromium(dashboard: str, browser: DevTools) -> None:
-    from PIL import Image  # a dependency of streamlit
-
+def _render(browser: DevTools, url: str, done: str, name: str) -> tuple[str, bytes, str]:
+    """Open `url`, wait until the page shows `done` (or an error), and keep a screenshot and the DOM as
+    test-artifacts/`name`.png|.dom.html. Returns the page's text, the screenshot and the DOM."""
     browser.call("Page.enable")
     browser.call("Emulation.setDeviceMetricsOverride", width=WINDOW[0], height=WINDOW[1], deviceScaleFactor=1,
                  mobile=False)
-    browser.call("Page.navigate", url=dashboard)
+    browser.call("Page.navigate", url=url)
     deadline = time.monotonic() + RENDER_TIMEOUT_S
     text = ""
     while time.monotonic() < deadline:
         text = browser.text()
-        if DONE_MARK in text and "Running..." not in text or any(m in text for m in ERROR_MARKS):
+        if done in text and "Running..." not in text or any(m in text for m in ERROR_MARKS):
             break
         time.sleep(0.5)
     time.sleep(1.5)  # let the charts (Vega) finish drawing before the screenshot
@@ -162,8 +171,15 @@ def test_dashboard_renders_findings_in_chromium(dashboard: str, browser: DevTool
     dom = browser.call("Runtime.evaluate", expression="document.documentElement.outerHTML",
                        returnByValue=True)["result"]["value"]
     ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "dashboard.png").write_bytes(shot)
-    (ARTIFACTS / "dashboard.dom.html").write_text(dom, encoding="utf-8")
+    (ARTIFACTS / f"{name}.png").write_bytes(shot)
+    (ARTIFACTS / f"{name}.dom.html").write_text(dom, encoding="utf-8")
+    return text, shot, dom
+
+
+def test_dashboard_renders_findings_in_chromium(dashboard: str, browser: DevTools) -> None:
+    from PIL import Image  # a dependency of streamlit
+
+    text, shot, dom = _render(browser, dashboard, DONE_MARK, "dashboard")
 
     assert not any(m in text for m in ERROR_MARKS), text[:2000]
     assert DONE_MARK in text, f"the page did not finish rendering within {RENDER_TIMEOUT_S} s:\n{text[:2000]}"
@@ -179,3 +195,15 @@ def test_dashboard_renders_findings_in_chromium(dashboard: str, browser: DevTool
     assert image.size == WINDOW
     colours = image.getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 200, "the screenshot is (almost) one colour: a blank page"
+
+
+def test_dashboard_fleet_page_in_chromium(fleet_dashboard: str, browser: DevTools) -> None:
+    """`traceinsight dashboard --fleet DIR` opens on the fleet report of the dataset (conftest's fleet_dataset)."""
+    text, _, dom = _render(browser, fleet_dashboard, "Not analyzed", "dashboard_fleet")
+    assert not any(m in text for m in ERROR_MARKS), text[:2000]
+    assert "Not analyzed" in text, f"the fleet page did not finish rendering:\n{text[:2000]}"
+    for part in ("traceinsight fleet", "Root causes", "Traces", "Worst steps", "Outliers"):
+        assert part in text
+    assert "4 of 5" in text  # traces analyzed; the fifth is not a trace
+    assert "sweep_q64kv8d128_nsys" in dom and "split-kv-off" in dom and "broken" in dom
+    assert dom.count("<canvas") + dom.count("<svg") >= 1  # the time-lost chart was drawn

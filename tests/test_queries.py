@@ -303,3 +303,94 @@ def test_trace_gpu_picks_the_device_with_most_kernel_time() -> None:
              "($t, 0, 'NVIDIA H100', 132)", {"t": T})
     got = x.db.rows(sql("trace_gpu"), {"trace": T})
     assert (got[0]["device_id"], got[0]["name"], got[0]["kernel_ns"]) == (1, "NVIDIA H200", 6000)
+
+
+class Fleet:
+    """A fleet dataset's tables as inline rows, keyed by `trace` as the Parquet partitions are (docs/SCHEMA.md):
+    one summary row per trace, its steps, its findings (supports NULL: a root cause)."""
+
+    def __init__(self) -> None:
+        import duckdb
+
+        self.con = duckdb.connect()
+        self.con.execute("CREATE TABLE summary (trace VARCHAR, gpu VARCHAR, steps BIGINT, step_p50_ns BIGINT, "
+                         "step_p99_ns BIGINT, step_max_ns BIGINT, split_kv_off_share DOUBLE, critical BIGINT, "
+                         "warning_findings BIGINT, infos BIGINT, steps_wall_ns BIGINT, between_steps_ns BIGINT)")
+        self.con.execute("CREATE TABLE steps (trace VARCHAR, step INTEGER, name VARCHAR, dur_ns BIGINT, "
+                         "wall_ns BIGINT, split_kv BOOLEAN)")
+        self.con.execute("CREATE TABLE findings (trace VARCHAR, finding INTEGER, rule_id VARCHAR, severity VARCHAR, "
+                         "steps INTEGER[], supports VARCHAR, attributed_saving_ns BIGINT, saving_basis VARCHAR)")
+        self.n: dict[str, int] = {}
+
+    def trace(self, key: str, durs: list[int], *, gpu: str = "H200", between: int = 0) -> None:
+        """A trace whose steps 0.. took `durs` (GPU span; wall time 10 ns more); median: the nearest-rank p50."""
+        s = sorted(durs)
+        p50 = s[round(0.5 * (len(s) - 1))] if s else None
+        self.con.execute("INSERT INTO summary VALUES (?, ?, ?, ?, ?, ?, 0.0, 0, 0, 0, ?, ?)",
+                         [key, gpu, len(durs), p50, max(durs, default=None), max(durs, default=None),
+                          sum(d + 10 for d in durs), between])
+        for i, d in enumerate(durs):
+            self.con.execute("INSERT INTO steps VALUES (?, ?, ?, ?, ?, NULL)", [key, i, f"step {i}", d, d + 10])
+
+    def finding(self, key: str, rule: str, steps: list[int], lost: int | None, *, severity: str = "warning",
+                supports: str | None = None, basis: str = "steps") -> None:
+        n = self.n[key] = self.n.get(key, -1) + 1
+        self.con.execute("INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         [key, n, rule, severity, steps, supports, lost, basis])
+
+    def rows(self, query: str, **params: Any) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql(query), params)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+def _fleet() -> Fleet:
+    f = Fleet()
+    f.trace("a", [100, 100, 900, 100], between=50)
+    f.trace("b", [200, 200, 200])
+    f.trace("c", [])  # analyzed, no step
+    f.finding("a", "split-kv-off", [2], 700, severity="critical")
+    f.finding("a", "latency-spike", [2], None, supports="F1")  # evidence: costs nothing of its own
+    f.finding("a", "gpu-idle-gaps", [1, 2, 3], 40, basis="span")
+    f.finding("b", "split-kv-off", [0, 1], 30)
+    f.finding("b", "split-kv-off", [1, 2], 20)  # a second root cause of the same rule in the same trace
+    f.finding("b", "sm-idle", [0], None, supports="F1")
+    return f
+
+
+def test_fleet_traces_totals_each_traces_root_causes_largest_loss_first() -> None:
+    got = {r["trace"]: r for r in _fleet().rows("fleet_traces")}
+    assert list(got) == ["a", "b", "c"]  # by time lost: 740, 50, 0
+    a, b, c = got["a"], got["b"], got["c"]
+    assert (a["lost_ns"], a["lost_steps_ns"], a["lost_between_ns"]) == (740, 700, 40)
+    assert a["root_causes"] == [{"rule_id": "split-kv-off", "lost_ns": 700},
+                                {"rule_id": "gpu-idle-gaps", "lost_ns": 40}]
+    assert (b["lost_ns"], b["root_causes"]) == (50, [{"rule_id": "split-kv-off", "lost_ns": 50}])
+    assert (c["lost_ns"], c["root_causes"], c["step_p50_ns"]) == (0, [], None)
+    assert (a["steps"], a["step_p50_ns"], a["steps_wall_ns"], a["between_steps_ns"]) == (4, 100, 1240, 50)
+
+
+def test_fleet_root_causes_counts_traces_steps_and_loss_and_keeps_evidence_apart() -> None:
+    got = {r["rule_id"]: r for r in _fleet().rows("fleet_root_causes")}
+    assert list(got) == ["split-kv-off", "gpu-idle-gaps", "latency-spike", "sm-idle"]
+    kv = got["split-kv-off"]
+    assert (kv["severity"], kv["traces"], kv["findings"], kv["lost_ns"]) == ("critical", 2, 3, 750)
+    assert kv["share_of_traces"] == 2 / 3  # of the three analyzed traces
+    assert kv["steps"] == 4  # a:2, b:0,1,2 (step 1 named twice, counted once)
+    assert (kv["worst_trace"], kv["worst_trace_lost_ns"]) == ("a", 700)
+    idle = got["gpu-idle-gaps"]
+    assert (idle["lost_ns"], idle["lost_steps_ns"], idle["lost_between_ns"]) == (40, 0, 40)
+    spike = got["latency-spike"]  # only evidence: no trace, no loss, one trace as evidence
+    assert (spike["traces"], spike["lost_ns"], spike["evidence_traces"], spike["worst_trace"]) == (0, 0, 1, None)
+    assert got["sm-idle"]["evidence_traces"] == 1
+
+
+def test_fleet_worst_steps_ranks_by_gpu_span_against_the_traces_median_with_the_findings_naming_them() -> None:
+    got = _fleet().rows("fleet_worst_steps", top=3)
+    assert [(r["trace"], r["step"], r["dur_ns"]) for r in got] == [("a", 2, 900), ("b", 0, 200), ("b", 1, 200)]
+    first = got[0]
+    assert (first["median_ns"], first["ratio"], first["wall_ns"]) == (100, 9.0, 910)
+    assert first["findings"] == ["split-kv-off", "latency-spike", "gpu-idle-gaps"]  # report order
+    assert got[1]["findings"] == ["split-kv-off", "sm-idle"] and got[2]["findings"] == ["split-kv-off"]
+    every = {(r["trace"], r["step"]): r["findings"] for r in _fleet().rows("fleet_worst_steps", top=100)}
+    assert len(every) == 7 and every[("a", 0)] == []  # a step no finding names

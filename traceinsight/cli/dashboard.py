@@ -21,13 +21,15 @@ from traceinsight.errors import InputError, ToolMissingError
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 PATHS_ENV = "TRACEINSIGHT_DASHBOARD_PATHS"
 META_ENV = "TRACEINSIGHT_DASHBOARD_META"
+FLEET_ENV = "TRACEINSIGHT_DASHBOARD_FLEET"
 # Seconds the child gets to end after SIGTERM before it is killed.
 CHILD_GRACE_S = 5.0
 MAX_UPLOAD_ENV = "TRACEINSIGHT_MAX_UPLOAD_MB"
 
 
 def streamlit_command(paths: list[Path], port: int | None, host: str, max_upload_mb: int,
-                      headless: bool, meta: list[Path] | None = None) -> tuple[list[str], dict[str, str]]:
+                      headless: bool, meta: list[Path] | None = None,
+                      fleet: Path | None = None) -> tuple[list[str], dict[str, str]]:
     """The `streamlit run` command line and environment that start the dashboard."""
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host,
            "--server.maxUploadSize", str(max_upload_mb), "--browser.gatherUsageStats", "false",
@@ -39,6 +41,7 @@ def streamlit_command(paths: list[Path], port: int | None, host: str, max_upload
     env[PATHS_ENV] = os.pathsep.join(str(p.resolve()) for p in paths)
     env[META_ENV] = os.pathsep.join(str(p.resolve()) for p in meta or [])
     env[MAX_UPLOAD_ENV] = str(max_upload_mb)
+    env[FLEET_ENV] = str(fleet.resolve()) if fleet else ""
     return cmd, env
 
 
@@ -89,11 +92,19 @@ def run_child(cmd: list[str], env: dict[str, str]) -> int:
 @click.option("--headless/--browser", default=False, help="Do not open a browser window.")
 @click.option("--meta", "meta", multiple=True, type=click.Path(path_type=Path),
               help="Sidecar for the first trace (default: the <stem>.meta.json[.gz] / .sidecar.json[.gz] beside it).")
+@click.option("--fleet", "fleet", default=None, type=click.Path(path_type=Path), metavar="DIR",
+              help="Open on the fleet report of DIR, a dataset `traceinsight fleet analyze` wrote.")
 @user_errors
 def command(paths: tuple[Path, ...], port: int | None, host: str, max_upload_mb: int, headless: bool,
-            meta: tuple[Path, ...]) -> None:
+            meta: tuple[Path, ...], fleet: Path | None) -> None:
     """Open the interactive dashboard: findings, step timeline (click a step for its launches), kernel table,
-    threshold chart and per-SM schedule; pick a bundled example, the PATHs given here, or upload a trace."""
+    threshold chart and per-SM schedule; pick a bundled example, the PATHs given here, or upload a trace. With
+    --fleet DIR: first the report across the traces of that fleet dataset (root causes, time lost per trace,
+    worst steps, outliers, failed traces)."""
+    if fleet is not None:
+        from traceinsight.fleet.report import load_manifest
+
+        load_manifest(fleet)  # not a dataset: one line and exit 2, before anything starts
     for p in (*paths, *meta):
         if not p.is_file():
             raise InputError(f"{p}: no such file")
@@ -106,5 +117,5 @@ def command(paths: tuple[Path, ...], port: int | None, host: str, max_upload_mb:
     except ImportError:
         raise ToolMissingError("the dashboard needs streamlit: pip install 'traceinsight-attention[dashboard]'") \
             from None
-    cmd, env = streamlit_command(list(paths), port, host, max_upload_mb, headless, list(meta))
+    cmd, env = streamlit_command(list(paths), port, host, max_upload_mb, headless, list(meta), fleet)
     sys.exit(run_child(cmd, env))

@@ -111,3 +111,61 @@ def analyze(paths: tuple[str, ...], out_dir: Path, from_list: Path | None, worke
                 where = "" if str(e["error"]).startswith(e["source"]) else f"{e['source']}: "
                 click.echo(f"traceinsight: warning: {where}{e['error']}", err=True)
         sys.exit(EXIT_TRACES_FAILED)
+
+
+@command.command(name="report")
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "html", "json", "md"]), default="text",
+              show_default=True, help="text (terminal), html (self-contained page), json (schema "
+                                      "traceinsight.fleet-report/1), md (Markdown).")
+@click.option("--out", "out", default=None, type=click.Path(dir_okay=False, path_type=str),
+              help="Write to this file ('-': stdout). Default: stdout, except html: DATASET/fleet.html (its links "
+                   "to the traces' reports are relative, so the page works where it lies).")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Worst steps listed; text and md also list this many traces (html and json list all).")
+@click.option("--width", "width", default=None, type=click.IntRange(min=20), metavar="COLUMNS",
+              help="Columns of text output (default: $COLUMNS, else the terminal's, else 120 in a pipe or file).")
+@user_errors
+def report(dataset: Path, fmt: str, out: str | None, top: int, width: int | None) -> None:
+    """The report across the traces of DATASET (a folder `fleet analyze` wrote): which traces hit which root
+    causes and what they cost, each trace's figures with a link to its own report, the slowest steps of the
+    fleet, the traces that stand out from the others on their GPU, and the traces that failed.
+
+    Exit status: 0; 2 DATASET is not a fleet dataset, or the output cannot be written (nothing is written)."""
+    from traceinsight.fleet.report import HTML_NAME, build, link_base, render_html, render_markdown, render_text
+    from traceinsight.report.files import write_atomic
+
+    doc = build(dataset, top)
+    if out is None and fmt == "html":
+        out = str(dataset / HTML_NAME)
+    dest = None if out is None or out == "-" else Path(out)
+    if dest is not None and not dest.parent.is_dir():
+        raise InputError(f"{dest}: the folder {dest.parent} does not exist")
+    page_dir = dest.parent if dest is not None else Path.cwd()
+    if fmt == "json":
+        text = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+    elif fmt == "html":
+        text = render_html(doc, link_base(dataset, page_dir))
+    elif fmt == "md":
+        text = render_markdown(doc, link_base(dataset, page_dir), top)
+    else:
+        import io
+
+        from traceinsight.report.text import make_console
+
+        if dest is None:
+            render_text(doc, make_console(width=width), top)
+            return
+        buf = io.StringIO()
+        render_text(doc, make_console(file=buf, no_color=True, width=width), top)
+        text = buf.getvalue()
+    if dest is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        write_atomic(dest, text)
+    except OSError as exc:
+        raise InputError(f"{dest}: cannot write ({exc.strerror or type(exc).__name__})"
+                         + ("; give --out FILE" if out == str(dataset / HTML_NAME) else "")) from None
+    click.echo(f"wrote {dest}", err=True)
