@@ -94,6 +94,9 @@ def analyze(paths: tuple[str, ...], out_dir: Path, from_list: Path | None, worke
         if quiet:
             return
         what = f"{entry['seconds']:.2f} s" if entry["status"] == "ok" else entry["error"]
+        if entry["status"] == "ok" and entry.get("warnings"):
+            n = len(entry["warnings"])
+            what += f" ({n} warning{'s' if n > 1 else ''}: {entry['warnings'][0]})"
         click.echo(f"[{done}/{total}] {entry['status']:5} {entry['trace']}: {what}", err=True)
 
     result = analyze_fleet(args, out_dir, spec, options, on_outcome=progress)

@@ -52,23 +52,29 @@ def summary_schema() -> Any:
     return pa.schema([(name, types[t]) for name, t in SUMMARY_COLUMNS])
 
 
+# Sources that do not decide what a trace's analysis holds: the commands, and the fleet's own report (which reads
+# the dataset). Editing them does not re-analyze a fleet.
+NOT_ANALYSIS = ("cli/", "fleet/report.py", "queries/fleet_")
+
+
 def analysis_version() -> str:
     """What decides an analysis's result besides its input: the traceinsight version and the package's sources
-    (code, SQL, rule and remedy data). A change re-analyzes every trace on the next run."""
+    (code, SQL, rule and remedy data; NOT_ANALYSIS aside). A change re-analyzes every trace on the next run."""
     h = hashlib.blake2b(__version__.encode(), digest_size=8)
     root = resources.files("traceinsight")
-    stack = [root]
+    stack: list[tuple[str, Any]] = [("", root)]
     files = []
     while stack:
-        d = stack.pop()
+        prefix, d = stack.pop()
         for entry in d.iterdir():
+            rel = prefix + entry.name
             if entry.is_dir():
                 if entry.name != "__pycache__":
-                    stack.append(entry)
-            elif entry.name.endswith((".py", ".sql", ".toml")):
-                files.append(entry)
-    for entry in sorted(files, key=lambda e: str(e)):
-        h.update(str(entry).encode())
+                    stack.append((rel + "/", entry))
+            elif entry.name.endswith((".py", ".sql", ".toml")) and not rel.startswith(NOT_ANALYSIS):
+                files.append((rel, entry))
+    for rel, entry in sorted(files, key=lambda x: x[0]):
+        h.update(rel.encode())
         h.update(entry.read_bytes())
     return h.hexdigest()
 

@@ -123,7 +123,7 @@ def summary_row(a: Any) -> dict[str, Any]:
     row.update({
         "warning_findings": sum(1 for f in a.findings if str(f.severity) == "warning"),
         "findings": len(a.findings),
-        "root_causes": [f.id for f in roots],
+        "root_causes": list(dict.fromkeys(f.id for f in roots)),  # each rule once, most severe first
         "steps_wall_ns": s["steps_wall_ns"],
         "between_steps_ns": s["between_steps_ns"],
         "saving_ns": s["listed_steps_ns"] + s["listed_between_ns"],
