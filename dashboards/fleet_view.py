@@ -12,7 +12,8 @@ from typing import Any
 import altair as alt
 import streamlit as st
 
-from traceinsight.fleet.report import build, causes_text, rule_share, trace_link, trace_share
+from traceinsight.fleet.render import causes_text, rule_share, trace_share
+from traceinsight.fleet.report import build, trace_link
 from traceinsight.units import fmt_ns
 
 FLEET_ENV = "TRACEINSIGHT_DASHBOARD_FLEET"

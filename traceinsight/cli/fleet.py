@@ -135,7 +135,8 @@ def report(dataset: Path, fmt: str, out: str | None, top: int, width: int | None
     fleet, the traces that stand out from the others on their GPU, and the traces that failed.
 
     Exit status: 0; 2 DATASET is not a fleet dataset, or the output cannot be written (nothing is written)."""
-    from traceinsight.fleet.report import HTML_NAME, build, link_base, render_html, render_markdown, render_text
+    from traceinsight.fleet.render import render_html, render_markdown, render_text
+    from traceinsight.fleet.report import HTML_NAME, build, link_base
     from traceinsight.report.files import write_atomic
 
     doc = build(dataset, top)

@@ -92,8 +92,6 @@ class Dataset:
 
     def __init__(self, root: Path, options: Mapping[str, Any] | None = None) -> None:
         self.root = root
-        if root.exists() and not root.is_dir():
-            raise InputError(f"{root}: not a folder (the fleet dataset's --out)")
         manifest = read_manifest(root)
         self.entries: dict[str, dict[str, Any]] = {e["trace"]: e for e in manifest.get("traces", [])}
         self.options = dict(options or {})
@@ -203,19 +201,31 @@ class Dataset:
         self._save_cost = self._saved - now
 
 
-def read_manifest(root: Path) -> dict[str, Any]:
-    """The dataset's manifest, {} when there is none; a manifest of another kind is an InputError (the folder is
-    not a fleet dataset: never write into it)."""
+def read_manifest(root: Path, must_exist: bool = False) -> dict[str, Any]:
+    """The manifest of the fleet dataset at `root`: {} when there is none yet (unless `must_exist`). An InputError
+    (one line) when `root` is not a folder, or holds another kind of manifest or a damaged one: never read or write
+    such a folder as a fleet dataset."""
+    if root.exists() and not root.is_dir():
+        raise InputError(f"{root}: not a folder (a fleet dataset is the folder `traceinsight fleet analyze --out` "
+                         "writes)")
     path = root / MANIFEST
-    if not path.exists():
-        return {}
+    if not path.is_file():
+        if not must_exist:
+            return {}
+        if not root.exists():
+            raise InputError(f"{root}: no such folder")
+        raise InputError(f"{root}: not a fleet dataset (no {MANIFEST}; make one with "
+                         "`traceinsight fleet analyze PATHS --out DIR`)")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{path}: unreadable manifest ({type(exc).__name__}); remove it to start again") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise InputError(f"{root}: holds a manifest.json that is not a fleet dataset's ({SCHEMA}); "
-                         "choose another --out")
+        found = data.get("schema") if isinstance(data, dict) else None
+        raise InputError(f"{root}: not a fleet dataset (its {MANIFEST} has schema {found!r}, expected {SCHEMA!r}); "
+                         "choose another folder")
+    if not isinstance(data.get("traces", []), list):
+        raise InputError(f"{path}: damaged manifest ('traces' is not a list)")
     return data
 
 
