@@ -52,7 +52,7 @@ def analyze_trace(
 def gc_paused() -> Iterator[None]:
     """Python's cyclic garbage collector paused (reference counting still frees everything the analysis drops).
     The analysis of a long trace builds millions of objects that hold no reference cycles, and every full
-    collection walked all of them: on the 1M-kernel export that was 7 s of 30 (docs/SCALE.md)."""
+    collection walked all of them: on the 1M-kernel export, 7 s of the 33 s its stages took (docs/SCALE.md)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
