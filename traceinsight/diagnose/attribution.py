@@ -156,10 +156,18 @@ class StepAttribution:
         v, b = got
         return v - b >= min_excess_ns and v >= ratio * b
 
+    def delta(self, component: str) -> float | None:
+        """`component`'s time against its baseline (ns; its part's delta_ns, without building every part), None
+        when the step's series has no such component."""
+        d = self.data
+        if component not in d.names:
+            return None
+        j = d.names.index(component)
+        return float(d.values[self.row, j] - d.bases[self.row, j])
+
     def host_cause(self, component: str | None = None) -> str:
         """host-stall when the host's idle growth came mostly in long stretches, else host-launch-bound."""
-        p = self.part(component or IDLE_HOST)
-        grew = p.delta_ns if p is not None else 0.0
+        grew = self.delta(component or IDLE_HOST) or 0.0
         return HOST_STALL if grew > 0 and self.host_long_delta_ns >= STALL_SHARE * grew else HOST_LAUNCH_BOUND
 
     def to_json(self) -> dict[str, Any]:
@@ -221,11 +229,12 @@ def _attribute(series_steps: list[Step], gi: int, ctx: TraceAnalysis, known_slow
                min_excess_ns: float, half: int, min_fit: int) -> dict[int, StepAttribution]:
     out: dict[int, StepAttribution] = {}
     position = {s.index: i for i, s in enumerate(series_steps)}
-    with_tokens = [s for s in series_steps if _tokens(ctx, s) is not None]
-    without = [s for s in series_steps if _tokens(ctx, s) is None]
+    step_tokens = [_tokens(ctx, s) for s in series_steps]
+    with_tokens = [s for s, t in zip(series_steps, step_tokens, strict=True) if t is not None]
+    without = [s for s, t in zip(series_steps, step_tokens, strict=True) if t is None]
     parts: list[tuple[list[Step], list[int] | None]] = []
     if with_tokens:
-        parts.append((with_tokens, [_tokens(ctx, s) or 0 for s in with_tokens]))
+        parts.append((with_tokens, [t or 0 for t in step_tokens if t is not None]))
     if without:
         parts.append((without, None))
     for steps, tokens in parts:
@@ -248,11 +257,12 @@ def _attribute(series_steps: list[Step], gi: int, ctx: TraceAnalysis, known_slow
         longs = [s.breakdown.host_long_ns if s.breakdown else 0 for s in steps]
         long_base = rolling_quantile(longs, half, use, COMPONENT_QUANTILE)
         data = _Series(names, values, bases, np.asarray(walls, float) - np.asarray(fit.baseline_ns, float))
-        for i, s in enumerate(steps):
+        baselines = np.asarray(fit.baseline_ns, float).tolist()
+        long_deltas = (np.asarray(longs, float) - np.asarray(long_base, float)).tolist()
+        for i, (s, wall) in enumerate(zip(steps, walls, strict=True)):
             out[s.index] = StepAttribution(
-                step=s.index, series=gi, position=position[s.index], wall_ns=s.wall_ns,
-                baseline_ns=float(fit.baseline_ns[i]), spike=fit.spikes[i], method=fit.method,
-                host_long_delta_ns=float(longs[i] - long_base[i]), data=data, row=i,
+                step=s.index, series=gi, position=position[s.index], wall_ns=wall, baseline_ns=baselines[i],
+                spike=fit.spikes[i], method=fit.method, host_long_delta_ns=long_deltas[i], data=data, row=i,
                 ran_prefill=any(x.phase in PREFILL_PHASES for x in s.launches))
     return out
 

@@ -6,7 +6,6 @@ runs last. Each entry is a rule module (see `traceinsight.diagnose.rule`).
 
 from __future__ import annotations
 
-from collections import Counter
 from types import ModuleType
 
 from traceinsight.diagnose.context import TraceAnalysis
@@ -26,7 +25,7 @@ from traceinsight.diagnose.rules import (
     threshold_proximity,
     wave_quantization,
 )
-from traceinsight.diagnose.views import launch_views
+from traceinsight.diagnose.views import backend_counts
 
 RULES: tuple[ModuleType, ...] = (
     decode_on_prefill_kernel,
@@ -93,7 +92,7 @@ def scope(rule: ModuleType, ctx: TraceAnalysis) -> tuple[str, str]:
     backends = getattr(rule, "BACKENDS", None)
     if not backends:
         return "", ""
-    counts: Counter[str] = Counter(v.backend or "unknown" for v in launch_views(ctx))
+    counts = backend_counts(ctx)
     mine = {b: n for b, n in counts.items() if b in backends}
     other = {b: n for b, n in counts.items() if b not in backends}
 

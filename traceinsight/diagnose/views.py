@@ -4,9 +4,10 @@ model and measurement; and a robust "typical" duration per kernel. Times in ns."
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.model.occupancy import FA3
@@ -15,9 +16,9 @@ from traceinsight.model.schedule import KernelThreshold, LaunchModel, Measured, 
 from traceinsight.model.steps import Launch, Step
 
 
-@dataclass(frozen=True)
-class LaunchView:
-    """One attention launch and everything the model attached to it."""
+class LaunchView(NamedTuple):
+    """One attention launch and everything the model attached to it (a named tuple: a long trace has 10^5-10^6
+    launches, and a frozen dataclass took three times as long to build)."""
 
     step: Step
     launch: Launch
@@ -74,6 +75,18 @@ def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
     if s is not None:
         s.cache[key] = tuple(out)
     return out
+
+
+def backend_counts(ctx: TraceAnalysis) -> Counter[str]:
+    """Launches of `launch_views` per backend ('unknown' for none), counted once per analysis."""
+    s = ctx.schedule
+    key = ("backend_counts", id(ctx.steps), len(ctx.steps))
+    if s is not None and key in s.cache:
+        return Counter(s.cache[key])
+    counts: Counter[str] = Counter(v.backend or "unknown" for v in launch_views(ctx))
+    if s is not None:
+        s.cache[key] = dict(counts)
+    return counts
 
 
 def by_kernel(views: Iterable[LaunchView]) -> dict[str, list[LaunchView]]:
@@ -199,6 +212,13 @@ def slowdown(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView]) -
     return Slowdown(v, ref, how, typical_reference_ns(ctx, v, same_kernel)[0])
 
 
+def below_typical(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView], ratio_min: float) -> bool:
+    """Whether `v` takes less than `ratio_min` times its kernel's typical time (`typical_reference_ns` over
+    `same_kernel`), so that it cannot be `Slowdown.slow`: checked first, since most launches are not slow and
+    pricing each one's reference is the costly part."""
+    return v.dur_ns < ratio_min * typical_reference_ns(ctx, v, same_kernel)[0]
+
+
 def slow_launches(
     ctx: TraceAnalysis, backends: tuple[str, ...], split_kv: bool, ratio_min: float, excess_min_ns: float
 ) -> list[list[Slowdown]]:
@@ -211,7 +231,8 @@ def slow_launches(
         family[kernel_family(v)].append(v)
     for same in by_kernel(mine).values():
         hits = [h for v in same if v.launch.split_kv is split_kv
-                and (h := slowdown(ctx, v, family[kernel_family(v)])).slow(ratio_min, excess_min_ns)]
+                and not below_typical(ctx, v, kin := family[kernel_family(v)], ratio_min)
+                and (h := slowdown(ctx, v, kin)).slow(ratio_min, excess_min_ns)]
         if hits:
             groups.append(hits)
     return groups

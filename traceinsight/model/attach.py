@@ -24,6 +24,7 @@ from traceinsight.model.batches import (
     match_sidecar,
     planner_batch,
     sidecar_rows,
+    trace_batch_key,
 )
 from traceinsight.model.gpus import gpu_for
 from traceinsight.model.launch_models import cached_plan, calibrate_costs, model_from_plan, model_from_trace
@@ -168,6 +169,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
     # (b) batch composition per step, (c) plans (one per distinct batch), calibration, simulation.
     plans: dict[int, tuple[Plan, int]] = {}
     samples: dict[str, dict[int, tuple[Plan, list[int]]]] = defaultdict(dict)
+    trace_batches: dict[tuple[Any, ...], StepBatch] = {}  # batch_from_trace by trace_batch_key
     for s in steps:
         if not s.launches:
             continue
@@ -183,7 +185,10 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
                 cuda_graph = sb.cuda_graph
         else:
             mo = merge_occ.get(first.merges[0].name) if first.merges else None
-            sb = batch_from_trace(first, thr, cuda_graph, gpu, mo)
+            key = trace_batch_key(first, thr, cuda_graph, mo)
+            if key not in trace_batches:
+                trace_batches[key] = batch_from_trace(first, thr, cuda_graph, gpu, mo)
+            sb = trace_batches[key]
         sched.batches[s.index] = sb
         pb = planner_batch(sb) if sb.source == "sidecar" else None
         for launch in s.launches:

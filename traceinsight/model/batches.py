@@ -134,6 +134,15 @@ def batch_from_trace(launch: Launch, thr: KernelThreshold | None, cuda_graph: bo
     )
 
 
+def trace_batch_key(launch: Launch, thr: KernelThreshold | None, cuda_graph: bool, merge_occ: int | None
+                    ) -> tuple[Any, ...]:
+    """Everything `batch_from_trace` reads of its arguments (the GPU aside, one per trace): launches with equal
+    keys get equal batches, so a long trace builds one per distinct launch shape instead of one per step."""
+    k = launch.attention
+    return (k.backend, k.grid, k.block[1], k.params.get("head_dim"), launch.split_kv, thr, cuda_graph, merge_occ,
+            launch.merges[0].grid[0] if launch.merges else None)
+
+
 def _merge_bound(launch: Launch, qo_heads: int | None, gpu: GPU, merge_occ: int | None
                  ) -> tuple[int, int, str] | None:
     """B from FlashInfer's merge grid num_SM * min(occ_merge, ceil(B * H_q / num_SM)) when below the cap."""

@@ -162,13 +162,12 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
 
 
 def _first_seen(values: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """The distinct strings of `values` in the order they first occur, and each value's index among them."""
-    text = np.ma.getdata(values).astype(str)
-    distinct, first, inverse = np.unique(text, return_index=True, return_inverse=True)
-    order = np.argsort(first)
-    rank = np.empty(len(distinct), np.int64)
-    rank[order] = np.arange(len(distinct))
-    return [str(v) for v in distinct[order]], rank[inverse]
+    """The distinct strings of `values` in the order they first occur, and each value's index among them (one
+    dict pass: sorting a million strings with np.unique took 2 s on the 1M-kernel export)."""
+    index: dict[Any, int] = {}
+    codes = np.fromiter((index.setdefault(v, len(index)) for v in np.ma.getdata(values).tolist()), np.int64,
+                        len(values))
+    return [str(v) for v in index], codes
 
 
 def _step_device(step: Step) -> Any:

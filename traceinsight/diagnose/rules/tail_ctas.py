@@ -16,7 +16,15 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import cap, tail_saving_ns
-from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, slowdown, step_ranges, steps_of
+from traceinsight.diagnose.views import (
+    LaunchView,
+    below_typical,
+    by_kernel,
+    launch_views,
+    slowdown,
+    step_ranges,
+    steps_of,
+)
 from traceinsight.units import fmt_ns
 
 ID = "tail-ctas"
@@ -76,6 +84,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 share, saving, items = t
                 if share >= frac_min and share * v.dur_ns >= ns_min:
                     hits.append((v, share, saving, items, "model"))
+                continue
+            if below_typical(ctx, v, same, ratio_min):
                 continue
             sd = slowdown(ctx, v, same)
             if sd.slow(ratio_min, ns_min):
