@@ -147,30 +147,33 @@ def test_inputs_from_a_list_file_with_globs_and_file_urls(tmp_path: Path) -> Non
 def test_traces_on_an_object_store_are_downloaded_with_their_sidecar(tmp_path: Path) -> None:
     fsspec = pytest.importorskip("fsspec")
     mem = fsspec.filesystem("memory")
-    sweep = H200 / "flashinfer_decode_sweep.pt.trace.json.gz"
-    meta = H200 / "flashinfer_decode_sweep.meta.json.gz"
+    trace = REPO / "tests" / "data" / "h200_ncu" / "ncu_pair_torch.pt.trace.json.gz"
+    meta = trace.with_name("ncu_pair_torch.sidecar.json")
     try:
-        mem.pipe("/bucket/run1/flashinfer_decode_sweep.pt.trace.json.gz", sweep.read_bytes())
-        mem.pipe("/bucket/run1/flashinfer_decode_sweep.meta.json.gz", meta.read_bytes())
+        mem.pipe("/bucket/run1/ncu_pair_torch.pt.trace.json.gz", trace.read_bytes())
+        mem.pipe("/bucket/run1/ncu_pair_torch.sidecar.json", meta.read_bytes())
         mem.pipe("/bucket/run1/notes.txt", b"not a trace")
         out = tmp_path / "ds"
         run = analyze_fleet(["memory://bucket/run1/"], out, SERIAL, FAST)
         assert (run.analyzed, run.failed) == (1, 0)
         (entry,) = _manifest(out)["traces"]
         # named as fsspec names them ('memory:///bucket/...'; 's3://bucket/...' on S3)
-        assert entry["source"] == mem.unstrip_protocol("/bucket/run1/flashinfer_decode_sweep.pt.trace.json.gz")
-        assert entry["sidecar"] == mem.unstrip_protocol("/bucket/run1/flashinfer_decode_sweep.meta.json.gz")
+        assert entry["source"] == mem.unstrip_protocol("/bucket/run1/ncu_pair_torch.pt.trace.json.gz")
+        assert entry["sidecar"] == mem.unstrip_protocol("/bucket/run1/ncu_pair_torch.sidecar.json")
         doc = json.loads((out / entry["reports"]["json"]).read_text())
         assert doc["trace"]["path"] == entry["source"]
         # The same analysis as the local files with their sidecar: the sidecar's batches were used.
         local = tmp_path / "local"
-        analyze_fleet([str(sweep)], local, SERIAL, FAST)
+        analyze_fleet([str(trace)], local, SERIAL, FAST)
         (lentry,) = _manifest(local)["traces"]
         import duckdb
 
         q = "SELECT * EXCLUDE (path, digest, seconds, analyzed) FROM read_parquet('{}')"
         assert duckdb.sql(q.format(out / SUMMARY / f"trace={entry['trace']}" / PART)).fetchall() == duckdb.sql(
             q.format(local / SUMMARY / f"trace={lentry['trace']}" / PART)).fetchall()
+        sources = duckdb.sql("SELECT DISTINCT source FROM read_parquet('{}')".format(
+            out / "launch_models" / f"trace={entry['trace']}" / PART)).fetchall()
+        assert sources == [("sidecar",)]  # the launches were planned from the downloaded sidecar's batches
         assert run.skipped == 0 and analyze_fleet(["memory://bucket/run1/"], out, SERIAL, FAST).skipped == 1
     finally:
         mem.rm("/bucket", recursive=True)
