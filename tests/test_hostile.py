@@ -5,6 +5,7 @@ memory."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import hashlib
@@ -275,6 +276,8 @@ ACTIONS = {
     "garbage": 'printf "SQLite format 3\\000half" > "$out"; exit 0',
     "export": 'cp "{real}" "$out"; exit 0',
     "hang": 'printf "SQLite format 3\\000partial" > "$out"; sleep 60; exit 0',
+    # writes, then goes quiet (no output that a closed pipe could stop) as the same process: the pid file stays true
+    "quiet": 'printf "SQLite format 3\\000partial" > "$out"; exec sleep 60',
 }
 
 
@@ -399,6 +402,42 @@ def test_rep_export_interrupted_leaves_nothing(rep_env: dict[str, Path], sig: si
         assert proc.returncode == -sig and b"Traceback" not in stderr
     assert _dead(nsys_pid)
     assert _leftovers(rep_env["cache"]) == []
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the kernel's parent-death signal is Linux's")
+def test_rep_export_sigkilled_cli_takes_nsys_along(rep_env: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI SIGKILLed while nsys exports: nothing in traceinsight can run, and nsys is in its own session,
+    yet it must not run on (it did, until its next progress line hit the closed pipe, with the real nsys on the
+    H200 machine: tests/data/nsys_real/README.md). Its partial output stays under our temporary name; the next
+    export removes it and lands alone in the cache."""
+    script = fake_nsys(rep_env, "quiet")
+    env = {**os.environ, "TRACEINSIGHT_CACHE": "0", "TRACEINSIGHT_CACHE_DIR": str(rep_env["cache"])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "traceinsight", "analyze", str(rep_env["report"])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**env, "NSYS": str(script)},
+    )  # fmt: skip
+    pidfile = rep_env["tmp"] / "nsys.pid"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the stand-in has written and become the quiet `sleep`
+            with contextlib.suppress(OSError, ValueError):
+                if b"sleep" in Path(f"/proc/{int(pidfile.read_text())}/cmdline").read_bytes():
+                    break
+            time.sleep(0.02)
+        nsys_pid = int(pidfile.read_text())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    assert _dead(nsys_pid), "nsys outlived the SIGKILLed traceinsight"
+    partial = Path((rep_env["tmp"] / "nsys.out").read_text().strip())
+    assert nsys_rep._TMP_NAME.match(partial.name) and _leftovers(rep_env["cache"]) == [f"nsys/{partial.name}"]
+    fake_nsys(rep_env, "export", monkeypatch)
+    exported = nsys_rep.export(rep_env["report"])
+    assert _leftovers(rep_env["cache"]) == [f"nsys/{exported.name}"]
+    assert sorted(p.name for p in rep_env["report"].parent.iterdir()) == ["run.nsys-rep", "run.sqlite"]
 
 
 def test_stale_temporaries_of_dead_processes_are_removed(

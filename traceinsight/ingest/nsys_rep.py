@@ -7,8 +7,9 @@ renamed into place only once the export succeeded: a failed, interrupted or time
 behind, and nothing beside the user's report is ever written.
 
 Interruption: Ctrl-C (SIGINT), SIGTERM and SIGHUP during an export kill nsys, remove its partial output, and
-then end traceinsight as the signal would have. A process killed outright (SIGKILL) cannot clean up; the next
-export removes temporary files whose owning process is gone.
+then end traceinsight as the signal would have. A process killed outright (SIGKILL) cannot clean up: on Linux
+the kernel then kills nsys too (it runs in its own session, so nothing else would stop it), and the next export
+removes temporary files whose owning process is gone.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -212,11 +214,34 @@ def remove_stale_temporaries(folder: Path, max_age_s: float = 2 * EXPORT_TIMEOUT
     return removed
 
 
+def _die_with(parent: int) -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: have the kernel SIGKILL this child when the process that started it dies, SIGKILL included.
+    nsys runs in its own session (a terminal's Ctrl-C reaches traceinsight alone, which then stops nsys), so
+    nothing else stops it when traceinsight is killed outright: on the H200 machine the real nsys 2025.3.1 then
+    went on writing its temporary export until its next progress line hit the closed pipe (tests/data/nsys_real/
+    README.md), and a quiet nsys would run to the end of its export."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _run_nsys(cmd: list[str], path: Path, timeout_s: float) -> subprocess.CompletedProcess[bytes]:
-    """Run nsys in its own process group; on timeout, interruption or any error kill the whole group."""
+    """Run nsys in its own process group; on timeout, interruption or any error kill the whole group (and on
+    Linux the kernel kills nsys if traceinsight is killed outright)."""
+    parent = os.getpid()
     try:
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=(lambda: _die_with(parent)) if sys.platform == "linux" else None,
         )
     except OSError as exc:
         raise ToolMissingError(f"{path}: cannot run {cmd[0]} ({exc.strerror or exc})") from None
