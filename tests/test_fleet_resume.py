@@ -216,3 +216,17 @@ def test_progress_is_reported_per_trace(traces: Path, tmp_path: Path) -> None:
     assert time.perf_counter() - t0 < 120
     assert [(d, t) for _, d, t in seen] == [(1, 3), (2, 3), (3, 3)]
     assert sorted(s for s, _, _ in seen) == ["error", "ok", "ok"]
+
+
+def test_a_trace_over_its_time_limit_is_recorded_and_tried_again_later(traces: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    small = str(traces / "small.pt.trace.json.gz")
+    late = analyze_fleet([small], out, SERIAL, FleetOptions(reports=("json",), cache=False, timeout_s=0.001))
+    assert (late.analyzed, late.failed) == (0, 1)
+    (entry,) = _manifest(out)["traces"]
+    assert entry["error"] == "timed out after 0.001 s (--timeout)" and not entry["rows"]
+    import signal as _signal
+
+    assert _signal.getsignal(_signal.SIGALRM) is _signal.SIG_DFL  # the timer's handler was put back
+    again = analyze_fleet([small], out, SERIAL, FAST)  # the limit is not part of the result: tried again, no limit
+    assert (again.analyzed, again.failed) == (1, 0)

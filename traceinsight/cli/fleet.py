@@ -52,6 +52,8 @@ def _reports(value: str) -> tuple[str, ...]:
               help="analysis: summary, analysis tables, labels, devices; all: also the normalized tables "
                    "(kernels, launches, ranges, ...: large).")
 @click.option("--step-pattern", default=None, metavar="REGEX", help="As for analyze.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="The most one trace may take; a trace that takes longer is recorded as failed (timed out).")
 @click.option("--force", is_flag=True, help="Analyze every trace again, even those already in the dataset.")
 @click.option("--no-cache", is_flag=True, help="Read every file again (the per-file ingest cache).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -60,8 +62,8 @@ def _reports(value: str) -> tuple[str, ...]:
 @memory_option
 @user_errors
 def analyze(paths: tuple[str, ...], out_dir: Path, from_list: Path | None, workers: int | None,
-            ray_address: str | None, reports: str, tables: str, step_pattern: str | None, force: bool,
-            no_cache: bool, fmt: str, quiet: bool) -> None:
+            ray_address: str | None, reports: str, tables: str, step_pattern: str | None, timeout_s: float | None,
+            force: bool, no_cache: bool, fmt: str, quiet: bool) -> None:
     """Analyze every trace PATHS (files, folders, globs, URLs) name into the dataset DIR: per-trace summary,
     steps, findings, launch models and labels as hive-partitioned Parquet, each trace's reports, and a manifest.
     Traces analyzed before (same content, code and options) are skipped; a trace that fails is recorded and the
@@ -88,7 +90,7 @@ def analyze(paths: tuple[str, ...], out_dir: Path, from_list: Path | None, worke
     spec = RunnerSpec(workers=n, ray=ray_address, memory_limit=os.environ.get(MEMORY_LIMIT_ENV))
     options = FleetOptions(
         tables=DEFAULT_TABLES + (tuple(t for t in table_names() if t != "devices") if tables == "all" else ()),
-        reports=_reports(reports), step_pattern=step_pattern, cache=not no_cache, force=force)
+        reports=_reports(reports), step_pattern=step_pattern, cache=not no_cache, force=force, timeout_s=timeout_s)
 
     def progress(entry: dict[str, Any], done: int, total: int) -> None:
         if quiet:

@@ -31,6 +31,7 @@ class FleetOptions:
     limits: tuple[tuple[str, float], ...] = ()
     cache: bool = True
     force: bool = False
+    timeout_s: float | None = None
 
     def keyed(self) -> dict[str, Any]:
         return {"tables": list(self.tables), "reports": list(self.reports), "step_pattern": self.step_pattern,
@@ -80,7 +81,7 @@ def analyze_fleet(args: Iterable[str], out_dir: Path, spec: RunnerSpec, options:
         if akey:
             planned[akey] = key
         tasks.append(Task(key, item.source, item.sidecar, options.tables, options.reports, options.step_pattern,
-                          options.limits, options.cache))
+                          options.limits, options.cache, options.timeout_s))
     dataset.save(force=True)
     try:
         for outcome in run(tasks, spec):

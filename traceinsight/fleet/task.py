@@ -11,8 +11,10 @@ inputs).
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +43,7 @@ class Task:
     step_pattern: str | None = None
     limits: tuple[tuple[str, float], ...] = ()
     cache: bool = True
+    timeout_s: float | None = None  # the most one trace may take; None: no limit
 
 
 @dataclass
@@ -58,13 +61,42 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
 
 
+class TaskTimeout(BaseException):
+    """Raised in the task's thread when its time is up: a BaseException, so that no `except Exception` in the
+    analysis takes it for an error of its own and goes on."""
+
+
+@contextmanager
+def _deadline(seconds: float | None) -> Iterator[None]:
+    """Raise TaskTimeout in this thread after `seconds` (a SIGALRM timer: the main thread of a worker process, a
+    Ray worker or the command; elsewhere, or without a limit, nothing is set). Python code is interrupted at once;
+    a DuckDB query in progress finishes first."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TaskTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def run_task(task: Task) -> Outcome:
     """Analyze one trace (see the module docstring). Never raises, except KeyboardInterrupt/SystemExit."""
     t0 = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        with _local_files(task) as (trace, sidecar):
+        with _deadline(task.timeout_s), _local_files(task) as (trace, sidecar):
             out = _analyze(task, trace, sidecar)
+    except TaskTimeout:
+        return Outcome(task.key, "error", time.perf_counter() - t0, worker,
+                       error=f"timed out after {task.timeout_s:g} s (--timeout)")
     except TraceInsightError as exc:
         return Outcome(task.key, "error", time.perf_counter() - t0, worker, error=_line(str(exc)))
     except MemoryError:
