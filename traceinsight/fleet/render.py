@@ -197,6 +197,7 @@ FLEET_CSS = """
 .bar.steps { background: #b91c1c; } .bar.between { background: #d97706; }
 td.bars { min-width: 180px; white-space: nowrap; }
 td.causes { min-width: 260px; }
+main { max-width: 1480px; }  /* the traces table is wider than a one-trace report */
 """
 
 
