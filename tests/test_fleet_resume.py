@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -230,3 +231,13 @@ def test_a_trace_over_its_time_limit_is_recorded_and_tried_again_later(traces: P
     assert _signal.getsignal(_signal.SIGALRM) is _signal.SIG_DFL  # the timer's handler was put back
     again = analyze_fleet([small], out, SERIAL, FAST)  # the limit is not part of the result: tried again, no limit
     assert (again.analyzed, again.failed) == (1, 0)
+
+
+def test_ray_that_cannot_be_reached_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    r = subprocess.run([sys.executable, "-m", "traceinsight", "fleet", "analyze", str(SGLANG), "--out", str(out),
+                        "--ray", "auto"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("traceinsight: error: --ray auto: cannot connect") and "Traceback" not in r.stderr
+    assert not out.exists()

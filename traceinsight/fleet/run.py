@@ -9,15 +9,15 @@ alias of the first's entry.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from traceinsight.fleet.dataset import Dataset, analysis_key, analysis_version
 from traceinsight.fleet.inputs import Input, discover, with_digests
-from traceinsight.fleet.runners import RunnerSpec, run
-from traceinsight.fleet.task import DEFAULT_TABLES, Task
+from traceinsight.fleet.runners import RunnerSpec, runner
+from traceinsight.fleet.task import DEFAULT_TABLES, Outcome, Task
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,13 @@ def analyze_fleet(args: Iterable[str], out_dir: Path, spec: RunnerSpec, options:
     `on_outcome(entry, done, total)` is called after each trace is recorded (for progress)."""
     t0 = time.perf_counter()
     found = discover(args)
+    with runner(spec) as run:  # Ray reached (or started) before anything is written
+        return _analyze(found, out_dir, spec, options, on_outcome, run, t0)
+
+
+def _analyze(found: list[Input], out_dir: Path, spec: RunnerSpec, options: FleetOptions,
+             on_outcome: Callable[[dict[str, Any], int, int], None] | None,
+             run: Callable[[list[Task]], Iterator[Outcome]], t0: float) -> FleetRun:
     dataset = Dataset(out_dir, options.keyed())
     inputs = with_digests(found, dataset.known_digests())
     version = analysis_version()
@@ -84,7 +91,7 @@ def analyze_fleet(args: Iterable[str], out_dir: Path, spec: RunnerSpec, options:
                           options.limits, options.cache, options.timeout_s))
     dataset.save(force=True)
     try:
-        for outcome in run(tasks, spec):
+        for outcome in run(tasks):
             entry = dataset.write(outcome.key, outcome)
             if outcome.status == "ok":
                 report.analyzed += 1

@@ -11,10 +11,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from traceinsight.errors import InputError
@@ -38,13 +40,30 @@ class RunnerSpec:
         return "this process" if self.workers <= 1 else f"a local pool of {self.workers} processes"
 
 
-def run(tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]:
-    """The outcomes of `tasks` as they complete, run as `spec` says."""
-    if spec.ray:
-        return _ray(tasks, spec)
-    if spec.workers <= 1:
-        return (run_task(t) for t in tasks)
-    return _pool(tasks, spec)
+@contextmanager
+def runner(spec: RunnerSpec) -> Iterator[Callable[[Iterable[Task]], Iterator[Outcome]]]:
+    """`run(tasks)`: the outcomes of `tasks` as they complete, run as `spec` says. Entering connects to Ray (or
+    starts it) first, so a cluster that cannot be reached is an InputError before anything is written; leaving
+    stops the Ray instance this started."""
+    if not spec.ray:
+        yield _serial if spec.workers <= 1 else partial(_pool, spec=spec)
+        return
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--ray needs Ray: pip install 'traceinsight-attention[fleet]'") from None
+    started = not ray.is_initialized()
+    if started:
+        _ray_init(ray, spec)
+    try:
+        yield lambda tasks: _ray(ray, tasks, spec)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _serial(tasks: Iterable[Task]) -> Iterator[Outcome]:
+    return (run_task(t) for t in tasks)
 
 
 def worker_memory_limit(workers: int) -> str:
@@ -101,38 +120,27 @@ def _retry_or_fail(queue: deque[tuple[Task, int]], task: Task, attempt: int) -> 
         yield Outcome(task.key, "error", 0.0, "", error=DIED)
 
 
-def _ray(tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]:
-    try:
-        import ray
-    except ImportError:
-        raise InputError("--ray needs Ray: pip install 'traceinsight-attention[fleet]'") from None
-    started = not ray.is_initialized()
-    if started:
-        _ray_init(ray, spec)
-    try:
-        from traceinsight.ingest.store import MEMORY_LIMIT_ENV
+def _ray(ray: Any, tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]:
+    from traceinsight.ingest.store import MEMORY_LIMIT_ENV
 
-        env = {MEMORY_LIMIT_ENV: spec.memory_limit} if spec.memory_limit else {}
-        remote = ray.remote(run_task).options(num_cpus=1, max_retries=ATTEMPTS - 1, retry_exceptions=False,
-                                              runtime_env={"env_vars": env} if env else None)
-        width = max(1, int(ray.cluster_resources().get("CPU", 1))) * 2  # type: ignore[no-untyped-call]
-        queue = deque(tasks)
-        running: dict[Any, Task] = {}
-        while queue or running:
-            while queue and len(running) < width:
-                task = queue.popleft()
-                running[remote.remote(task)] = task
-            ready, _ = ray.wait(list(running), num_returns=1)
-            for ref in ready:
-                task = running.pop(ref)
-                try:
-                    yield ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    yield Outcome(task.key, "error", 0.0, "", error=f"Ray task failed: {type(exc).__name__}: "
-                                  + (str(exc).strip().splitlines() or [""])[-1][:300])
-    finally:
-        if started:
-            ray.shutdown()
+    env = {MEMORY_LIMIT_ENV: spec.memory_limit} if spec.memory_limit else {}
+    remote = ray.remote(run_task).options(num_cpus=1, max_retries=ATTEMPTS - 1, retry_exceptions=False,
+                                          runtime_env={"env_vars": env} if env else None)
+    width = max(1, int(ray.cluster_resources().get("CPU", 1))) * 2
+    queue = deque(tasks)
+    running: dict[Any, Task] = {}
+    while queue or running:
+        while queue and len(running) < width:
+            task = queue.popleft()
+            running[remote.remote(task)] = task
+        ready, _ = ray.wait(list(running), num_returns=1)
+        for ref in ready:
+            task = running.pop(ref)
+            try:
+                yield ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                yield Outcome(task.key, "error", 0.0, "", error=f"Ray task failed: {type(exc).__name__}: "
+                              + (str(exc).strip().splitlines() or [""])[-1][:300])
 
 
 def _ray_init(ray: Any, spec: RunnerSpec) -> None:
