@@ -23,7 +23,7 @@ from golden import path as golden_path
 
 from traceinsight.fleet.dataset import MANIFEST, PART, SUMMARY
 from traceinsight.fleet.task import DEFAULT_TABLES
-from traceinsight.ingest.paths import expand_paths, sidecar_for
+from traceinsight.ingest.paths import expand_paths, ncu_for, sidecar_for
 from traceinsight.model.kernel_table import ensure_labels
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,11 +137,12 @@ def snapshot(ds: Path, key: str) -> dict[str, Any]:
 
 def golden_cases_of_the_fleet() -> dict[str, str]:
     """Golden case -> its trace's absolute path, for the cases analyzed as the fleet analyzes a trace: with the
-    sidecar beside it and no ncu CSV."""
+    sidecar and the ncu CSV beside it, if any."""
     out = {}
     for name, (trace, meta, ncu) in CASES.items():
         p = (REPO / trace).resolve()
-        if ncu or tuple((REPO / m).resolve() for m in meta) != tuple(s.resolve() for s in sidecar_for(p)):
+        if (tuple((REPO / m).resolve() for m in meta) != tuple(s.resolve() for s in sidecar_for(p))
+                or tuple((REPO / n).resolve() for n in ncu) != tuple(s.resolve() for s in ncu_for(p))):
             continue
         out[name] = str(p)
     return out
@@ -209,7 +210,8 @@ def test_traces_outside_the_goldens_equal_their_single_process_analysis(pool_dat
             if e["status"] == "ok" and os.path.realpath(e["source"]) not in golden_sources]
     assert len(rest) >= 8
     for e in rest:
-        db, analyses = analyze([Path(e["source"])], meta=[Path(e["sidecar"])] if e["sidecar"] else [], cache=False)
+        db, analyses = analyze([Path(e["source"])], meta=[Path(e["sidecar"])] if e["sidecar"] else [],
+                               ncu=[Path(e["ncu"])] if e["ncu"] else [], cache=False)
         write_tables(db, analyses)
         ensure_labels(db)
         for name in ("steps", "step_breakdown", "attention_launches", "launch_models", "findings", "rule_checks",

@@ -21,7 +21,7 @@ from traceinsight.cli import main
 from traceinsight.fleet.dataset import MANIFEST, PART, SUMMARY
 from traceinsight.fleet.run import FleetOptions, analyze_fleet
 from traceinsight.fleet.runners import RunnerSpec
-from traceinsight.ingest.paths import expand_paths, sidecar_for
+from traceinsight.ingest.paths import expand_paths, ncu_for, sidecar_for
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = REPO.parent / "shared" / "traces" / "h200"
@@ -207,6 +207,9 @@ def test_folders_yield_traces_not_their_companions(tmp_path: Path) -> None:
     assert sidecar_for(tmp_path / "a.pt.trace.json.gz") == (tmp_path / "a.sidecar.json.gz",)
     assert sidecar_for(tmp_path / "b.sqlite") == (tmp_path / "b.nsys.meta.json",)
     assert sidecar_for(tmp_path / "c.json") == (tmp_path / "c.meta.json",)  # .meta before .sidecar
+    (tmp_path / "b.ncu.csv").write_bytes(b"x")
+    assert ncu_for(tmp_path / "b.sqlite") == (tmp_path / "b.ncu.csv",) and ncu_for(tmp_path / "c.json") == ()
+    assert "b.ncu.csv" not in [p.name for p in expand_paths([tmp_path])]
 
 
 def test_progress_is_reported_per_trace(traces: Path, tmp_path: Path) -> None:

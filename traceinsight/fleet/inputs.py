@@ -1,9 +1,10 @@
 """What a fleet run analyzes: trace files named by paths, folders, globs, a list file, or object-store URLs
-(`s3://...`, `gs://...`, any fsspec protocol, when fsspec is installed), each with the sidecar beside it, and a
+(`s3://...`, `gs://...`, any fsspec protocol, when fsspec is installed), each with the sidecar and the Nsight
+Compute CSV beside it (`<stem>.meta.json[.gz]` / `.sidecar.json[.gz]` / `.nsys.meta.json`; `<stem>.ncu.csv`), and a
 digest of each input's content that decides whether it was analyzed before.
 
 Local inputs are named by their absolute path, so that a worker with another working directory (a Ray task)
-finds them. Their digest is a BLAKE2b of the bytes of the trace and of its sidecar; a file whose size and
+finds them. Their digest is a BLAKE2b of the bytes of the trace and of its companions; a file whose size and
 modification time match the manifest's entry keeps the digest recorded there instead of being read again.
 Remote inputs are identified by their store's own key (fsspec's `ukey`: an ETag or checksum), never downloaded
 just to be hashed.
@@ -22,9 +23,11 @@ from typing import Any
 
 from traceinsight.errors import InputError
 from traceinsight.ingest.paths import (
+    NCU_ENDINGS,
     SIDECAR_ENDINGS,
     expand_paths,
     is_trace_name,
+    ncu_for,
     sidecar_for,
     trace_stem,
 )
@@ -45,6 +48,12 @@ class Input:
     fingerprint: str
     size_bytes: int | None
     digest: str | None = None
+    ncu: str | None = None
+
+    @property
+    def companions(self) -> list[str]:
+        """The sidecar and the ncu CSV, those there are."""
+        return [c for c in (self.sidecar, self.ncu) if c]
 
     @property
     def remote(self) -> bool:
@@ -87,9 +96,11 @@ def _local(path: Path) -> Input:
     source = str(path.expanduser().absolute())
     sidecars = sidecar_for(Path(source))
     sidecar = str(sidecars[0]) if sidecars else None
+    ncus = ncu_for(Path(source))
+    ncu = str(ncus[0]) if ncus else None
     parts = []
     size = None
-    for i, p in enumerate((source, sidecar)):
+    for i, p in enumerate((source, sidecar, ncu)):
         if p is None:
             continue
         try:
@@ -100,7 +111,7 @@ def _local(path: Path) -> Input:
         parts.append(f"{st.st_size}:{st.st_mtime_ns}")
         if i == 0:
             size = st.st_size
-    return Input(source, sidecar, "|".join(parts), size)
+    return Input(source, sidecar, "|".join(parts), size, ncu=ncu)
 
 
 def load_fsspec() -> Any:
@@ -129,10 +140,12 @@ def _remote(url: str) -> list[Input]:
             stem = trace_stem(PurePosixPath(p).name)
             parent = str(PurePosixPath(p).parent)
             sidecar = next((c for e in SIDECAR_ENDINGS if fs.isfile(c := f"{parent}/{stem}{e}")), None)
-            keys = [str(fs.ukey(p))] + ([str(fs.ukey(sidecar))] if sidecar else [])
+            ncu = next((c for e in NCU_ENDINGS if fs.isfile(c := f"{parent}/{stem}{e}")), None)
+            keys = [str(fs.ukey(x)) for x in (p, sidecar, ncu) if x]
             size = fs.size(p)
             items.append(Input(fs.unstrip_protocol(p), fs.unstrip_protocol(sidecar) if sidecar else None,
-                               "|".join(keys), int(size) if size is not None else None))
+                               "|".join(keys), int(size) if size is not None else None,
+                               ncu=fs.unstrip_protocol(ncu) if ncu else None))
         return items
     except InputError:
         raise
@@ -153,7 +166,7 @@ def with_digests(inputs: list[Input], known: Mapping[str, tuple[str, str]] | Non
             return replace(item, digest=old[1])
         if item.remote:
             return replace(item, digest="key:" + hashlib.blake2b(item.fingerprint.encode(), digest_size=16).hexdigest())
-        return replace(item, digest=file_digest([item.source] + ([item.sidecar] if item.sidecar else [])))
+        return replace(item, digest=file_digest([item.source, *item.companions]))
 
     with ThreadPoolExecutor(HASH_THREADS) as pool:
         return list(pool.map(one, inputs))

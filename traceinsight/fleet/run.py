@@ -1,7 +1,7 @@
 """`fleet analyze`: find the inputs, skip those already analyzed, run the others, record every outcome.
 
 An input is skipped when the dataset holds a complete analysis with the same analysis key: the same content
-(digest of the trace and its sidecar), the same traceinsight code and the same options. A trace that failed
+(digest of the trace, its sidecar and its ncu CSV), the same traceinsight code and the same options. A trace that failed
 before is tried again. The same content under a second name is analyzed once; the second name is kept as an
 alias of the first's entry.
 """
@@ -88,7 +88,7 @@ def _analyze(found: list[Input], out_dir: Path, spec: RunnerSpec, options: Fleet
         if akey:
             planned[akey] = key
         tasks.append(Task(key, item.source, item.sidecar, options.tables, options.reports, options.step_pattern,
-                          options.limits, options.cache, options.timeout_s))
+                          options.limits, options.cache, options.timeout_s, item.ncu))
     dataset.save(force=True)
     try:
         for outcome in run(tasks):
@@ -107,5 +107,6 @@ def _analyze(found: list[Input], out_dir: Path, spec: RunnerSpec, options: Fleet
 
 
 def _entry(key: str, item: Input, akey: str | None) -> dict[str, Any]:
-    return {"trace": key, "source": item.source, "sidecar": item.sidecar, "size_bytes": item.size_bytes,
-            "fingerprint": item.fingerprint, "digest": item.digest, "analysis_key": akey}
+    return {"trace": key, "source": item.source, "sidecar": item.sidecar, "ncu": item.ncu,
+            "size_bytes": item.size_bytes, "fingerprint": item.fingerprint, "digest": item.digest,
+            "analysis_key": akey}

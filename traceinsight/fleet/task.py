@@ -44,6 +44,7 @@ class Task:
     limits: tuple[tuple[str, float], ...] = ()
     cache: bool = True
     timeout_s: float | None = None  # the most one trace may take; None: no limit
+    ncu: str | None = None  # the Nsight Compute CSV beside the trace
 
 
 @dataclass
@@ -92,8 +93,8 @@ def run_task(task: Task) -> Outcome:
     t0 = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        with _deadline(task.timeout_s), _local_files(task) as (trace, sidecar):
-            out = _analyze(task, trace, sidecar)
+        with _deadline(task.timeout_s), _local_files(task) as (trace, sidecar, ncu):
+            out = _analyze(task, trace, sidecar, ncu)
     except TaskTimeout:
         return Outcome(task.key, "error", time.perf_counter() - t0, worker,
                        error=f"timed out after {task.timeout_s:g} s (--timeout)")
@@ -114,14 +115,15 @@ def _line(text: str) -> str:
     return (text.splitlines() or [""])[0]
 
 
-def _analyze(task: Task, trace: Path, sidecar: Path | None) -> Outcome:
+def _analyze(task: Task, trace: Path, sidecar: Path | None, ncu: Path | None) -> Outcome:
     import duckdb
 
     from traceinsight.ingest.parquet import partition_query
     from traceinsight.pipeline import analyze
     from traceinsight.report.tables import write_tables
 
-    db, analyses = analyze([trace], meta=[sidecar] if sidecar else [], step_pattern=task.step_pattern,
+    db, analyses = analyze([trace], meta=[sidecar] if sidecar else [], ncu=[ncu] if ncu else [],
+                           step_pattern=task.step_pattern,
                            limits=dict(task.limits), cache=task.cache)
     try:
         (a,) = analyses
@@ -182,20 +184,21 @@ def _reports(a: Any, formats: tuple[str, ...]) -> dict[str, bytes]:
 
 
 @contextmanager
-def _local_files(task: Task) -> Iterator[tuple[Path, Path | None]]:
-    """The trace and sidecar as local files: as they are, or downloaded (fsspec) into a private temporary folder
-    that is removed afterwards."""
+def _local_files(task: Task) -> Iterator[tuple[Path, Path | None, Path | None]]:
+    """The trace, sidecar and ncu CSV as local files: as they are, or downloaded (fsspec) into a private temporary
+    folder that is removed afterwards."""
     from traceinsight.fleet.inputs import is_url
 
+    names = (task.source, task.sidecar, task.ncu)
     if not is_url(task.source):
-        yield Path(task.source), Path(task.sidecar) if task.sidecar else None
+        yield Path(task.source), *(Path(n) if n else None for n in names[1:])  # type: ignore[misc]
         return
     from traceinsight.fleet.inputs import load_fsspec
 
     fsspec = load_fsspec()
     with tempfile.TemporaryDirectory(prefix="traceinsight-fleet-") as tmp:
         local: list[Path | None] = []
-        for url in (task.source, task.sidecar):
+        for url in names:
             if url is None:
                 local.append(None)
                 continue
@@ -209,6 +212,6 @@ def _local_files(task: Task) -> Iterator[tuple[Path, Path | None]]:
 
                 raise InputError(f"{url}: cannot download ({type(exc).__name__}: {_line(str(exc))})") from None
             local.append(dest)
-        trace, sidecar = local
+        trace, sidecar, ncu = local
         assert trace is not None
-        yield trace, sidecar
+        yield trace, sidecar, ncu

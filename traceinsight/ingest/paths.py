@@ -18,6 +18,7 @@ COMPANION_ENDINGS = (".meta.json", ".meta.json.gz", ".sidecar.json", ".sidecar.j
                      ".timing.json.gz", ".ncu.csv", "manifest.json")
 # Sidecars looked for beside a trace (`sidecar_for`), in order: `<stem><ending>`.
 SIDECAR_ENDINGS = (".meta.json.gz", ".meta.json", ".sidecar.json.gz", ".sidecar.json", ".nsys.meta.json")
+NCU_ENDINGS = (".ncu.csv", ".ncu.csv.gz")
 # Endings dropped from a trace's file name to form its stem (longest first).
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
                   ".nsys-rep", ".sqlite")
@@ -43,6 +44,16 @@ def sidecar_for(trace: Path) -> tuple[Path, ...]:
     `<stem>.nsys.meta.json` (the collectors' names)."""
     stem = trace_stem(trace.name)
     for ending in SIDECAR_ENDINGS:
+        p = trace.with_name(stem + ending)
+        if p.is_file():
+            return (p,)
+    return ()
+
+
+def ncu_for(trace: Path) -> tuple[Path, ...]:
+    """The Nsight Compute CSV beside a trace, if there is one: `<stem>.ncu.csv` (or `.ncu.csv.gz`)."""
+    stem = trace_stem(trace.name)
+    for ending in NCU_ENDINGS:
         p = trace.with_name(stem + ending)
         if p.is_file():
             return (p,)
