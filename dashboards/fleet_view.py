@@ -41,7 +41,7 @@ def lost_chart(doc: dict[str, Any]) -> alt.Chart:
         x=alt.X("sum(ms):Q", title="time lost (ms)"),
         color=alt.Color("root cause:N", title="root cause", legend=alt.Legend(orient="bottom", columns=4)),
         tooltip=["trace:N", "root cause:N", alt.Tooltip("ms:Q", format=".3f", title="time lost (ms)")],
-    ).properties(height=max(120, 22 * len(order)))
+    ).properties(height=alt.Step(24))  # a band per trace, whatever the container's height
 
 
 def page(root: Path) -> None:

@@ -207,3 +207,9 @@ def test_dashboard_fleet_page_in_chromium(fleet_dashboard: str, browser: DevTool
     assert "4 of 5" in text  # traces analyzed; the fifth is not a trace
     assert "sweep_q64kv8d128_nsys" in dom and "split-kv-off" in dom and "broken" in dom
     assert dom.count("<canvas") + dom.count("<svg") >= 1  # the time-lost chart was drawn
+    # ... with room for its bars: a band of 24 px for each of the 3 traces that lost time, plus its axis and legend
+    # (a chart given a fixed height in a stretched container was drawn 120 px tall, its bars squashed to a line).
+    import re
+
+    heights = [int(h) for h in re.findall(r'class="marks" width="\d+" height="(\d+)"', dom)]
+    assert heights and max(heights) >= 3 * 24 + 100, heights
