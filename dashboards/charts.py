@@ -71,7 +71,7 @@ def breakdown_chart(explanation: dict[str, Any]) -> alt.Chart:
         order=alt.Order("component:N"),
         tooltip=["component:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("delta_ms:Q", format="+.3f",
                                                                                title="change ms")],
-    ).properties(height=110)
+    ).properties(height=alt.Step(30))  # a band per bar: a fixed height was squashed in the stretched container
 
 
 def sweep_chart(panels: list[SweepPanel]) -> alt.HConcatChart:
