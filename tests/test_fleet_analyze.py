@@ -98,18 +98,22 @@ def manifest(ds: Path) -> dict[str, Any]:
 
 def table(ds: Path, name: str) -> list[dict[str, Any]]:
     """Every row of `name` over the dataset, as dicts (with the `trace` partition), in a stable order."""
-    con = duckdb.connect()
-    rel = con.sql(f"SELECT * FROM read_parquet('{ds}/{name}/*/*.parquet', hive_partitioning = true, "
-                  "union_by_name = true, hive_types = {'trace': VARCHAR})")
-    cols = rel.columns
-    rows = [dict(zip(cols, r, strict=True)) for r in rel.fetchall()]
+    with duckdb.connect() as con:
+        rel = con.sql(f"SELECT * FROM read_parquet('{ds}/{name}/*/*.parquet', hive_partitioning = true, "
+                      "union_by_name = true, hive_types = {'trace': VARCHAR})")
+        cols = rel.columns
+        rows = [dict(zip(cols, r, strict=True)) for r in rel.fetchall()]
     return sorted(({k: v for k, v in r.items() if k not in RUN_COLUMNS} for r in rows),
                   key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
 def snapshot(ds: Path, key: str) -> dict[str, Any]:
     """What tests/golden.py holds of an analysis, rebuilt from the dataset's tables for trace `key`."""
-    con = duckdb.connect()
+    with duckdb.connect() as con:
+        return _snapshot(con, ds, key)
+
+
+def _snapshot(con: duckdb.DuckDBPyConnection, ds: Path, key: str) -> dict[str, Any]:
 
     def rows(name: str, order: str) -> list[dict[str, Any]]:
         rel = con.sql(f"SELECT * FROM read_parquet('{ds}/{name}/trace={key}/{PART}') ORDER BY {order}")
@@ -224,7 +228,8 @@ def test_traces_outside_the_goldens_equal_their_single_process_analysis(pool_dat
 
 def table_of(ds: Path, name: str, key: str) -> list[tuple[Any, ...]]:
     f = ds / name / f"trace={key}" / PART
-    rows = duckdb.sql(f"SELECT * FROM read_parquet('{f}', hive_partitioning = false)").fetchall()
+    with duckdb.connect() as con:
+        rows = con.sql(f"SELECT * FROM read_parquet('{f}', hive_partitioning = false)").fetchall()
     return sorted(rows, key=lambda r: json.dumps(r, default=str))
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -31,6 +32,14 @@ SGLANG = TRACELENS / "sglang_mi300x_Qwen3-8B_decode.json.gz"
 VLLM = TRACELENS / "vllm_mi300x_gptoss_decode_graph_execution.json.gz"
 SERIAL = RunnerSpec(workers=1)
 FAST = FleetOptions(reports=("json",), cache=False)
+
+
+def _sql(query: str) -> list[tuple[Any, ...]]:
+    """The rows of `query`, on a connection of its own closed after (none is left for the exit to report)."""
+    import duckdb
+
+    with duckdb.connect() as con:
+        return con.sql(query).fetchall()
 
 
 def _manifest(ds: Path) -> dict:
@@ -73,11 +82,9 @@ def test_a_second_run_skips_what_is_done_and_retries_what_failed(traces: Path, t
     assert (third.analyzed, third.skipped, third.failed) == (1, 2, 1)
     e = _entries(out)
     assert e["small.pt.trace.json.gz"]["aliases"] == [str(traces / "small_copy.pt.trace.json.gz")]
-    import duckdb
 
     key = e["sglang.json.gz"]["trace"]
-    ((digest, gpu),) = duckdb.sql(f"SELECT digest, gpu FROM read_parquet('{out}/{SUMMARY}/trace={key}/{PART}')"
-                                  ).fetchall()
+    ((digest, gpu),) = _sql(f"SELECT digest, gpu FROM read_parquet('{out}/{SUMMARY}/trace={key}/{PART}')")
     assert digest == e["sglang.json.gz"]["digest"] and gpu is not None
     assert len(list((out / SUMMARY).iterdir())) == 2  # the failed trace has no partition
     assert not list(out.rglob("*.tmp"))
@@ -167,13 +174,12 @@ def test_traces_on_an_object_store_are_downloaded_with_their_sidecar(tmp_path: P
         local = tmp_path / "local"
         analyze_fleet([str(trace)], local, SERIAL, FAST)
         (lentry,) = _manifest(local)["traces"]
-        import duckdb
 
         q = "SELECT * EXCLUDE (path, digest, seconds, analyzed) FROM read_parquet('{}')"
-        assert duckdb.sql(q.format(out / SUMMARY / f"trace={entry['trace']}" / PART)).fetchall() == duckdb.sql(
-            q.format(local / SUMMARY / f"trace={lentry['trace']}" / PART)).fetchall()
-        sources = duckdb.sql("SELECT DISTINCT source FROM read_parquet('{}')".format(
-            out / "launch_models" / f"trace={entry['trace']}" / PART)).fetchall()
+        assert _sql(q.format(out / SUMMARY / f"trace={entry['trace']}" / PART)) == _sql(
+            q.format(local / SUMMARY / f"trace={lentry['trace']}" / PART))
+        sources = _sql("SELECT DISTINCT source FROM read_parquet('{}')".format(
+            out / "launch_models" / f"trace={entry['trace']}" / PART))
         assert sources == [("sidecar",)]  # the launches were planned from the downloaded sidecar's batches
         assert run.skipped == 0 and analyze_fleet(["memory://bucket/run1/"], out, SERIAL, FAST).skipped == 1
     finally:

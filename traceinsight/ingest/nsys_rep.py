@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -214,26 +214,34 @@ def remove_stale_temporaries(folder: Path, max_age_s: float = 2 * EXPORT_TIMEOUT
     return removed
 
 
-def _die_with(parent: int) -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: have the kernel SIGKILL this child when the process that started it dies, SIGKILL included.
-    nsys runs in its own session (a terminal's Ctrl-C reaches traceinsight alone, which then stops nsys), so
-    nothing else stops it when traceinsight is killed outright: on the H200 machine the real nsys 2025.3.1 then
-    went on writing its temporary export until its next progress line hit the closed pipe (tests/data/nsys_real/
-    README.md), and a quiet nsys would run to the end of its export."""
+def _pdeathsig() -> Callable[[], None] | None:
+    """Linux: a function for the child to run between fork and exec that has the kernel SIGKILL it when the
+    process that started it dies, SIGKILL included. nsys runs in its own session (a terminal's Ctrl-C reaches
+    traceinsight alone, which then stops nsys), so nothing else stops it when traceinsight is killed outright: on
+    the H200 machine the real nsys 2025.3.1 then went on writing its temporary export until its next progress line
+    hit the closed pipe (tests/data/nsys_real/README.md), and a quiet nsys would run to the end of its export.
+    libc's prctl is found here, in the parent: the child only calls it (no import, no dlopen after fork)."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os.kill(os.getpid(), signal.SIGKILL)
+        return None
+    parent = os.getpid()
+
+    def in_child() -> None:  # pragma: no cover - runs in the child between fork and exec
+        prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return in_child
 
 
 def _run_nsys(cmd: list[str], path: Path, timeout_s: float) -> subprocess.CompletedProcess[bytes]:
     """Run nsys in its own process group; on timeout, interruption or any error kill the whole group (and on
     Linux the kernel kills nsys if traceinsight is killed outright)."""
-    parent = os.getpid()
     try:
         proc = subprocess.Popen(
             cmd,
@@ -241,7 +249,7 @@ def _run_nsys(cmd: list[str], path: Path, timeout_s: float) -> subprocess.Comple
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=(lambda: _die_with(parent)) if sys.platform == "linux" else None,
+            preexec_fn=_pdeathsig(),
         )
     except OSError as exc:
         raise ToolMissingError(f"{path}: cannot run {cmd[0]} ({exc.strerror or exc})") from None
