@@ -157,7 +157,7 @@ class Kernel:
     smem_bytes: int | None
 
 
-@dataclass
+@dataclass(slots=True)
 class Launch:
     """An attention kernel launch and the merge/prepare kernels that belong to it."""
 
@@ -176,7 +176,7 @@ class Launch:
         return self.attention.dur_ns + sum(k.dur_ns for k in self.merges) + sum(k.dur_ns for k in self.prepares)
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     index: int
     name: str
@@ -321,18 +321,25 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
         launch = launches[at]
         (launch.merges if role == MERGE else launch.prepares).append(k)
 
+    del table, kernels, keys, roles, launch_ids, split_kv, split_evidence, pending, launches
     steps: list[Step] = []
     loose: list[Step] = []
-    for r in db.rows(sql("step_rows"), params):
-        step = Step(index=-1, name=r["name"] or "", source=f"range:{r['kind']}" if r["ranged"] else "launch",
-                    range_id=r["range_id"], start_ns=r["start_ns"], end_ns=r["end_ns"],
-                    kernel_count=r["kernel_count"], launches=by_step.get(r["step_key"], []), key=r["step_key"])
-        if r["ranged"]:
-            step.range_start_ns, step.range_end_ns, step.range_side = (r["range_start_ns"], r["range_end_ns"],
-                                                                       r["side"])
+    rows = db.con.sql(sql("step_rows"), params=params).to_arrow_table()
+    db.script(sql("step_scratch_drop"), {})
+    # Column by column, not a dict per row (229K steps), and each distinct text once.
+    for (key, ranged, name, kind, range_id, start, end, count, range_start, range_end, side) in zip(*(
+            _pylist(rows.column(c)) for c in ("step_key", "ranged", "name", "kind", "range_id", "start_ns",
+                                                 "end_ns", "kernel_count", "range_start_ns", "range_end_ns",
+                                                 "side")), strict=True):
+        step = Step(index=-1, name=name or "", source=f"range:{kind}" if ranged else "launch",
+                    range_id=range_id, start_ns=start, end_ns=end, kernel_count=count,
+                    launches=by_step.get(key, []), key=key)
+        if ranged:
+            step.range_start_ns, step.range_end_ns, step.range_side = range_start, range_end, side
             steps.append(step)
         else:
             loose.append(step)
+    del rows
     unassigned: list[Launch] = []
     if any(s.launches for s in steps):
         unassigned = [x for s in sorted(loose, key=lambda s: -s.key) for x in s.launches]  # in kernel order
