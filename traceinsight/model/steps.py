@@ -130,6 +130,10 @@ def attention_split_params(db: TraceDB) -> dict[str, list[str]]:
 # one CTA no request is split (flash_prepare_scheduler.cu, PREPARE_VARLEN_MAX_BATCHES_1CTA).
 FA3_CAP_PER_PREPARE_CTA = 992
 
+# Rows of step_launches.sql turned into objects at a time: as one Arrow table, the 1M-kernel export's 600K rows
+# held every kernel's full name (about 1 KB) once per row.
+LAUNCH_BATCH_ROWS = 65_536
+
 # A range holding more than this share of all attention launches is a wrapper, not a step.
 WRAPPER_SHARE = 0.5
 
@@ -302,26 +306,25 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     db.sql(sql("step_range_choice"), {"limit": max(1, int(n_attention * WRAPPER_SHARE)),
                                       "names": _range_names(db, step_pattern)})
     db.script(sql("step_members"), params)
-    table = db.con.sql(sql("step_launches"), params={
-        "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)}).to_arrow_table()
-    kernels = kernels_of(table)
-    keys, roles, launch_ids = (table.column(c).to_pylist() for c in ("step_key", "role", "launch_id"))
-    split_kv, split_evidence = (table.column(c).to_pylist() for c in ("split_kv", "split_evidence"))
+    result = db.con.sql(sql("step_launches"), params={
+        "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)})
     launches: dict[tuple[int, int], Launch] = {}
     by_step: dict[int, list[Launch]] = defaultdict(list)
     pending: list[tuple[tuple[int, int], str, Kernel]] = []
-    for key, role, lid, kv, evidence, k in zip(keys, roles, launch_ids, split_kv, split_evidence, kernels,
-                                               strict=True):
-        if role == ATTENTION:
-            launch = launches[(key, lid)] = Launch(attention=k, split_kv=kv, split_evidence=evidence or "")
-            by_step[key].append(launch)
-        else:
-            pending.append(((key, lid), role, k))
+    for batch in result.to_arrow_reader(LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
+        part = pa.Table.from_batches([batch])
+        for key, role, lid, kv, evidence, k in zip(
+                *(_pylist(part.column(c)) for c in ("step_key", "role", "launch_id", "split_kv", "split_evidence")),
+                kernels_of(part), strict=True):
+            if role == ATTENTION:
+                launch = launches[(key, lid)] = Launch(attention=k, split_kv=kv, split_evidence=evidence or "")
+                by_step[key].append(launch)
+            else:
+                pending.append(((key, lid), role, k))
     for at, role, k in pending:  # rows are in kernel order: merges and prepares keep it
         launch = launches[at]
         (launch.merges if role == MERGE else launch.prepares).append(k)
-
-    del table, kernels, keys, roles, launch_ids, split_kv, split_evidence, pending, launches
+    del pending, launches
     steps: list[Step] = []
     loose: list[Step] = []
     rows = db.con.sql(sql("step_rows"), params=params).to_arrow_table()
