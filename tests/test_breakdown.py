@@ -126,11 +126,15 @@ def test_idle_gaps_between_steps_leave_out_the_steps_windows(h200: Path, name: s
     "examples/fa3/sweep_q32kv4d128_fa3_nsys.sqlite",
     "examples/loop/loop_fa2_nsys.sqlite",
 ])
-def test_split_many_equals_split_window_by_window(trace: str) -> None:
+@pytest.mark.parametrize("chunk", [16_384, 7])
+def test_split_many_equals_split_window_by_window(trace: str, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The vectorised split of every step's window (one pass over all intervals of windows that run one stream
-    at a time; the sweep for the others) equals `_split` called on each window, component by component and idle
-    stretch by idle stretch, on real traces with one and with several streams."""
+    at a time, FAST_CHUNK windows at a time; the sweep for the others) equals `_split` called on each window,
+    component by component and idle stretch by idle stretch, on real traces with one and with several streams."""
+    from traceinsight.model import breakdown
     from traceinsight.model.breakdown import _from_split, _gpu_work, _split_many, _windows
+
+    monkeypatch.setattr(breakdown, "FAST_CHUNK", chunk)
     from traceinsight.pipeline import analyze
 
     path = Path(__file__).resolve().parents[1] / trace

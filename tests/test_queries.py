@@ -258,6 +258,16 @@ def test_step_rows_gives_each_steps_span_count_and_range() -> None:
         (1, 3, 1100, 1450, "ProfilerStep#0", "cpu", 1000), (2, 3, 2100, 2450, "ProfilerStep#1", "cpu", 2000)]
 
 
+def test_step_scratch_drop_keeps_only_what_step_rows_and_step_kernels_read() -> None:
+    x = _two_steps()
+    _group(x)
+    x.run("step_scratch_drop")
+    temp = {r["table_name"] for r in x.db.rows("SELECT table_name FROM duckdb_tables() WHERE temporary")}
+    assert temp == {"_step_chosen", "_step_members"}
+    assert len(x.db.rows(sql("step_rows"), {"trace": T})) == 2
+    x.run("step_scratch_drop")  # nothing left to drop: no error
+
+
 def test_step_kernels_lists_one_steps_kernels_in_start_order() -> None:
     x = _two_steps()
     _group(x)

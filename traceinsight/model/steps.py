@@ -130,6 +130,10 @@ def attention_split_params(db: TraceDB) -> dict[str, list[str]]:
 # one CTA no request is split (flash_prepare_scheduler.cu, PREPARE_VARLEN_MAX_BATCHES_1CTA).
 FA3_CAP_PER_PREPARE_CTA = 992
 
+# Rows of step_launches.sql turned into objects at a time: as one Arrow table, the 1M-kernel export's 600K rows
+# held every kernel's full name (about 1 KB) once per row.
+LAUNCH_BATCH_ROWS = 65_536
+
 # A range holding more than this share of all attention launches is a wrapper, not a step.
 WRAPPER_SHARE = 0.5
 
@@ -157,7 +161,7 @@ class Kernel:
     smem_bytes: int | None
 
 
-@dataclass
+@dataclass(slots=True)
 class Launch:
     """An attention kernel launch and the merge/prepare kernels that belong to it."""
 
@@ -176,7 +180,7 @@ class Launch:
         return self.attention.dur_ns + sum(k.dur_ns for k in self.merges) + sum(k.dur_ns for k in self.prepares)
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     index: int
     name: str
@@ -302,37 +306,43 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     db.sql(sql("step_range_choice"), {"limit": max(1, int(n_attention * WRAPPER_SHARE)),
                                       "names": _range_names(db, step_pattern)})
     db.script(sql("step_members"), params)
-    table = db.con.sql(sql("step_launches"), params={
-        "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)}).to_arrow_table()
-    kernels = kernels_of(table)
-    keys, roles, launch_ids = (table.column(c).to_pylist() for c in ("step_key", "role", "launch_id"))
-    split_kv, split_evidence = (table.column(c).to_pylist() for c in ("split_kv", "split_evidence"))
+    result = db.con.sql(sql("step_launches"), params={
+        "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)})
     launches: dict[tuple[int, int], Launch] = {}
     by_step: dict[int, list[Launch]] = defaultdict(list)
     pending: list[tuple[tuple[int, int], str, Kernel]] = []
-    for key, role, lid, kv, evidence, k in zip(keys, roles, launch_ids, split_kv, split_evidence, kernels,
-                                               strict=True):
-        if role == ATTENTION:
-            launch = launches[(key, lid)] = Launch(attention=k, split_kv=kv, split_evidence=evidence or "")
-            by_step[key].append(launch)
-        else:
-            pending.append(((key, lid), role, k))
+    for batch in result.to_arrow_reader(LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
+        part = pa.Table.from_batches([batch])
+        for key, role, lid, kv, evidence, k in zip(
+                *(_pylist(part.column(c)) for c in ("step_key", "role", "launch_id", "split_kv", "split_evidence")),
+                kernels_of(part), strict=True):
+            if role == ATTENTION:
+                launch = launches[(key, lid)] = Launch(attention=k, split_kv=kv, split_evidence=evidence or "")
+                by_step[key].append(launch)
+            else:
+                pending.append(((key, lid), role, k))
     for at, role, k in pending:  # rows are in kernel order: merges and prepares keep it
         launch = launches[at]
         (launch.merges if role == MERGE else launch.prepares).append(k)
-
+    del pending, launches
     steps: list[Step] = []
     loose: list[Step] = []
-    for r in db.rows(sql("step_rows"), params):
-        step = Step(index=-1, name=r["name"] or "", source=f"range:{r['kind']}" if r["ranged"] else "launch",
-                    range_id=r["range_id"], start_ns=r["start_ns"], end_ns=r["end_ns"],
-                    kernel_count=r["kernel_count"], launches=by_step.get(r["step_key"], []), key=r["step_key"])
-        if r["ranged"]:
-            step.range_start_ns, step.range_end_ns, step.range_side = (r["range_start_ns"], r["range_end_ns"],
-                                                                       r["side"])
+    rows = db.con.sql(sql("step_rows"), params=params).to_arrow_table()
+    db.script(sql("step_scratch_drop"), {})
+    # Column by column, not a dict per row (229K steps), and each distinct text once.
+    for (key, ranged, name, kind, range_id, start, end, count, range_start, range_end, side) in zip(*(
+            _pylist(rows.column(c)) for c in ("step_key", "ranged", "name", "kind", "range_id", "start_ns",
+                                                 "end_ns", "kernel_count", "range_start_ns", "range_end_ns",
+                                                 "side")), strict=True):
+        step = Step(index=-1, name=name or "", source=f"range:{kind}" if ranged else "launch",
+                    range_id=range_id, start_ns=start, end_ns=end, kernel_count=count,
+                    launches=by_step.get(key, []), key=key)
+        if ranged:
+            step.range_start_ns, step.range_end_ns, step.range_side = range_start, range_end, side
             steps.append(step)
         else:
             loose.append(step)
+    del rows
     unassigned: list[Launch] = []
     if any(s.launches for s in steps):
         unassigned = [x for s in sorted(loose, key=lambda s: -s.key) for x in s.launches]  # in kernel order
