@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from traceinsight.cli.main import main
@@ -36,3 +37,20 @@ def test_out_of_memory_is_one_line_with_what_the_input_needs(h200: Path) -> None
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("traceinsight: error: out of memory (limit: 1MB)")
     assert "this input needs about" in r.stderr and "--memory-limit" in r.stderr
+
+
+def test_a_spill_into_a_cache_folder_that_does_not_exist_yet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB creates its spill folder but not the folders above it: a fresh $TRACEINSIGHT_CACHE_DIR (as a first run,
+    or a run with the cache off, has) made a query that spilled fail with 'Failed to create directory'."""
+    from traceinsight.ingest.store import TraceDB, spill_dir
+
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "new" / "cache"))
+    db = TraceDB()
+    try:
+        db.con.execute("SET memory_limit = '64MB'; SET threads = 1; SET preserve_insertion_order = false")
+        n = db.con.execute("SELECT count(*) FROM (SELECT i, md5(i::VARCHAR) AS h FROM range(3000000) t(i) "
+                           "ORDER BY h)").fetchall()[0][0]
+        assert n == 3_000_000
+        assert spill_dir().parent.is_dir()
+    finally:
+        db.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -113,7 +114,10 @@ class TraceDB:
         limit = memory_limit()
         if limit is not None:
             self.con.execute(f"SET memory_limit = '{limit}'")
-        self.con.execute(f"SET temp_directory = '{_quote(spill_dir())}'")
+        spill = spill_dir()
+        with contextlib.suppress(OSError):  # DuckDB makes the spill folder, not its parents (a new cache root)
+            spill.parent.mkdir(parents=True, exist_ok=True)
+        self.con.execute(f"SET temp_directory = '{_quote(spill)}'")
         self.in_memory = path is None
         if self.in_memory:
             self.con.execute(f"ATTACH ':memory:' AS {MEMORY_DB} (COMPRESS)")
