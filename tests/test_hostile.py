@@ -365,6 +365,15 @@ def test_rep_export_timeout_kills_nsys(rep_env: dict[str, Path], monkeypatch: py
     assert _leftovers(rep_env["cache"]) == []
 
 
+def _signal_masks(pid: int) -> str:
+    """The Sig* lines of /proc/PID/status (blocked, ignored, caught), for a failure message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "(gone)"
+    return ", ".join(ln.replace("\t", " ") for ln in lines if ln.startswith(("SigBlk", "SigIgn", "SigCgt", "State")))
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_rep_export_interrupted_leaves_nothing(rep_env: dict[str, Path], sig: signal.Signals) -> None:
     """The CLI, killed while nsys is writing: nsys is killed too and its partial output removed."""
@@ -389,8 +398,13 @@ def test_rep_export_interrupted_leaves_nothing(rep_env: dict[str, Path], sig: si
         while not partial.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert partial.exists()  # nsys has begun writing
+        masks = _signal_masks(proc.pid)
         proc.send_signal(sig)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 30 s after {sig.name}; its signal masks before: {masks}; now: "
+                        f"{_signal_masks(proc.pid)}; parent's {sig.name} handler: {signal.getsignal(sig)!r}")
     finally:
         proc.kill()
         _, stderr = proc.communicate()

@@ -41,7 +41,8 @@ def test_out_of_memory_is_one_line_with_what_the_input_needs(h200: Path) -> None
 
 def test_a_spill_into_a_cache_folder_that_does_not_exist_yet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """DuckDB creates its spill folder but not the folders above it: a fresh $TRACEINSIGHT_CACHE_DIR (as a first run,
-    or a run with the cache off, has) made a query that spilled fail with 'Failed to create directory'."""
+    or a run with the cache off, has) made a query that spilled fail with 'Failed to create directory'. It spills
+    under the system's temporary folder then, and writes nothing into the cache folder."""
     from traceinsight.ingest.store import TraceDB, spill_dir
 
     monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "new" / "cache"))
@@ -51,6 +52,7 @@ def test_a_spill_into_a_cache_folder_that_does_not_exist_yet(tmp_path: Path, mon
         n = db.con.execute("SELECT count(*) FROM (SELECT i, md5(i::VARCHAR) AS h FROM range(3000000) t(i) "
                            "ORDER BY h)").fetchall()[0][0]
         assert n == 3_000_000
+        assert not (tmp_path / "new").exists()  # the cache folder is not made for a spill
         assert spill_dir().parent.is_dir()
     finally:
         db.close()

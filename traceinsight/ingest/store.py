@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import platform
@@ -73,10 +72,18 @@ def memory_limit() -> str | None:
 
 
 def spill_dir() -> Path:
-    """Where DuckDB spills what does not fit in memory: the cache folder, never the working directory."""
+    """Where DuckDB spills what does not fit in memory: the cache folder, never the working directory. DuckDB
+    makes this folder when it first spills, but not the folders above it: while the cache folder does not exist
+    (a first run, or the cache off), a folder of this user's in the system's temporary folder instead (nothing is
+    created until a query spills)."""
+    import tempfile
+
     from traceinsight.ingest.cache import cache_root
 
-    return cache_root() / "spill"
+    root = cache_root()
+    if root.is_dir():
+        return root / "spill"
+    return Path(tempfile.gettempdir()) / f"traceinsight-spill-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 
 # glibc's mallopt parameter, and the size from which it maps each allocation on its own (given back on free).
@@ -114,10 +121,7 @@ class TraceDB:
         limit = memory_limit()
         if limit is not None:
             self.con.execute(f"SET memory_limit = '{limit}'")
-        spill = spill_dir()
-        with contextlib.suppress(OSError):  # DuckDB makes the spill folder, not its parents (a new cache root)
-            spill.parent.mkdir(parents=True, exist_ok=True)
-        self.con.execute(f"SET temp_directory = '{_quote(spill)}'")
+        self.con.execute(f"SET temp_directory = '{_quote(spill_dir())}'")
         self.in_memory = path is None
         if self.in_memory:
             self.con.execute(f"ATTACH ':memory:' AS {MEMORY_DB} (COMPRESS)")
