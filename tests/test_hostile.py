@@ -384,9 +384,12 @@ def test_rep_export_interrupted_leaves_nothing(rep_env: dict[str, Path], sig: si
         "TRACEINSIGHT_CACHE_DIR": str(rep_env["cache"]),
         "NSYS": str(script),
     }
+    # SIGINT as a terminal's Ctrl-C finds a foreground command: handled. A command started as a background job of a
+    # non-interactive shell (`pytest ... &` in a script) inherits SIGINT ignored, so would never see it.
     proc = subprocess.Popen(
         [sys.executable, "-m", "traceinsight", "analyze", str(rep_env["report"])],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         pidfile = rep_env["tmp"] / "nsys.pid"
