@@ -74,7 +74,7 @@ def analyze(paths: tuple[str, ...], out_dir: Path, from_list: Path | None, worke
     from traceinsight.fleet.run import FleetOptions, analyze_fleet
     from traceinsight.fleet.runners import RunnerSpec
     from traceinsight.fleet.task import DEFAULT_TABLES
-    from traceinsight.ingest.store import MEMORY_LIMIT_ENV, table_names
+    from traceinsight.ingest.store import table_names
 
     args = list(paths) + (read_list(from_list) if from_list else [])
     if not args:
@@ -87,7 +87,7 @@ def analyze(paths: tuple[str, ...], out_dir: Path, from_list: Path | None, worke
         except re.error as exc:
             raise click.BadParameter(f"not a regular expression: {exc}", param_hint="--step-pattern") from None
     n = workers or (os.cpu_count() or 1)
-    spec = RunnerSpec(workers=n, ray=ray_address, memory_limit=os.environ.get(MEMORY_LIMIT_ENV))
+    spec = RunnerSpec(workers=n, ray=ray_address)  # the memory limit: --memory-limit has set the environment
     options = FleetOptions(
         tables=DEFAULT_TABLES + (tuple(t for t in table_names() if t != "devices") if tables == "all" else ()),
         reports=_reports(reports), step_pattern=step_pattern, cache=not no_cache, force=force, timeout_s=timeout_s)

@@ -18,6 +18,7 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+@cache
 def summary_schema() -> Any:
     import pyarrow as pa
 
@@ -98,6 +100,13 @@ class Dataset:
         self.tables: list[str] = list(manifest.get("tables", []))
         self._saved = 0.0  # when the manifest was last written (monotonic s), and how long that took
         self._save_cost = 0.0
+        # Looked up once per input: indexes, not scans of every entry (a fleet has thousands).
+        self._source_of_key = {k: e["source"] for k, e in self.entries.items()}
+        self._key_of_source = {src: k for k, src in self._source_of_key.items()}
+        self._done: dict[str, str] = {}  # analysis key -> trace key, of the entries analyzed ('ok')
+        for k, e in self.entries.items():
+            if e.get("status") == "ok" and e.get("analysis_key"):
+                self._done.setdefault(e["analysis_key"], k)
 
     # --- planning -------------------------------------------------------------------------------------------
     def known_digests(self) -> dict[str, tuple[str, str]]:
@@ -109,19 +118,14 @@ class Dataset:
         """The trace key of `source`: its entry's when it has one, else a new unique one (docs/FLEET.md)."""
         from traceinsight.ingest.parquet import trace_key
 
-        for key, e in self.entries.items():
-            if e["source"] == source:
-                return key
-        return trace_key(source, {k: e["source"] for k, e in self.entries.items()})
+        if source in self._key_of_source:
+            return self._key_of_source[source]
+        return trace_key(source, self._source_of_key)
 
     def done_as(self, akey: str | None) -> str | None:
         """The key of an entry analyzed with this analysis key whose files are all there, if any."""
-        if akey is None:
-            return None
-        for key, e in self.entries.items():
-            if e.get("status") == "ok" and e.get("analysis_key") == akey and self._complete(key, e):
-                return key
-        return None
+        key = self._done.get(akey) if akey else None
+        return key if key is not None and self._complete(key, self.entries[key]) else None
 
     def _complete(self, key: str, entry: Mapping[str, Any]) -> bool:
         return all((self.root / t / f"trace={key}" / PART).is_file() for t in entry.get("rows", {})) and all(
@@ -133,6 +137,8 @@ class Dataset:
         'pending' until its outcome is written: a run killed before then analyzes it again next time."""
         old = self.entries.get(key, {})
         self.entries[key] = {"aliases": [], **old, **entry, "status": "pending", "error": None}
+        self._key_of_source[entry["source"]] = key
+        self._source_of_key[key] = entry["source"]
 
     def add_alias(self, key: str, source: str) -> None:
         aliases = self.entries[key].setdefault("aliases", [])

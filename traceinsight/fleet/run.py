@@ -70,14 +70,15 @@ def analyze_fleet(args: Iterable[str], out_dir: Path, spec: RunnerSpec, options:
 def _analyze(found: list[Input], out_dir: Path, spec: RunnerSpec, options: FleetOptions,
              on_outcome: Callable[[dict[str, Any], int, int], None] | None,
              run: Callable[[list[Task]], Iterator[Outcome]], t0: float) -> FleetRun:
-    dataset = Dataset(out_dir, options.keyed())
+    keyed = options.keyed()
+    dataset = Dataset(out_dir, keyed)
     inputs = with_digests(found, dataset.known_digests())
     version = analysis_version()
     report = FleetRun(out_dir, spec.describe(), inputs=len(inputs))
     tasks: list[Task] = []
     planned: dict[str, str] = {}  # analysis key -> trace key, within this run
     for item in inputs:
-        akey = analysis_key(item.digest, version, options.keyed())
+        akey = analysis_key(item.digest, version, keyed)
         done = None if options.force else (dataset.done_as(akey) or planned.get(akey or ""))
         if done is not None:
             dataset.add_alias(done, item.source)

@@ -75,6 +75,13 @@ def worker_memory_limit(workers: int) -> str:
     return f"{max(256, int(total * 0.8 / max(workers, 1) / 2**20))}MB"
 
 
+def user_memory_limit(spec: RunnerSpec) -> str | None:
+    """DuckDB's limit the user set for each worker: --memory-limit / $TRACEINSIGHT_MEMORY_LIMIT, else None."""
+    from traceinsight.ingest.store import MEMORY_LIMIT_ENV
+
+    return spec.memory_limit or os.environ.get(MEMORY_LIMIT_ENV)
+
+
 def _init_worker(memory_limit: str | None) -> None:
     from traceinsight.ingest.store import MEMORY_LIMIT_ENV
 
@@ -83,9 +90,7 @@ def _init_worker(memory_limit: str | None) -> None:
 
 
 def _pool(tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]:
-    from traceinsight.ingest.store import MEMORY_LIMIT_ENV
-
-    limit = spec.memory_limit or os.environ.get(MEMORY_LIMIT_ENV) or worker_memory_limit(spec.workers)
+    limit = user_memory_limit(spec) or worker_memory_limit(spec.workers)
     # forkserver: workers start from a clean process, not a fork of one that holds DuckDB's threads.
     ctx = multiprocessing.get_context("forkserver")
     queue: deque[tuple[Task, int]] = deque((t, 1) for t in tasks)
@@ -123,7 +128,8 @@ def _retry_or_fail(queue: deque[tuple[Task, int]], task: Task, attempt: int) -> 
 def _ray(ray: Any, tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]:
     from traceinsight.ingest.store import MEMORY_LIMIT_ENV
 
-    env = {MEMORY_LIMIT_ENV: spec.memory_limit} if spec.memory_limit else {}
+    limit = user_memory_limit(spec)
+    env = {MEMORY_LIMIT_ENV: limit} if limit else {}
     remote = ray.remote(run_task).options(num_cpus=1, max_retries=ATTEMPTS - 1, retry_exceptions=False,
                                           runtime_env={"env_vars": env} if env else None)
     width = max(1, int(ray.cluster_resources().get("CPU", 1))) * 2

@@ -10,6 +10,7 @@ inputs).
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import socket
@@ -116,8 +117,6 @@ def _line(text: str) -> str:
 
 
 def _analyze(task: Task, trace: Path, sidecar: Path | None, ncu: Path | None) -> Outcome:
-    import duckdb
-
     from traceinsight.ingest.parquet import partition_query
     from traceinsight.pipeline import analyze
     from traceinsight.report.tables import write_tables
@@ -129,12 +128,7 @@ def _analyze(task: Task, trace: Path, sidecar: Path | None, ncu: Path | None) ->
         (a,) = analyses
         a.path = task.source  # the name the user gave (a URL stays a URL), not the downloaded copy
         write_tables(db, analyses)
-        tables = {}
-        for table in task.tables:
-            try:
-                tables[table] = db.con.sql(partition_query(db, table, a.trace_id)).to_arrow_table()
-            except duckdb.CatalogException:
-                continue  # a table this trace's database does not have (no ncu CSV: none of its tables)
+        tables = {t: db.con.sql(partition_query(db, t, a.trace_id)).to_arrow_table() for t in task.tables}
         reports = _reports(a, task.reports)
         summary = summary_row(a)
     finally:
@@ -150,12 +144,11 @@ def summary_row(a: Any) -> dict[str, Any]:
     from traceinsight.report.json_doc import savings_summary
 
     row = figures(a)
-    for k in ("trace", "warnings"):  # the key is the partition; 'warnings' there counts warning findings
-        row.pop(k)
+    del row["trace"]  # the key is the partition
+    row["warning_findings"] = row.pop("warnings")  # there, 'warnings' counts the findings of that severity
     roots = [f for f in a.findings if getattr(f, "supports", None) is None]
     s = savings_summary(a)
     row.update({
-        "warning_findings": sum(1 for f in a.findings if str(f.severity) == "warning"),
         "findings": len(a.findings),
         "root_causes": list(dict.fromkeys(f.id for f in roots)),  # each rule once, most severe first
         "steps_wall_ns": s["steps_wall_ns"],
@@ -172,10 +165,9 @@ def _reports(a: Any, formats: tuple[str, ...]) -> dict[str, bytes]:
     if "json" in formats:
         from traceinsight.report.json_doc import write_documents
 
-        with tempfile.SpooledTemporaryFile() as fh:
-            write_documents([a], fh)
-            fh.seek(0)
-            out["json"] = fh.read()
+        buf = io.BytesIO()
+        write_documents([a], buf)
+        out["json"] = buf.getvalue()
     if "html" in formats:
         from traceinsight.report.files import render_report
 

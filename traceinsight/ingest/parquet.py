@@ -28,25 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight import __version__
+from traceinsight.ingest.paths import trace_stem
 from traceinsight.ingest.store import TraceDB, analysis_table_names, schema_sql, table_names
 
 MANIFEST = "manifest.json"
 SCHEMA = "traceinsight.parquet/1"
 PART = "part-0.parquet"
 LABELS_TABLE = "kernel_labels"
-# File-name endings dropped from an input's name to form its trace key (longest first).
-TRACE_SUFFIXES = (
-    ".pt.trace.json.gz",
-    ".pt.trace.json",
-    ".trace.json.gz",
-    ".trace.json",
-    ".json.gz",
-    ".json",
-    ".nsys-rep",
-    ".sqlite",
-    ".csv",
-)
-
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -61,12 +49,7 @@ class Exported:
 
 def trace_key(path: str, taken: dict[str, str]) -> str:
     """The partition key of input `path`, given `taken` (key -> input path) of the dataset so far."""
-    name = Path(path).name
-    for suffix in TRACE_SUFFIXES:
-        if name.lower().endswith(suffix) and len(name) > len(suffix):
-            name = name[: -len(suffix)]
-            break
-    key = _UNSAFE.sub("_", name).strip("._") or "trace"
+    key = _UNSAFE.sub("_", trace_stem(Path(path).name)).strip("._") or "trace"
     if key.isdigit():
         key = f"t{key}"
     if taken.get(key, path) != path:

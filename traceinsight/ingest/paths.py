@@ -21,7 +21,7 @@ SIDECAR_ENDINGS = (".meta.json.gz", ".meta.json", ".sidecar.json.gz", ".sidecar.
 NCU_ENDINGS = (".ncu.csv", ".ncu.csv.gz")
 # Endings dropped from a trace's file name to form its stem (longest first).
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
-                  ".nsys-rep", ".sqlite")
+                  ".nsys-rep", ".sqlite", ".csv")
 _GLOB_CHARS = frozenset("*?[")
 
 
@@ -42,18 +42,18 @@ def trace_stem(name: str) -> str:
 def sidecar_for(trace: Path) -> tuple[Path, ...]:
     """The sidecar beside a trace, if there is one: `<stem>.meta.json[.gz]`, `<stem>.sidecar.json[.gz]` or
     `<stem>.nsys.meta.json` (the collectors' names)."""
-    stem = trace_stem(trace.name)
-    for ending in SIDECAR_ENDINGS:
-        p = trace.with_name(stem + ending)
-        if p.is_file():
-            return (p,)
-    return ()
+    return _beside(trace, SIDECAR_ENDINGS)
 
 
 def ncu_for(trace: Path) -> tuple[Path, ...]:
     """The Nsight Compute CSV beside a trace, if there is one: `<stem>.ncu.csv` (or `.ncu.csv.gz`)."""
+    return _beside(trace, NCU_ENDINGS)
+
+
+def _beside(trace: Path, endings: tuple[str, ...]) -> tuple[Path, ...]:
+    """The first existing `<stem><ending>` beside `trace`, as a 1-tuple, else ()."""
     stem = trace_stem(trace.name)
-    for ending in NCU_ENDINGS:
+    for ending in endings:
         p = trace.with_name(stem + ending)
         if p.is_file():
             return (p,)
