@@ -36,10 +36,21 @@ SEVERITY_BOX = {"critical": st.error, "warning": st.warning, "info": st.info}
 
 @dataclass
 class Loaded:
-    """One analyzed trace: its JSON document and the analysis object (for the per-launch schedules)."""
+    """One analyzed trace: its JSON document and the analysis object (for the per-launch schedules); a trace read
+    from its saved tables has no analysis object, only the report's Gantt (`gantt`)."""
 
     doc: dict[str, Any]
     analysis: Any
+    gantt: Gantt | str | None = None
+
+    def report_gantt(self) -> Gantt | str:
+        from traceinsight.report.gantt import gantt_for
+
+        return self.gantt if self.analysis is None and self.gantt is not None else gantt_for(self.analysis, self.doc)
+
+
+SAVED_ONLY = ("not in a saved analysis: it keeps the report's launch only (analyze the trace for every launch's "
+              "schedule and the per-step explanation)")
 
 
 @st.cache_resource(show_spinner=False, max_entries=6)
@@ -53,7 +64,20 @@ def analyze_cached(digest: str, _trace: str, _meta: tuple[str, ...]) -> Loaded:
     return Loaded(to_json(analyses[0]), analyses[0])
 
 
+@st.cache_resource(show_spinner=False, max_entries=6)
+def saved_cached(digest: str, _folder: str, _key: str) -> Loaded:
+    """A trace's document and report Gantt from its saved tables (nothing analyzed), once per `digest`."""
+    from traceinsight.report import saved
+    from traceinsight.report.json_doc import STEPS_ALL
+
+    src = saved.open_saved(Path(_folder), (_key,))
+    doc = saved.document(src, 0, STEPS_ALL)
+    return Loaded(doc, None, saved.gantt(src, 0, doc))
+
+
 def _analyze_source(src: sources.Source) -> Loaded:
+    if src.saved is not None:
+        return saved_cached(sources.digest_saved(src), str(src.saved), str(src.trace))
     files = [src.trace, *src.meta]
     for p in files:
         if not p.is_file():
@@ -83,6 +107,9 @@ def choose_source() -> Loaded | None:
     st.sidebar.title("traceinsight")
     cli = sources.from_args([p for p in os.environ.get(PATHS_ENV, "").split(os.pathsep) if p],
                             [p for p in os.environ.get(META_ENV, "").split(os.pathsep) if p])
+    fleet = os.environ.get(fleet_view.FLEET_ENV, "")
+    if fleet and sources.is_saved(Path(fleet)):
+        cli += sources.saved_sources(Path(fleet))  # the fleet's traces, from their saved tables
     bundled = sources.examples()
     options = (["Command line"] if cli else []) + ["Bundled example", "Upload"]
     kind = st.sidebar.radio("Trace", options, key="source_kind")
@@ -97,7 +124,9 @@ def choose_source() -> Loaded | None:
             src = pool[labels.index(label)]
             if src.meta:
                 st.sidebar.caption("sidecar: " + ", ".join(m.name for m in src.meta))
-            with st.spinner(f"Analyzing {src.trace.name} ..."):
+            if src.saved is not None:
+                st.sidebar.caption(f"saved analysis in {src.saved}: read from its tables, nothing analyzed")
+            with st.spinner(f"Reading {src.trace.name} ..." if src.saved else f"Analyzing {src.trace.name} ..."):
                 return _analyze_source(src)
         st.sidebar.caption(f"Kineto/torch.profiler JSON(.gz), Nsight Systems .sqlite/.nsys-rep. Up to "
                            f"{sources.MAX_UPLOAD_MB} MB; copied to a private temporary folder and deleted after "
@@ -225,6 +254,9 @@ def timeline(doc: dict[str, Any]) -> int | None:
 def why(loaded: Loaded, step: int | None) -> None:
     """Why the selected step took what it took (`traceinsight explain`): its breakdown against the steps around
     it, what grew, the cause and the remedy."""
+    if step is not None and loaded.analysis is None:
+        st.caption(f"Why step {step} took what it took: {SAVED_ONLY}.")
+        return
     if step is None or loaded.analysis is None or not loaded.analysis.findings and not loaded.analysis.checks:
         return
     from traceinsight.diagnose.explain import explain_step
@@ -304,7 +336,7 @@ def thresholds(doc: dict[str, Any]) -> None:
 
 
 def schedule(loaded: Loaded, step: int | None) -> None:
-    from traceinsight.report.gantt import gantt_for, gantt_for_launch
+    from traceinsight.report.gantt import gantt_for_launch
 
     st.header("Per-SM schedule")
     doc = loaded.doc
@@ -316,7 +348,11 @@ def schedule(loaded: Loaded, step: int | None) -> None:
     labels = [c[0] for c in choices]
     label = st.selectbox("Launch", labels, key="schedule_launch")
     target = choices[labels.index(label)][1]
-    g = gantt_for(loaded.analysis, doc) if target is None else gantt_for_launch(loaded.analysis, *target)
+    if target is None:
+        g = loaded.report_gantt()
+    else:
+        g = f"Launch {target[1]} of step {target[0]}: {SAVED_ONLY}." if loaded.analysis is None else \
+            gantt_for_launch(loaded.analysis, *target)
     if not isinstance(g, Gantt):
         st.info(g)
         return
@@ -330,9 +366,8 @@ def report_download(loaded: Loaded) -> None:
     st.header("Report")
     if st.button("Build the HTML report", key="build_report"):
         from traceinsight.report import html
-        from traceinsight.report.gantt import gantt_for
 
-        text = html.render([loaded.doc], [gantt_for(loaded.analysis, loaded.doc)])
+        text = html.render([loaded.doc], [loaded.report_gantt()])
         name = Path((loaded.doc.get("trace") or {}).get("path") or "trace").name
         st.download_button("Download report.html", text, file_name=f"{name}.report.html", mime="text/html",
                            key="download_report")

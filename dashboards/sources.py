@@ -31,11 +31,38 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 @dataclass(frozen=True)
 class Source:
-    """A trace to analyze, with its optional sidecars: a label for the UI and the files' digest (cache key)."""
+    """A trace to analyze, with its optional sidecars: a label for the UI and the files' digest (cache key). A
+    trace analyzed before (`saved`: the folder of `analyze --save` or `fleet analyze`, `trace` its key there) is
+    read from its saved tables instead (`traceinsight.report.saved`)."""
 
     label: str
     trace: Path
     meta: tuple[Path, ...] = ()
+    saved: Path | None = None
+
+
+def is_saved(path: Path) -> bool:
+    """A folder holding saved analyses (a dataset with the `analyses` table)."""
+    from traceinsight.report.saved import is_saved_folder
+
+    return is_saved_folder(path)
+
+
+def saved_sources(folder: Path) -> list[Source]:
+    """One source per trace of a saved-analysis folder, by its key in the dataset."""
+    from traceinsight.report.saved import dataset_keys
+
+    return [Source(f"{folder.name}/{key} (saved)", Path(key), saved=folder) for key in dataset_keys(folder)]
+
+
+def digest_saved(src: Source) -> str:
+    """A key for a saved trace's cache entry: its folder, key and its tables' files (names, sizes, mtimes)."""
+    assert src.saved is not None
+    h = hashlib.sha256(f"{src.saved.resolve()}\0{src.trace}".encode())
+    for p in sorted(src.saved.glob(f"*/trace={src.trace}/*.parquet")):
+        st = p.stat()
+        h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()
 
 
 def is_sidecar(path: Path | str) -> bool:
@@ -57,11 +84,12 @@ def examples(root: Path = EXAMPLES) -> list[Source]:
 def from_args(args: list[str], meta: list[str] | None = None) -> list[Source]:
     """Sources from command-line paths: every trace its own source. The sidecars given (`meta`, the dashboard's
     --meta, and paths named like sidecars) attach to the first trace; a trace without one takes the sidecar
-    beside it (`sidecar_for`), the first trace included."""
+    beside it (`sidecar_for`), the first trace included. A saved-analysis folder gives each of its traces."""
     paths = [Path(a) for a in args]
-    traces = [p for p in paths if not is_sidecar(p)]
+    saved = [src for p in paths if is_saved(p) for src in saved_sources(p)]
+    traces = [p for p in paths if not is_sidecar(p) and not is_saved(p)]
     metas = tuple(Path(m) for m in meta or ()) + tuple(p for p in paths if is_sidecar(p))
-    return [Source(p.name, p, metas if i == 0 and metas else sidecar_for(p)) for i, p in enumerate(traces)]
+    return [Source(p.name, p, metas if i == 0 and metas else sidecar_for(p)) for i, p in enumerate(traces)] + saved
 
 
 def digest_files(paths: list[Path]) -> str:

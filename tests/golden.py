@@ -71,12 +71,21 @@ def snapshot(a: Any) -> dict[str, Any]:
     return {"steps": steps, "findings": findings, "checks": [[c.id, c.status] for c in a.checks]}
 
 
-def analyze_case(name: str) -> dict[str, Any]:
+def analyze_golden(name: str) -> tuple[Any, Any]:
+    """The database and the analysis of case `name`."""
     from traceinsight.pipeline import analyze
 
     trace, meta, ncu = CASES[name]
-    _, (a,) = analyze([REPO / trace], meta=[REPO / m for m in meta], ncu=[REPO / n for n in ncu], cache=False)
+    db, (a,) = analyze([REPO / trace], meta=[REPO / m for m in meta], ncu=[REPO / n for n in ncu], cache=False)
+    return db, a
+
+
+def snapshot_json(a: Any) -> dict[str, Any]:
     return json.loads(json.dumps(snapshot(a)))  # the JSON form (tuples -> lists)
+
+
+def analyze_case(name: str) -> dict[str, Any]:
+    return snapshot_json(analyze_golden(name)[1])
 
 
 def path(name: str) -> Path:

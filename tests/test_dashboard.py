@@ -128,3 +128,36 @@ def test_the_selected_step_is_explained_against_its_baseline(app: AppTest) -> No
     df = _table(app, "share of excess")
     top = df.iloc[0]
     assert top["component"] == "attention" and int(top["share of excess"].rstrip("%")) >= 90
+
+
+def test_a_saved_analysis_opens_from_its_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`traceinsight dashboard DIR` on a folder of `analyze --save`: the trace opens from its saved tables (the
+    same findings, steps and report Gantt as the analysis), and what needs the analysis object says so."""
+    from click.testing import CliRunner
+
+    from traceinsight.cli.main import main
+
+    examples = APP.parents[1] / "examples" / "h200"
+    trace = examples / "flashinfer_decode_sweep.pt.trace.json.gz"
+    meta = examples / "flashinfer_decode_sweep.meta.json.gz"
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "cache"))
+    r = CliRunner().invoke(main, ["analyze", str(trace), "--meta", str(meta), "--save", str(tmp_path / "saved"),
+                                  "--format", "json", "--out", str(tmp_path / "a.json")])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "a.json").unlink()  # nothing but the saved tables below
+    monkeypatch.setenv("TRACEINSIGHT_DASHBOARD_PATHS", str(tmp_path / "saved"))
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT_S)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="example").value == "saved/flashinfer_decode_sweep (saved)"
+    assert [h.value for h in at.header] == ["Findings", "Step timeline", "Kernels", "Split-KV thresholds",
+                                            "Per-SM schedule", "Report"]
+    assert any("split-kv-off" in e.value for e in at.error)
+    assert at.metric[0].value == "390"
+    text = _texts(at)
+    assert "Tail:" in text and "SMs are idle" in text  # the report's Gantt, stored with the tables
+    assert "not in a saved analysis" in text  # the per-step explanation needs the analysis object
+    labels = at.selectbox(key="schedule_launch").options
+    at.selectbox(key="schedule_launch").set_value(labels[1]).run()
+    assert not at.exception
+    assert any("not in a saved analysis" in i.value for i in at.info)

@@ -98,15 +98,18 @@ def run_child(cmd: list[str], env: dict[str, str]) -> int:
 def command(paths: tuple[Path, ...], port: int | None, host: str, max_upload_mb: int, headless: bool,
             meta: tuple[Path, ...], fleet: Path | None) -> None:
     """Open the interactive dashboard: findings, step timeline (click a step for its launches), kernel table,
-    threshold chart and per-SM schedule; pick a bundled example, the PATHs given here, or upload a trace. With
-    --fleet DIR: first the report across the traces of that fleet dataset (root causes, time lost per trace,
-    worst steps, outliers, failed traces)."""
+    threshold chart and per-SM schedule; pick a bundled example, the PATHs given here, or upload a trace. A PATH
+    may be a folder of saved analyses (`analyze --save DIR`): its traces open from their tables, nothing is
+    analyzed. With --fleet DIR: first the report across the traces of that fleet dataset (root causes, time lost
+    per trace, worst steps, outliers, failed traces), and each of its traces from its saved tables."""
     if fleet is not None:
         from traceinsight.fleet.report import load_manifest
 
         load_manifest(fleet)  # not a dataset: one line and exit 2, before anything starts
+    from traceinsight.report.saved import is_saved_folder
+
     for p in (*paths, *meta):
-        if not p.is_file():
+        if not p.is_file() and not (p in paths and is_saved_folder(p)):
             raise InputError(f"{p}: no such file")
     if meta and not paths:
         raise click.UsageError("--meta needs a trace to attach to (give its PATH)")

@@ -187,11 +187,15 @@ def main() -> None:
 @click.option("--no-cache", is_flag=True,
               help="Read every file again and write no cache (default: reuse the cached database of an unchanged "
                    "file, kept under $TRACEINSIGHT_CACHE_DIR or ~/.cache/traceinsight).")
+@click.option("--save", "save", default=None, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Also save the analysis as a Parquet dataset in DIR (the tables of `export --parquet "
+                   "--analysis`): `traceinsight report DIR` renders it again without the traces, `sql` and "
+                   "DuckDB query it.")
 @memory_option
 @user_errors
 def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[str, ...],
             step_pattern: str | None, fail_on: str | None, max_steps: int, out: str | None, steps: str,
-            quiet: bool, width: int | None, no_cache: bool) -> None:
+            quiet: bool, width: int | None, no_cache: bool, save: Path | None) -> None:
     """Analyze trace files: GPU, kernels by family/backend, decode steps with split-KV state, the schedule
     model (thresholds, predicted times, SM idle) and findings with remedies.
 
@@ -222,6 +226,8 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
         db, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
                                     cache=False if no_cache else None)
     warn_analyses(analyses)
+    if save is not None:
+        _save(db, analyses, save, no_cache)
     if fmt == "perfetto":
         _emit_perfetto(db, analyses, out)
     else:
@@ -229,6 +235,17 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
         sys.exit(code)
+
+
+def _save(db: Any, analyses: list[Any], out_dir: Path, no_cache: bool) -> None:
+    """Write the analyses as a Parquet dataset with their analysis tables (`traceinsight report` reads it)."""
+    from traceinsight.ingest.parquet import export_parquet
+    from traceinsight.model.kernel_table import ensure_labels
+    from traceinsight.report.tables import write_tables
+
+    write_tables(db, analyses)
+    ensure_labels(db)
+    export_parquet(db, [a.trace_id for a in analyses], out_dir, options={"no_cache": no_cache, "analysis": True})
 
 
 def _emit_perfetto(db: Any, analyses: list[Any], out: str | None) -> None:

@@ -26,7 +26,8 @@ from typing import Any
 from traceinsight.errors import TraceInsightError
 
 # Tables a fleet dataset holds per trace by default (docs/FLEET.md); `--tables all` adds the normalized ones.
-ANALYSIS_TABLES = ("steps", "step_breakdown", "attention_launches", "launch_models", "findings", "rule_checks")
+ANALYSIS_TABLES = ("steps", "step_breakdown", "attention_launches", "launch_models", "findings", "rule_checks",
+                   "analyses")
 DEFAULT_TABLES = ("devices", "kernel_labels", *ANALYSIS_TABLES)
 REPORT_FORMATS = ("json", "html")
 

@@ -189,7 +189,11 @@ CREATE TABLE IF NOT EXISTS steps (
     window_end_ns   BIGINT,             -- end of the window
     window_source   VARCHAR,            -- 'cpu-range' | 'gpu-range' | 'gpu-span'
     host_gap_max_ns BIGINT,             -- the longest stretch the GPU waited for the host
-    host_long_ns    BIGINT              -- idle-host time in stretches of at least 100 us
+    host_long_ns    BIGINT,             -- idle-host time in stretches of at least 100 us
+    host_range_ns   BIGINT,             -- the step's range on the host; NULL without one
+    idle_stretches  INTEGER,            -- separate idle stretches in the window
+    host_gaps       BIGINT[][],         -- the 3 longest idle-host stretches of at least 100 us, [start, end] ns
+    batch_json      VARCHAR             -- the step's batch as the model read it (docs/JSON.md `batch`), as JSON
 );
 
 -- One row per step and component of its breakdown: the components of a step add up to its wall_ns.
@@ -217,7 +221,23 @@ CREATE TABLE IF NOT EXISTS attention_launches (
     merge_ns        BIGINT NOT NULL,    -- their time
     prepare_kernel_ids BIGINT[],        -- prepare kernels attached to the launch
     prepare_ns      BIGINT NOT NULL,    -- their time
-    tile_padding_share DOUBLE           -- padded share of the query tiles (sidecar qo_lens, tensor-core kernels)
+    tile_padding_share DOUBLE,          -- padded share of the query tiles (sidecar qo_lens, tensor-core kernels)
+    launch          INTEGER,            -- 0.. the launch's place in its step (the JSON document's order)
+    name            VARCHAR,            -- the attention kernel's full name
+    family          VARCHAR,            -- its label's family
+    params_json     VARCHAR,            -- its label's template parameters, as JSON
+    grid            INTEGER[],          -- (x, y, z)
+    block           INTEGER[],          -- (x, y, z)
+    registers_per_thread INTEGER,       -- registers per thread of the attention kernel
+    smem_bytes      BIGINT,             -- shared memory per CTA (static + dynamic)
+    stream          BIGINT,             -- the stream it ran on
+    merges_json     VARCHAR,            -- the merge/combine kernels: [{kernel, grid, dur_ns}], as JSON
+    prepares_json   VARCHAR,            -- the prepare kernels: [{kernel, grid, dur_ns}], as JSON
+    tiles_json      VARCHAR,            -- query-tile padding facts (docs/JSON.md `tiles`), as JSON
+    ncu_id          BIGINT,             -- the Nsight Compute result matched to the launch
+    sm_active_min   DOUBLE,             -- its sm__cycles_active: least busy SM
+    sm_active_avg   DOUBLE,             -- mean over SMs
+    sm_active_max   DOUBLE              -- busiest SM
 );
 
 -- One row per attention launch the schedule model describes.
@@ -266,4 +286,29 @@ CREATE TABLE IF NOT EXISTS rule_checks (
     status          VARCHAR NOT NULL,   -- 'fired' | 'passed' | 'not-applicable'
     reason          VARCHAR,            -- why not applicable, or what passing means and what was examined
     findings        INTEGER NOT NULL    -- findings it made
+);
+
+-- One row per analyzed trace: the report's trace-level sections (a fixed size whatever the trace's length), so that
+-- a report is rendered from the tables alone (`traceinsight report`). JSON as in the document (docs/JSON.md).
+CREATE TABLE IF NOT EXISTS analyses (
+    trace_id        INTEGER NOT NULL,
+    analyzer        VARCHAR NOT NULL,   -- the traceinsight version that analyzed it
+    path            VARCHAR NOT NULL,   -- the trace file
+    format          VARCHAR,            -- 'kineto' | 'nsys-sqlite' | ...
+    format_version  VARCHAR,            -- the trace format's version
+    tool_version    VARCHAR,            -- the profiler's version
+    gpu_json        VARCHAR,            -- {name, num_sms, device_id, compute_capability}
+    start_ns        BIGINT,             -- the trace's first event
+    end_ns          BIGINT,             -- its last event's end
+    dur_ns          BIGINT,             -- end_ns - start_ns
+    warnings        VARCHAR[],          -- what the reader warned about
+    families_json   VARCHAR,            -- GPU time per kernel family
+    kernels_json    VARCHAR,            -- the labelled kernel table
+    thresholds_json VARCHAR,            -- the split-KV thresholds the model derived
+    summary_json    VARCHAR,            -- the trace's summary row (as `fleet` shows it)
+    step_summary_json VARCHAR,          -- what every step adds up to
+    savings_json    VARCHAR,            -- what the listed savings are bounded by and add up to
+    model_json      VARCHAR,            -- the schedule model as a whole: GPU, cost models, idle gaps, notes
+    extra_json      VARCHAR,            -- further top-level keys of the document
+    gantt_json      VARCHAR             -- the report's Gantt (the worst simulated launch's CTAs on SMs), or why none
 );

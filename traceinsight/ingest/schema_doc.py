@@ -20,8 +20,9 @@ cannot provide is NULL. `traceinsight sql TRACE "select ..."` queries them; `ker
 distinct kernel name, added by the labels stage) joins on `kernels.name`.
 
 The analysis itself is in tables too (`steps`, `step_breakdown`, `attention_launches`, `launch_models`,
-`findings`, `rule_checks`, at the end): `traceinsight sql` fills them when a query names them, and
-`traceinsight export --parquet DIR --analysis` writes them out.
+`findings`, `rule_checks`, `analyses`, at the end): `traceinsight sql` fills them when a query names them,
+`traceinsight analyze TRACE --save DIR` and `traceinsight export --parquet DIR --analysis` write them out, and
+`traceinsight report DIR` renders a trace's reports from them alone (they hold everything the reports show).
 
 Generated from `traceinsight/ingest/schema.sql` by `python -m traceinsight.ingest.schema_doc`.
 """

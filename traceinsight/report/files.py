@@ -30,6 +30,11 @@ def report_inputs(analyses: list[TraceAnalysis]) -> tuple[list[dict[str, Any]], 
 def render_report(analyses: list[TraceAnalysis], fmt: str, out: Path) -> str:
     """The report text (HTML, or Markdown whose figures are written beside `out`)."""
     docs, gantts = report_inputs(analyses)
+    return render_documents(docs, gantts, fmt, out)
+
+
+def render_documents(docs: list[dict[str, Any]], gantts: list[Gantt | str], fmt: str, out: Path) -> str:
+    """The report text of analysis documents (each with every step) and their Gantts (see `render_report`)."""
     if fmt == "html":
         from traceinsight.report import html
 
@@ -66,12 +71,23 @@ def write_report(analyses: list[TraceAnalysis], fmt: str, out: Path,
                  on_stage: Callable[[str], None] | None = None) -> Path:
     """Write the `fmt` ('md' | 'html') report of `analyses` to `out` (Markdown: figures into `<stem>_figs/`
     beside it). `on_stage(message)` is called before the slow parts, for a progress display. Returns `out`."""
-    out = Path(out)
+    out = _checked(fmt, Path(out))
+    if on_stage:
+        on_stage(f"writing the {fmt} report")
+    write_atomic(out, render_report(analyses, fmt, out))
+    return out
+
+
+def write_documents_report(docs: list[dict[str, Any]], gantts: list[Gantt | str], fmt: str, out: Path) -> Path:
+    """Write the `fmt` report of analysis documents and their Gantts to `out` (see `write_report`)."""
+    out = _checked(fmt, Path(out))
+    write_atomic(out, render_documents(docs, gantts, fmt, out))
+    return out
+
+
+def _checked(fmt: str, out: Path) -> Path:
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r} (expected one of {FORMATS})")
     if not out.parent.is_dir():
         raise InputError(f"{out}: the folder {out.parent} does not exist")
-    if on_stage:
-        on_stage(f"writing the {fmt} report")
-    write_atomic(out, render_report(analyses, fmt, out))
     return out

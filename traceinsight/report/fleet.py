@@ -63,7 +63,11 @@ def summary_row(a: TraceAnalysis) -> dict[str, Any]:
 
 def fleet_summary(analyses: list[TraceAnalysis]) -> list[dict[str, Any]]:
     """One row per trace (see COLUMNS), in the order of `analyses`; trace names made unique."""
-    rows = [summary_row(a) for a in analyses]
+    return unique_names([summary_row(a) for a in analyses])
+
+
+def unique_names(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Summary rows whose file names repeat named by their paths instead (in place; returns `rows`)."""
     seen: Counter[str] = Counter(r["trace"] for r in rows)
     for r in rows:
         if seen[r["trace"]] > 1:

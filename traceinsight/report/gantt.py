@@ -6,10 +6,13 @@ none can be drawn."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from traceinsight.report import sections
-from traceinsight.report.figures import Gantt, gantt_from_sim
+from traceinsight.report.figures import Gantt, Segment, gantt_from_sim
 
 if TYPE_CHECKING:
     from traceinsight.diagnose.context import TraceAnalysis
@@ -80,3 +83,33 @@ def gantt_for(analysis: TraceAnalysis, doc: dict[str, Any]) -> Gantt | str:
         g.notes.insert(0, "Shown: the simulated launch with the longest tail (the worst launch itself was not "
                           "simulated).")
     return g
+
+
+def stored_gantt(analysis: TraceAnalysis) -> str | None:
+    """The report's Gantt as the `analyses` table keeps it (JSON of `gantt_for`'s result), when the schedule model
+    simulated a launch; None otherwise (`gantt_from_doc` then says why from the document alone)."""
+    sched = getattr(analysis, "schedule", None)
+    if sched is None or not any(getattr(m, "sim", None) is not None for m in sched.models.values()):
+        return None
+    from traceinsight.report.json_doc import to_json
+
+    g = gantt_for(analysis, to_json(analysis))
+    body: Any = g if isinstance(g, str) else {**asdict(g), "segments": [list(asdict(x).values()) for x in g.segments]}
+    return orjson.dumps(body).decode()
+
+
+def gantt_from_doc(doc: dict[str, Any], stored: str | None) -> Gantt | str:
+    """The report's Gantt of a document rebuilt from the tables: the stored one (`stored_gantt`), else why there
+    is none, as `gantt_for` says it when no launch was simulated."""
+    if stored is not None:
+        body = orjson.loads(stored)
+        if isinstance(body, str):
+            return body
+        fields = {k: v for k, v in body.items() if k != "segments"}
+        return Gantt(**fields, segments=[Segment(*seg) for seg in body["segments"]])
+    ref = sections.worst_launch(doc)
+    if ref is None:
+        return "not available: no attention launch in the trace"
+    step, launch = sections.launch_at(doc, ref)
+    note = (launch.get("model") or {}).get("note")
+    return f"{NEEDS}" + (f" ({note})" if note else "")

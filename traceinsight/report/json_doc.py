@@ -4,7 +4,7 @@ released: add keys, never rename or remove them."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import orjson
@@ -25,7 +25,7 @@ STEPS_SELECTED = "selected"
 # slowest steps.
 STEPS_PER_FINDING = 5
 SLOWEST_STEPS = 10
-_EVIDENCE_STEPS = ("first_step", "last_step", "threshold_step", "worst_step", "step")
+EVIDENCE_STEPS = ("first_step", "last_step", "threshold_step", "worst_step", "step")
 
 # One step as `step_summary` reads it: (dur_ns, attention_ns, [(kernel, backend, split_kv) per launch]).
 StepFacts = tuple[int, int, list[tuple[str, str | None, bool | None]]]
@@ -129,7 +129,7 @@ def selected_steps(a: TraceAnalysis) -> list[Step]:
         keep.update(steps[:STEPS_PER_FINDING])
         keep.update(sorted(steps, key=lambda i: -by_index[i].wall_ns)[:STEPS_PER_FINDING])
         evidence = getattr(f, "evidence", {}) or {}
-        keep.update(evidence[k] for k in _EVIDENCE_STEPS
+        keep.update(evidence[k] for k in EVIDENCE_STEPS
                     if isinstance(evidence.get(k), int) and evidence[k] in by_index)
     return [by_index[i] for i in sorted(keep)]
 
@@ -140,6 +140,11 @@ def to_json(a: TraceAnalysis, steps: str = STEPS_ALL) -> dict[str, Any]:
     doc = _document(a, steps)
     doc["steps"] = [_step(s, a.schedule) for s in (a.steps if steps == STEPS_ALL else selected_steps(a))]
     return doc
+
+
+def trace_sections(a: TraceAnalysis) -> dict[str, Any]:
+    """The document of `a` without its steps (what the `analyses` table keeps, with the findings and checks)."""
+    return _document(a, STEPS_SELECTED)
 
 
 def _document(a: TraceAnalysis, steps: str) -> dict[str, Any]:
@@ -266,31 +271,44 @@ def _whole(analyses: list[TraceAnalysis], docs: list[dict[str, Any]]) -> dict[st
     return {"schema": MULTI_SCHEMA, "traces": docs, "fleet": {"summary": rows, "findings": fleet_findings(rows)}}
 
 
-_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
-_HOLE = "\x00steps\x00"  # stands for the steps list in the serialized document until it is streamed in
+JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+STEPS_HOLE = "\x00steps\x00"  # stands for the steps list in the serialized document until it is streamed in
 
 
 def write_documents(analyses: list[TraceAnalysis], out: IO[bytes], steps: str = STEPS_SELECTED) -> None:
     """Write `documents(analyses, steps)` to `out` as indented JSON. With STEPS_ALL the steps are streamed, one
     step per line, so a trace of a million steps never holds its whole document in memory."""
     if steps != STEPS_ALL:
-        out.write(orjson.dumps(documents(analyses, steps), option=_OPTIONS) + b"\n")
+        out.write(orjson.dumps(documents(analyses, steps), option=JSON_OPTIONS) + b"\n")
         return
     docs = []
     for a in analyses:
         d = _document(a, steps)
-        d["steps"] = _HOLE
+        d["steps"] = STEPS_HOLE
         docs.append(d)
-    text = orjson.dumps(_whole(analyses, docs), option=_OPTIONS) + b"\n"
-    hole = orjson.dumps(_HOLE)
+    write_streamed(_whole(analyses, docs), [_steps_of(a) for a in analyses], out)
+
+
+def _steps_of(a: TraceAnalysis) -> Iterator[dict[str, Any]]:
+    for s in a.steps:
+        yield _step(s, a.schedule)
+
+
+def write_streamed(whole: dict[str, Any], steps: list[Iterable[dict[str, Any]]], out: IO[bytes]) -> None:
+    """Write the document `whole`, whose traces' `steps` are STEPS_HOLE, with the steps of each trace in turn
+    streamed into their place, one step per line."""
+    text = orjson.dumps(whole, option=JSON_OPTIONS) + b"\n"
+    hole = orjson.dumps(STEPS_HOLE)
     pieces = text.split(hole)
-    if len(pieces) != len(analyses) + 1:
+    if len(pieces) != len(steps) + 1:
         raise RuntimeError("the steps marker must appear once per trace")  # pragma: no cover - a bug here
-    for a, before in zip(analyses, pieces, strict=False):
+    for trace_steps, before in zip(steps, pieces, strict=False):
         out.write(before)
         out.write(b"[")
-        for i, s in enumerate(a.steps):
+        empty = True
+        for i, step in enumerate(trace_steps):
             out.write(b"\n" if i == 0 else b",\n")
-            out.write(orjson.dumps(_step(s, a.schedule), option=orjson.OPT_NON_STR_KEYS))
-        out.write(b"\n]" if a.steps else b"]")
+            out.write(orjson.dumps(step, option=orjson.OPT_NON_STR_KEYS))
+            empty = False
+        out.write(b"]" if empty else b"\n]")
     out.write(pieces[-1])

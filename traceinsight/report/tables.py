@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.ingest.store import TraceDB, analysis_table_names
+from traceinsight.report import json_doc
 
 # The tables this module fills (schema.sql's analysis tables), in the order they are written.
 ANALYSIS_TABLES = analysis_table_names()
@@ -22,16 +23,22 @@ def _step_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {c: [] for c in (
         "trace_id", "step", "name", "source", "range_id", "phase", "split_kv", "start_ns", "dur_ns", "attention_ns",
         "kernel_count", "wall_ns", "window_start_ns", "window_end_ns", "window_source", "host_gap_max_ns",
-        "host_long_ns")}
+        "host_long_ns", "host_range_ns", "idle_stretches", "host_gaps", "batch_json")}
+    batches = a.schedule.batches if a.schedule is not None else {}
     for s in a.steps:
         b = s.breakdown
+        batch = batches.get(s.index)
         for c, v in (("trace_id", a.trace_id), ("step", s.index), ("name", s.name), ("source", s.source),
                      ("range_id", s.range_id), ("phase", s.phase), ("split_kv", s.split_kv),
                      ("start_ns", s.start_ns), ("dur_ns", s.dur_ns), ("attention_ns", s.attention_ns),
                      ("kernel_count", s.kernel_count), ("wall_ns", s.wall_ns),
                      ("window_start_ns", b.start_ns if b else None), ("window_end_ns", b.end_ns if b else None),
                      ("window_source", b.source if b else None), ("host_gap_max_ns", b.host_gap_max_ns if b else None),
-                     ("host_long_ns", b.host_long_ns if b else None)):
+                     ("host_long_ns", b.host_long_ns if b else None),
+                     ("host_range_ns", b.host_range_ns if b else None),
+                     ("idle_stretches", b.idle_stretches if b else None),
+                     ("host_gaps", [list(g) for g in b.host_gaps] if b else None),
+                     ("batch_json", _json(batch.to_json()) if batch is not None else None)):
             cols[c].append(v)
     return cols
 
@@ -53,10 +60,14 @@ def _launch_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {c: [] for c in (
         "trace_id", "step", "kernel_id", "kernel", "backend", "phase", "phase_evidence", "split_kv", "split_evidence",
         "start_ns", "dur_ns", "merge_kernel_ids", "merge_ns", "prepare_kernel_ids", "prepare_ns",
-        "tile_padding_share")}
+        "tile_padding_share", "launch", "name", "family", "params_json", "grid", "block", "registers_per_thread",
+        "smem_bytes", "stream", "merges_json", "prepares_json", "tiles_json", "ncu_id", "sm_active_min",
+        "sm_active_avg", "sm_active_max")}
+    measured = a.schedule.measured if a.schedule is not None else {}
     for s in a.steps:
-        for x in s.launches:
+        for j, x in enumerate(s.launches):
             k = x.attention
+            meas = measured.get(k.kernel_id)
             for c, v in (("trace_id", a.trace_id), ("step", s.index), ("kernel_id", k.kernel_id),
                          ("kernel", k.kernel), ("backend", k.backend), ("phase", x.phase),
                          ("phase_evidence", x.phase_evidence), ("split_kv", x.split_kv),
@@ -65,7 +76,17 @@ def _launch_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
                          ("merge_ns", sum(m.dur_ns for m in x.merges)),
                          ("prepare_kernel_ids", [p.kernel_id for p in x.prepares]),
                          ("prepare_ns", sum(p.dur_ns for p in x.prepares)),
-                         ("tile_padding_share", x.tiles["padding_share"] if x.tiles else None)):
+                         ("tile_padding_share", x.tiles["padding_share"] if x.tiles else None),
+                         ("launch", j), ("name", k.name), ("family", k.family), ("params_json", _json(k.params)),
+                         ("grid", list(k.grid)), ("block", list(k.block)),
+                         ("registers_per_thread", k.registers_per_thread), ("smem_bytes", k.smem_bytes),
+                         ("stream", k.stream_id), ("merges_json", _json(_attached(x.merges))),
+                         ("prepares_json", _json(_attached(x.prepares))),
+                         ("tiles_json", _json(x.tiles) if x.tiles is not None else None),
+                         ("ncu_id", meas.ncu_id if meas else None),
+                         ("sm_active_min", meas.sm_active_min if meas else None),
+                         ("sm_active_avg", meas.sm_active_avg if meas else None),
+                         ("sm_active_max", meas.sm_active_max if meas else None)):
                 cols[c].append(v)
     return cols
 
@@ -115,8 +136,37 @@ def _check_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
     return cols
 
 
+def _analysis_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
+    """The document's trace-level sections (json_doc's, without steps, findings and checks: their own tables)."""
+    from traceinsight.report.gantt import stored_gantt
+
+    doc = json_doc.trace_sections(a)
+    t = doc["trace"]
+    known = {"schema", "tool", "trace", "families", "kernels", "thresholds", "summary", "step_summary",
+             "steps_included", "steps", "findings", "savings", "checks", "model"}
+    row = {"trace_id": a.trace_id, "analyzer": doc["tool"]["version"], "path": t["path"], "format": t["format"],
+           "format_version": t["format_version"], "tool_version": t["tool_version"], "gpu_json": _json(t["gpu"]),
+           "start_ns": t["start_ns"], "end_ns": t["end_ns"], "dur_ns": t["dur_ns"], "warnings": list(t["warnings"]),
+           "families_json": _json(doc["families"]), "kernels_json": _json(doc["kernels"]),
+           "thresholds_json": _json(doc["thresholds"]), "summary_json": _json(doc["summary"]),
+           "step_summary_json": _json(doc["step_summary"]), "savings_json": _json(doc["savings"]),
+           "model_json": _json(doc["model"]), "extra_json": _json({k: v for k, v in doc.items() if k not in known}),
+           "gantt_json": stored_gantt(a)}
+    return {c: [v] for c, v in row.items()}
+
+
+def _attached(kernels: list[Any]) -> list[dict[str, Any]]:
+    """Merge or prepare kernels as the document lists them."""
+    return [{"kernel": m.kernel, "grid": list(m.grid), "dur_ns": m.dur_ns} for m in kernels]
+
+
+def _json(v: Any) -> str:
+    return orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
 BUILDERS = {"steps": _step_rows, "step_breakdown": _breakdown_rows, "attention_launches": _launch_rows,
-            "launch_models": _model_rows, "findings": _finding_rows, "rule_checks": _check_rows}
+            "launch_models": _model_rows, "findings": _finding_rows, "rule_checks": _check_rows,
+            "analyses": _analysis_rows}
 
 
 def write_tables(db: TraceDB, analyses: Iterable[TraceAnalysis]) -> None:

@@ -446,9 +446,15 @@ def ingest_progress(paths: Sequence[Path], quiet: bool = False) -> Iterator[None
 
 def render_fleet(analyses: list[TraceAnalysis], console: Console) -> None:
     """Several traces: one summary row per trace, then the findings that stand out across them."""
-    from traceinsight.report.fleet import fleet_findings, fleet_summary
+    from traceinsight.report.fleet import fleet_summary
 
-    rows = fleet_summary(analyses)
+    render_fleet_rows(fleet_summary(analyses), console)
+
+
+def render_fleet_rows(rows: list[dict[str, Any]], console: Console) -> None:
+    """The fleet table of summary rows (`report.fleet.fleet_summary`), then the findings across them."""
+    from traceinsight.report.fleet import fleet_findings
+
     table = Table(title=f"{len(rows)} traces", box=box.SIMPLE_HEAD, title_justify="left")
     cols = (("trace", "left"), ("gpu", "left"), ("kernels", "right"), ("steps", "right"), ("split-KV off", "right"),
             ("step p50", "right"), ("step p99", "right"), ("step max", "right"), ("crit", "right"),
