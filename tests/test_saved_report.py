@@ -154,3 +154,16 @@ def test_bad_saved_inputs(tmp_path: Path) -> None:
     junk.write_bytes(b"not a database at all" * 100)
     assert "not a DuckDB database" in _one_line_error(["report", str(junk)])
     assert junk.read_bytes() == b"not a database at all" * 100
+
+
+def test_diff_reads_saved_folders(tmp_path: Path) -> None:
+    """`diff` of two saved analyses says what `diff` of the two traces says."""
+    cli("analyze", SMALL, "--save", tmp_path / "small", "--format", "json", "--steps", "all",
+        "--out", tmp_path / "s.json")
+    cli("analyze", SWEEP, "--save", tmp_path / "sweep", "--format", "json", "--out", tmp_path / "w.json")
+    want = cli("diff", SMALL, SWEEP, "--format", "json")
+    assert cli("diff", tmp_path / "small", tmp_path / "sweep", "--format", "json") == want
+    assert cli("diff", tmp_path / "s.json", tmp_path / "sweep", "--format", "json") == want  # every step: the same
+    cli("analyze", SMALL, SWEEP, "--save", tmp_path / "both", "--format", "json", "--out", tmp_path / "b.json")
+    out = cli("diff", tmp_path / "both", tmp_path / "sweep", code=2)
+    assert "holds 2 saved analyses" in out and out.count("\n") == 1

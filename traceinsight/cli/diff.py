@@ -1,5 +1,6 @@
-"""`traceinsight diff BEFORE AFTER`: what changed between two traces (or two saved `analyze --format json`
-documents): per kernel family, per attention kernel (time, split-KV state), thresholds and findings."""
+"""`traceinsight diff BEFORE AFTER`: what changed between two traces (or two saved analyses: `analyze --format
+json` documents, `analyze --save` folders): per kernel family, per attention kernel (time, split-KV state),
+thresholds and findings."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from traceinsight.cli.main import console, user_errors
 
 def _doc(path: Path, meta: tuple[str, ...], step_pattern: str | None) -> dict[str, Any]:
     from traceinsight.report.diff import is_analysis_json, load_analysis_json
+    from traceinsight.report.saved import is_saved_folder
 
+    if is_saved_folder(path):
+        return _saved_doc(path)
     if is_analysis_json(path):
         return load_analysis_json(path)
     from traceinsight.pipeline import analyze
@@ -23,6 +27,18 @@ def _doc(path: Path, meta: tuple[str, ...], step_pattern: str | None) -> dict[st
 
     _, analyses = analyze([path], meta=[Path(m) for m in meta], step_pattern=step_pattern)
     return to_json(analyses[0])
+
+
+def _saved_doc(path: Path) -> dict[str, Any]:
+    """The document of the one trace a saved-analysis folder holds (`analyze --save DIR`)."""
+    from traceinsight.errors import FormatError
+    from traceinsight.report import saved
+    from traceinsight.report.json_doc import STEPS_ALL
+
+    src = saved.open_saved(path)
+    if len(src.names) != 1:
+        raise FormatError(f"{path}: holds {len(src.names)} saved analyses; diff compares one trace with one trace")
+    return saved.document(src, next(iter(src.names)), STEPS_ALL)
 
 
 @click.command(name="diff")
@@ -38,8 +54,9 @@ def _doc(path: Path, meta: tuple[str, ...], step_pattern: str | None) -> dict[st
 @user_errors
 def command(before: Path, after: Path, fmt: str, out: Path | None, meta_before: tuple[str, ...],
             meta_after: tuple[str, ...], step_pattern: str | None) -> None:
-    """Compare BEFORE and AFTER (trace files, or JSON written by `analyze --format json`): per kernel family
-    and attention kernel the change in time and split-KV state, thresholds, and new/gone/changed findings."""
+    """Compare BEFORE and AFTER (trace files, JSON written by `analyze --format json`, or folders written by
+    `analyze --save`): per kernel family and attention kernel the change in time and split-KV state, thresholds,
+    and new/gone/changed findings."""
     from traceinsight.report.diff import diff_docs, render_html, render_text
 
     d = diff_docs(_doc(before, meta_before, step_pattern), _doc(after, meta_after, step_pattern))

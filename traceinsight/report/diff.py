@@ -288,9 +288,13 @@ def _steps_by_name(before: dict[str, Any], after: dict[str, Any]) -> dict[str, A
     gb, ga = _trace(before).get("gpu"), _trace(after).get("gpu")
     if gb and ga and gb != ga:
         reasons.append(f"different GPUs ({gb} vs {ga})")
+    partial = [f"{side} holds {n} of its {total} steps (the steps that matter)"
+               for side, doc, n in (("before", before, len(b)), ("after", after, len(a)))
+               if (total := _summary(doc)["count"] or n) > n]
     return {"matched": len(common), "before_only": len(b) - len(common), "after_only": len(a) - len(common),
             "median_ratio": ratios[len(ratios) // 2] if ratios else None,
-            "changed": pairs[:MATCHED_STEPS_SHOWN], "workloads_differ": bool(reasons), "why": reasons}
+            "changed": pairs[:MATCHED_STEPS_SHOWN], "workloads_differ": bool(reasons), "why": reasons,
+            "partial": partial}
 
 
 def _trace(doc: dict[str, Any]) -> dict[str, Any]:
@@ -358,6 +362,9 @@ def headline(d: dict[str, Any]) -> list[str]:
         elif t["status"] in ("new", "gone"):
             side = t["after"] if t["status"] == "new" else t["before"]
             lines.append(f"threshold of {t['kernel']} {t['status']} (B_th={side['b_threshold'] or '-'})")
+    if m.get("partial"):  # a caveat, last
+        lines.append("steps matched by name among the steps the documents hold: " + "; ".join(m["partial"])
+                     + " (diff the traces, `analyze --save` folders or `--steps all` documents for every step)")
     return lines
 
 
