@@ -15,15 +15,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceinsight.ingest.paths import sidecar_for
+from traceinsight.errors import InputError
+from traceinsight.ingest.paths import SIDECAR_ENDINGS, expand_paths, sidecar_for
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 # Largest upload accepted (MB); `traceinsight dashboard` passes the same value to Streamlit's server.
 MAX_UPLOAD_MB = int(os.environ.get("TRACEINSIGHT_MAX_UPLOAD_MB", "1024"))
-SIDECAR = re.compile(r"\.(meta|sidecar)\.json(\.gz)?$")
-NOT_TRACES = re.compile(r"\.(meta|sidecar|timing)\.json(\.gz)?$")
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 # Shown first among the bundled examples: the real H200 sweep with the split-KV cliff.
 DEFAULT_EXAMPLE = "h200/flashinfer_decode_sweep.pt.trace.json.gz"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -66,7 +64,7 @@ def digest_saved(src: Source) -> str:
 
 
 def is_sidecar(path: Path | str) -> bool:
-    return bool(SIDECAR.search(str(path)))
+    return str(path).lower().endswith(SIDECAR_ENDINGS)
 
 
 def examples(root: Path = EXAMPLES) -> list[Source]:
@@ -74,9 +72,10 @@ def examples(root: Path = EXAMPLES) -> list[Source]:
     `.nsys-rep` is left out when its SQLite export lies beside it (reading the export needs no nsys)."""
     if not root.is_dir():
         return []
-    found = [p for p in root.rglob("*")
-             if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and not NOT_TRACES.search(p.name)
-             and not (p.suffix == ".nsys-rep" and p.with_suffix(".sqlite").is_file())]
+    try:
+        found = expand_paths([root])  # what `analyze FOLDER` reads: no sidecars, exports before their .nsys-rep
+    except InputError:
+        return []
     found.sort(key=lambda p: (p.relative_to(root).as_posix() != DEFAULT_EXAMPLE, p.relative_to(root).as_posix()))
     return [Source(p.relative_to(root).as_posix(), p, sidecar_for(p)) for p in found]
 
