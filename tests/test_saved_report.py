@@ -6,7 +6,6 @@ line and exit 2. (tests/test_golden.py holds the rebuilt document equal on every
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -47,15 +46,16 @@ def nsys_saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
     """The shared nsys export with its sidecar and Nsight Compute CSV (models, measured SM idle), analyzed once
     with --save, and what `analyze` wrote in each format."""
     d = tmp_path_factory.mktemp("nsys")
-    os.environ["TRACEINSIGHT_CACHE_DIR"] = str(d / "cache")
-    inputs = [NSYS, "--meta", NSYS_META, "--ncu", NSYS_NCU]
-    cli("analyze", *inputs, "--save", d / "saved", "--out", d / "a.txt")
-    out = {"txt": read(d / "a.txt")}
-    for fmt, ext in (("json", "json"), ("html", "html"), ("md", "md")):
-        cli("analyze", *inputs, "--format", fmt, "--out", d / f"a.{ext}")
-        out[ext] = read(d / f"a.{ext}")
-    cli("analyze", *inputs, "--format", "json", "--steps", "all", "--out", d / "all.json")
-    out["all.json"] = read(d / "all.json")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRACEINSIGHT_CACHE_DIR", str(d / "cache"))
+        inputs = [NSYS, "--meta", NSYS_META, "--ncu", NSYS_NCU]
+        cli("analyze", *inputs, "--save", d / "saved", "--out", d / "a.txt")
+        out = {"txt": read(d / "a.txt")}
+        for fmt, ext in (("json", "json"), ("html", "html"), ("md", "md")):
+            cli("analyze", *inputs, "--format", fmt, "--out", d / f"a.{ext}")
+            out[ext] = read(d / f"a.{ext}")
+        cli("analyze", *inputs, "--format", "json", "--steps", "all", "--out", d / "all.json")
+        out["all.json"] = read(d / "all.json")
     return d, out
 
 
