@@ -10,9 +10,10 @@ int64 nanoseconds: `start_ns = round(ts * 1000)` and `end_ns = start_ns + round(
 
 `read(path)` streams the file (`json_stream`): memory holds a few 2 MB chunks plus the rows kept, never the
 document; events of categories the tables do not use are dropped by their first bytes without being parsed, and
-flow events (ph s/t/f: arrows, no duration) are never read. About 250 MB/s of uncompressed JSON on one core of
-the 2-core development machine. `load_json` + `from_document` parse a document whole (sidecars, odd layouts) and
-give the same rows.
+flow events (ph s/t/f: arrows, no duration) are never read. Three threads: one reads (and gunzips) the file, one
+cuts it into batches and finds the kept events with numpy (`_kept_spans`), the caller parses them; about 5 CPU-s
+per GB of uncompressed JSON on the 2-core development machine (docs/SCALE.md). `load_json` + `from_document`
+parse a document whole (sidecars, odd layouts) and give the same rows.
 """
 
 from __future__ import annotations
