@@ -338,8 +338,9 @@ def main() -> None:
     args = ap.parse_args()
 
     py = sys.executable
-    hta_py = str(args.hta_venv / "bin" / "python")
-    if args.no_hta or not Path(hta_py).exists():
+    hta_exe = args.hta_venv / "bin" / "python"
+    hta_py: str | None = str(hta_exe)
+    if args.no_hta or not hta_exe.exists():
         if not args.no_hta:
             print(f"HTA venv not found at {args.hta_venv} (bash benchmarks/hta_env.sh): HTA not measured")
         hta_py = None

@@ -107,3 +107,38 @@ def test_workers_give_the_same_rows(tmp_path: Path) -> None:
     plain = tmp_path / "sweep.json"
     plain.write_bytes(gzip.decompress(path.read_bytes()))
     same(kineto.read(plain, workers=0), kineto.read(plain, workers=2))
+
+
+# Pieces of text that the scans decide on: separators of two layouts, braces and brackets with whitespace, the
+# first keys of skipped and kept events, ProfilerStep names, NUL.
+_TOKENS = [b"\n  },\n  {", b"\n    },\n    {", b"}", b"]", b"}]", b"} ]", b"}\n]", b",", b"{", b" ", b"\n", b"\t",
+           b'\n    "ph": "X", "cat": "cpu_op", "name": "', b'\n    "ph": "X", "cat": "kernel", "name": "',
+           b'\n    "ph": "f", "id": 1,', b'\n    "ph": "X", "cat": "python_function", "name": "',
+           b"ProfilerStep#3", b"Profiler", b'"x"', b"1"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_numpy_scans_match_the_byte_scans(seed: int) -> None:
+    """`_kept_spans` (numpy, the scanning thread) gives exactly `_kept_pieces` and the element count, and
+    `_closes_array` exactly the regular expression, on random texts made of the tokens they decide on and on
+    slices of the real trace; None (left to `_kept_pieces`) only on odd text."""
+    import random
+
+    rng = random.Random(seed)
+    real = gzip.decompress(SMALL.read_bytes())
+    texts = [real[i : i + 200_000] for i in range(0, len(real), 150_000)]
+    tokens = [_TOKENS, [*_TOKENS, b"\x00"]]
+    for i in range(400):
+        body = (rng.choice(tokens[i % 10 == 0]) for _ in range(rng.randint(1, 400)))
+        texts.append(rng.choice([b"{", b"\n  {", b""]) + b"".join(body))
+    decided = 0
+    for data in texts:
+        braces = json_stream._braces(data)
+        assert json_stream._closes_array(data, braces) == (json_stream._ARRAY_END.search(data) is not None)
+        for sep in (b"\n  },\n  {", b"\n    },\n    {"):
+            kept = kineto._kept_spans(data, sep, braces)
+            if kept is None:
+                continue
+            decided += 1
+            assert kept == (kineto._kept_pieces(data, sep), data.count(sep) + 1)
+    assert decided > 100

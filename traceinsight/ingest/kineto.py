@@ -10,9 +10,10 @@ int64 nanoseconds: `start_ns = round(ts * 1000)` and `end_ns = start_ns + round(
 
 `read(path)` streams the file (`json_stream`): memory holds a few 2 MB chunks plus the rows kept, never the
 document; events of categories the tables do not use are dropped by their first bytes without being parsed, and
-flow events (ph s/t/f: arrows, no duration) are never read. About 250 MB/s of uncompressed JSON on one core of
-the 2-core development machine. `load_json` + `from_document` parse a document whole (sidecars, odd layouts) and
-give the same rows.
+flow events (ph s/t/f: arrows, no duration) are never read. Three threads: one reads (and gunzips) the file, one
+cuts it into batches and finds the kept events with numpy (`_kept_spans`), the caller parses them; about 5 CPU-s
+per GB of uncompressed JSON on the 2-core development machine (docs/SCALE.md). `load_json` + `from_document`
+parse a document whole (sidecars, odd layouts) and give the same rows.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from traceinsight.ingest.json_stream import (
     NotAnArray,
     Repairs,
     byte_chunks,
+    chunk_heap,
     read_ahead,
 )
 
@@ -232,19 +234,25 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
     stream = ArrayStream(path, chunks, b"traceEvents")
     t = _Tables()
     n = _worker_count(path, workers)
+    prepared = None
     try:
-        with _gc_paused():
+        with _gc_paused(), chunk_heap():
             if n > 1:
                 n_events = _read_parallel(stream.batches(), path, n, t, repairs)
             else:
                 n_events = 0
-                for batch in stream.batches():
-                    events = _batch_events(batch, path, repairs)
-                    n_events += _element_count(batch, events)
+                # Cutting batches and finding the kept elements run a batch ahead in a thread: their scans are
+                # numpy's, which releases the GIL, so they overlap with parsing on the other core.
+                prepared = read_ahead(_prepare(stream.batches()), name="traceinsight-scan")
+                for batch, kept in prepared:
+                    events, count = _batch_events(batch, path, repairs, kept)
+                    n_events += count
                     _read_events(events, t)
     except NotAnArray:
         return None
     finally:
+        if prepared is not None:
+            prepared.close()  # type: ignore[attr-defined]
         chunks.close()  # type: ignore[attr-defined]
     rest = stream.rest
     try:
@@ -269,6 +277,20 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
 def _element_count(batch: Batch, events: list[Any]) -> int:
     """Elements of the array in `batch` (`events` holds only those parsed when the batch has a separator)."""
     return batch.data.count(batch.sep) + 1 if batch.sep is not None else len(events)
+
+
+# A batch's kept elements, found ahead of parsing: (their insides, the number of elements in the batch), or None
+# where `_kept_spans` leaves the batch to `_kept_pieces`.
+_Kept = tuple[list[bytes], int] | None
+
+
+def _prepare(batches: Iterator[Batch]) -> Iterator[tuple[Batch, _Kept]]:
+    """Each batch with its kept elements (`_kept_spans`), for `read`'s scanning thread."""
+    for batch in batches:
+        kept = None
+        if batch.sep is not None and batch.braces is not None:
+            kept = _kept_spans(batch.data, batch.sep, batch.braces)
+        yield batch, kept
 
 
 # Inputs at least this large (uncompressed bytes, estimated) are parsed by worker processes when read() is not
@@ -329,9 +351,9 @@ def _parse_batch(path: str, batch: Batch) -> _Part:
     repairs = Repairs()
     t = _Tables()
     with _gc_paused():
-        events = _batch_events(batch, Path(path), repairs)
+        events, count = _batch_events(batch, Path(path), repairs)
         _read_events(events, t)
-    return {name: getattr(t, name) for name in _TABLES}, t.skipped, repairs, _element_count(batch, events)
+    return {name: getattr(t, name) for name in _TABLES}, t.skipped, repairs, count
 
 
 def _merge(t: _Tables, repairs: Repairs, part: _Part) -> int:
@@ -349,20 +371,25 @@ def _merge(t: _Tables, repairs: Repairs, part: _Part) -> int:
     return count
 
 
-def _batch_events(batch: Batch, path: Path, repairs: Repairs) -> list[Any]:
-    """The events of one batch that may be kept, parsed (see `read`)."""
+def _batch_events(batch: Batch, path: Path, repairs: Repairs, kept: _Kept = None) -> tuple[list[Any], int]:
+    """The events of one batch that may be kept, parsed (see `read`), and the number of elements in the batch.
+    `kept`: the batch's kept elements when `_kept_spans` found them already."""
     data = batch.data
     if batch.sep is not None:
-        pieces = _kept_pieces(data, batch.sep)
+        if kept is None:
+            pieces, count = _kept_pieces(data, batch.sep), None
+        else:
+            pieces, count = kept
         try:
             events = orjson.loads(b"[{" + b"},{".join(pieces) + b"}]")
         except orjson.JSONDecodeError:
             events = None
         if events is not None and len(events) == len(pieces):
-            return events  # type: ignore[no-any-return]
+            return events, count if count is not None else data.count(batch.sep) + 1
     text = b"[" + data + b"]"
     try:
-        return orjson.loads(text)  # type: ignore[no-any-return]
+        events = orjson.loads(text)
+        return events, _element_count(batch, events)
     except orjson.JSONDecodeError:
         pass
     try:
@@ -371,7 +398,7 @@ def _batch_events(batch: Batch, path: Path, repairs: Repairs) -> list[Any]:
         raise FormatError(bad.message(path, batch.offset - 1)) from None
     if trailing or type(events) is not list:
         raise FormatError(f"{path}: not valid JSON near byte {batch.offset}: traceEvents is not a list of values")
-    return events
+    return events, _element_count(batch, events)
 
 
 def _kept_pieces(data: bytes, sep: bytes) -> list[bytes]:
@@ -404,6 +431,76 @@ def _kept_pieces(data: bytes, sep: bytes) -> list[bytes]:
     return out
 
 
+def _kept_spans(data: bytes, sep: bytes, braces: Any) -> _Kept:
+    """`_kept_pieces(data, sep)` and the number of elements in `data` (`data.count(sep) + 1`), found with numpy
+    from the positions of `}` in `data` (`braces`); None where `_kept_pieces` must decide (NUL bytes in the text,
+    a first or last element without its brace, a separator shorter than a word).
+
+    The separators are the `}` followed by the rest of `sep` (it holds one `}` and cannot overlap itself, so
+    these are exactly the occurrences `split` finds); an element after a separator is skipped when it starts with
+    one of the learned prefixes of `_skip_prefixes` (an operator's unless ProfilerStep# follows), as
+    `_kept_pieces` replaces them; a kept element ends where the next separator starts (or at the batch's last
+    `}`). The comparisons read 8 bytes at a time at every candidate at once; numpy releases the GIL meanwhile."""
+    np = _numpy()
+    n = len(data)
+    w = len(sep)
+    if w < 8 or n < 64 or b"\x00" in data:
+        return None
+    a = np.frombuffer(data, dtype=np.uint8)
+    words = np.ndarray((n - 7,), dtype=np.dtype("<u8"), buffer=data, strides=(1,))  # 8 bytes at every offset
+    anchor = sep.index(b"}")
+    pos = braces[(braces >= anchor) & (braces <= n - w + anchor)] - anchor
+    pos = pos[a[pos + anchor + 1] == sep[anchor + 1]]
+    for off in _word_offsets(w):
+        pos = pos[words[pos + off] == _word(sep, off)]
+    body = pos + w  # where each element after a separator starts (after its `{`)
+    skip = np.zeros(len(pos), dtype=bool)
+    for prefix, named in _skip_prefixes(data[:SAMPLE_BYTES], sep):
+        tail = prefix[w:]
+        m = len(tail)
+        if m < 8:
+            return None
+        at = np.flatnonzero(~skip & (body + m <= n))
+        for off in _word_offsets(m):
+            at = at[words[body[at] + off] == _word(tail, off)]
+        if named:  # an operator category: ProfilerStep# is kept
+            step = at[body[at] + m + len(_STEP_BYTES) <= n]
+            for off in _word_offsets(len(_STEP_BYTES)):
+                step = step[words[body[step] + m + off] == _word(_STEP_BYTES, off)]
+            at = np.setdiff1d(at, step, assume_unique=True)
+        skip[at] = True
+    first = data.find(b"{")
+    last = data.rfind(b"}")
+    if first < 0 or (len(pos) and first >= pos[0]):
+        return None
+    keep = ~skip
+    starts = body[keep].tolist()
+    ends = np.append(pos[1:], last)[keep].tolist()
+    if (starts and ends[-1] < starts[-1]) or (not len(pos) and last <= first):
+        return None  # the last element holds no `}`: `_kept_pieces` fails on it as it always did
+    pieces = [data[first + 1 : pos[0] if len(pos) else last]]
+    pieces += [data[s:e] for s, e in zip(starts, ends, strict=True)]
+    return pieces, len(pos) + 1
+
+
+def _numpy() -> Any:
+    import numpy
+
+    return numpy
+
+
+@functools.cache
+def _word_offsets(length: int) -> tuple[int, ...]:
+    """Offsets of the 8-byte words that cover `length` bytes (the last one may overlap the one before)."""
+    return (*range(0, length - 7, 8), length - 8) if length % 8 else tuple(range(0, length, 8))
+
+
+@functools.cache
+def _word(text: bytes, off: int) -> int:
+    """The little-endian 8-byte word of `text` at `off` (as numpy reads it)."""
+    return int.from_bytes(text[off : off + 8], "little")
+
+
 def _kept_pieces_slow(data: bytes, sep: bytes) -> list[bytes]:
     """`_kept_pieces` with the regular expression at every separator (for text holding NUL bytes)."""
     first = data.index(b"{") + 1
@@ -427,8 +524,10 @@ def _skip_prefixes(sample: bytes, sep: bytes) -> list[tuple[bytes, bool]]:
     category, up to the opening quote of an operator's name, or up to a flow's phase; whether it is an operator
     prefix)."""
     found: dict[bytes, bool] = {}
-    for m in _skip_prefix_pattern(sep).finditer(sample):
-        found.setdefault(m.group(), m.group(2) is not None)
+    # findall (one tuple of groups per match, built in C) then the distinct ones in order: a Python step per
+    # match cost 0.5 s per GB of trace.
+    for other, operator, flow in dict.fromkeys(_skip_prefix_pattern(sep).findall(sample)):
+        found.setdefault(sep + (other or operator or flow), bool(operator))
         if len(found) >= 250:
             break
     return list(found.items())

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
-import platform
 import re
 from functools import cache
 from importlib import resources
@@ -16,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceinsight.ingest import json_stream
 from traceinsight.ingest.base import Columns, Ingest
 
 # Tables whose rows get a per-trace id in start order, and the name of that id column.
@@ -86,9 +85,8 @@ def spill_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"traceinsight-spill-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 
-# glibc's mallopt parameter, and the size from which it maps each allocation on its own (given back on free).
-_M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 1 << 20
+# The size from which glibc maps each allocation on its own (given back on free).
+MMAP_THRESHOLD_BYTES = json_stream.MMAP_THRESHOLD_BYTES
 
 
 @cache
@@ -103,11 +101,7 @@ def free_promptly() -> None:
       back only from their top: the threshold is fixed at MMAP_THRESHOLD_BYTES (no-op on other C libraries)."""
     if pa.default_memory_pool().backend_name != "system":
         pa.set_memory_pool(pa.system_memory_pool())
-    if platform.libc_ver()[0] == "glibc":
-        try:
-            ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-        except (OSError, AttributeError):
-            pass
+    json_stream.set_mmap_threshold(MMAP_THRESHOLD_BYTES)
 
 
 class TraceDB:

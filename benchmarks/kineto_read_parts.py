@@ -1,0 +1,76 @@
+"""Where the streaming Kineto reader (`kineto.read`) spends its CPU: each part's CPU time in the thread that runs
+it (`time.thread_time`, so the reading, scanning and parsing threads are told apart and other processes' load
+does not count), summed over the batches of one read.
+
+    PYTHONPATH=. .venv/bin/python -P benchmarks/kineto_read_parts.py TRACE [--out FILE.json]
+
+Parts: `_braces` (numpy: every `}` of a batch), `_closes_array` (does the batch hold the array's end),
+`_kept_spans` (separators and kept elements, in the scanning thread), `orjson.loads` of the kept elements and
+`_read_events` (their rows) in the calling thread; the calling thread's total CPU and the process's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from traceinsight.ingest import json_stream, kineto
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+
+    def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*a: Any, **k: Any) -> Any:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            out = fn(*a, **k)
+            row = acc[label]
+            row[0] += time.thread_time() - c0
+            row[1] += time.perf_counter() - t0
+            row[2] += 1
+            return out
+        return run
+
+    for name in ("_braces", "_closes_array"):
+        setattr(json_stream, name, timed(name, getattr(json_stream, name)))
+    for name in ("_kept_spans", "_read_events"):
+        setattr(kineto, name, timed(name, getattr(kineto, name)))
+
+    class _Orjson:  # kineto's module reference, so that only its calls are timed
+        JSONDecodeError = orjson.JSONDecodeError
+        loads = staticmethod(timed("orjson.loads", orjson.loads))
+
+    kineto.orjson = _Orjson  # type: ignore[assignment,attr-defined]
+    t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
+    ingest = kineto.read(args.trace)
+    wall, cpu, main_cpu = time.perf_counter() - t0, time.process_time() - c0, time.thread_time() - m0
+    size = args.trace.stat().st_size
+    rows = {label: {"thread_cpu_s": round(v[0], 3), "wall_s": round(v[1], 3), "calls": int(v[2])}
+            for label, v in acc.items()}
+    print(f"{args.trace} ({size / 1e6:.0f} MB): read {wall:.2f} s wall, {cpu:.2f} CPU-s in all threads, "
+          f"{main_cpu:.2f} in the calling thread (load {os.getloadavg()[0]:.1f})")
+    for label, r in rows.items():
+        print(f"  {label:16} {r['thread_cpu_s']:6.2f} CPU-s {r['wall_s']:6.2f} s wall  {r['calls']} calls")
+    counts = {t: len(next(iter(c.values()))) for t, c in (ingest.tables.items() if ingest else []) if c}
+    if args.out:
+        args.out.write_text(json.dumps({"trace": str(args.trace), "bytes": size, "wall_s": round(wall, 3),
+                                        "cpu_s": round(cpu, 3), "calling_thread_cpu_s": round(main_cpu, 3),
+                                        "load1": os.getloadavg()[0], "rows": counts, "parts": rows}, indent=1) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
