@@ -126,16 +126,36 @@ class _Layout:
         return [q.tolist() for q in np.split(self.worker_items, cuts)]
 
 
+def _cta_order(ctas: list[int], num_ctas: int) -> list[int]:
+    """The dispatch order of a non-persistent grid: for each linear CTA index 0..max(num_ctas, items) - 1 the item it
+    runs, -1 for padding CTAs; plan order when the items' CTAs are not distinct or run past the grid. In numpy:
+    the dict-and-list version cost a fifth of a serving launch's layout."""
+    n = len(ctas)
+    size = max(num_ctas, n)
+    if not n:
+        return [-1] * size
+    c = np.array(ctas, dtype=np.int64)
+    if int(c.min()) < 0:  # a negative CTA index is never dispatched (as the dict version: no c in range() is < 0)
+        by_cta = {x: i for i, x in enumerate(ctas)}
+        if len(by_cta) != n or max(by_cta) >= size:
+            return list(range(n))
+        return [by_cta.get(x, -1) for x in range(size)]
+    if int(c.max()) >= size:
+        return list(range(n))
+    order = np.full(size, -1, dtype=np.int64)
+    order[c] = np.arange(n, dtype=np.int64)
+    if int(np.count_nonzero(order >= 0)) != n:  # repeated CTA indices
+        return list(range(n))
+    return cast(list[int], order.tolist())
+
+
 def _build_layout(plan: Plan, num_sms: int, occ: int) -> _Layout:
     items = plan.work_items
-    kv = [it.kv_tokens for it in items]
+    kv = plan.item_kv_tokens
     if not plan.persistent:
         n_slots = num_sms * max(occ, 1)
         # Linear CTA order with padding CTAs (no work item) as -1.
-        by_cta = {it.cta: i for i, it in enumerate(items)}
-        order = [by_cta.get(c, -1) for c in range(max(plan.num_ctas, len(items)))]
-        if len(by_cta) != len(items) or (by_cta and max(by_cta) >= len(order)):
-            order = list(range(len(items)))
+        order = _cta_order([it.cta for it in items], plan.num_ctas)
         return _Layout([k % num_sms for k in range(n_slots)], kv, global_order=order)
     workers = plan.grid[0]
     sm_of = [w % num_sms for w in range(workers)]
@@ -143,7 +163,10 @@ def _build_layout(plan: Plan, num_sms: int, occ: int) -> _Layout:
     if None not in assigned:  # each worker's items in plan order: a stable sort by worker
         w = np.array(assigned, dtype=np.int64) % workers
         return _Layout(sm_of, kv, np.argsort(w, kind="stable"), np.bincount(w, minlength=workers))
-    return _Layout(sm_of, kv, global_order=sorted(range(len(items)), key=lambda i: items[i].cta))
+    ctas = [it.cta for it in items]
+    if all(a <= b for a, b in zip(ctas[:-1], ctas[1:], strict=True)):  # in pull order (FA3): sorting changes nothing
+        return _Layout(sm_of, kv, global_order=list(range(len(items))))
+    return _Layout(sm_of, kv, global_order=sorted(range(len(items)), key=ctas.__getitem__))
 
 
 # Layouts of the plans simulated last, by id(plan) (plans are immutable; the weak reference drops the entry when its
@@ -229,7 +252,7 @@ def _run_shared(
     `events`: (v, number of earlier events of that SM, sm), so that ties pop in a fixed order. Completions within
     _EPS (relative) of the first are handled together, at its time.
     """
-    heappush, heappop = heapq.heappush, heapq.heappop
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
     static_queues = [q[::-1] for q in static_queues]  # pop() from the end = next in order
     n_res = [0] * num_sms
     level = [0.0] * num_sms  # service received per resident CTA since the start (tokens)
@@ -282,6 +305,48 @@ def _run_shared(
             v = v_next
         # Every SM whose next completion is now; their finished CTAs hand slots over in dispatch order.
         lim_v = v + eps * (v if v > 1.0 else 1.0)
+        n_ev = len(events)
+        if (n_ev < 2 or events[1][0] > lim_v) and (n_ev < 3 or events[2][0] > lim_v):
+            # One SM alone completes now (the next event, the smaller of the root's children, is later): the steps
+            # below for one touched SM, its event replaced in place. Most events of a serving launch are these.
+            s = events[0][2]
+            n = n_res[s]
+            lev = level[s] + rate[n] * (v - v_mark[s])
+            level[s] = lev
+            v_mark[s] = v
+            heap = sm_heaps[s]
+            lim = lev + eps * (lev if lev > 1.0 else 1.0)
+            done1: list[tuple[int, int, int, float]] = []  # (seq, slot, idx, start)
+            while heap and heap[0][0] <= lim:
+                _, sq, slot, idx, t0 = heappop(heap)
+                done1.append((sq, slot, idx, t0))
+            demand -= demand_of[n]
+            if len(done1) > 1:
+                done1.sort()
+            for _, slot, idx, t0 in done1:
+                if detail and idx >= 0:
+                    segments.append((s, slot, t0, t, items[idx]))
+                if static_queues:
+                    q = static_queues[slot]
+                    nxt = q.pop() if q else None
+                else:
+                    nxt = global_queue.pop() if global_queue else None
+                if nxt is None:
+                    n_res[s] -= 1
+                    if n_res[s] == 0:
+                        busy[s] = t
+                        busy_sms -= 1
+                else:
+                    heappush(heap, (level[s] + (work_of[nxt] if nxt >= 0 else 0.0), seq, slot, nxt, t))
+                    seq += 1
+            n = n_res[s]
+            demand += demand_of[n]
+            version[s] += 1
+            if heap:
+                heapreplace(events, (v + (heap[0][0] - level[s]) / rate[n], version[s], s))
+            else:
+                heappop(events)
+            continue
         touched = [heappop(events)[2]]
         while events and events[0][0] <= lim_v:
             touched.append(heappop(events)[2])
@@ -338,7 +403,7 @@ def _run_single(
 ) -> _Run:
     """_run_shared for one slot per SM at most (slot k on SM k) pulling from the global queue: the same arithmetic
     in the same order, with the one resident item of each SM in plain lists instead of a heap."""
-    heappush, heappop = heapq.heappush, heapq.heappop
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
     r1, d1 = rate[1], demand_of[1]
     has = [False] * num_sms  # SM holds an item
     key = [0.0] * num_sms  # `level` at which the resident item completes
@@ -387,6 +452,37 @@ def _run_single(
         if v_next > v:
             v = v_next
         lim_v = v + eps * (v if v > 1.0 else 1.0)
+        n_ev = len(events)
+        if (n_ev < 2 or events[1][0] > lim_v) and (n_ev < 3 or events[2][0] > lim_v):
+            # One SM alone completes now: the steps below for one touched SM, its event replaced in place.
+            s = events[0][2]
+            lev = level[s] + r1 * (v - v_mark[s])
+            level[s] = lev
+            v_mark[s] = v
+            demand -= d1
+            if key[s] <= lev + eps * (lev if lev > 1.0 else 1.0):
+                idx = cidx[s]
+                if detail and idx >= 0:
+                    segments.append((s, s, ct0[s], t, items[idx]))
+                if global_queue:
+                    nxt = global_queue.pop()
+                    key[s] = lev + (work_of[nxt] if nxt >= 0 else 0.0)
+                    cseq[s] = seq
+                    cidx[s] = nxt
+                    ct0[s] = t
+                    seq += 1
+                else:
+                    has[s] = False
+                    busy[s] = t
+                    busy_sms -= 1
+            version[s] += 1
+            if has[s]:
+                demand += d1
+                heapreplace(events, (v + (key[s] - lev) / r1, version[s], s))
+            else:
+                demand += demand_of[0]
+                heappop(events)
+            continue
         touched = [heappop(events)[2]]
         while events and events[0][0] <= lim_v:
             touched.append(heappop(events)[2])

@@ -130,16 +130,26 @@ def plan_fa3(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False, options
         if opt.sort:
             chunk.sort(key=lambda i: -ceil_div(n_blocks[i], splits[i]))
         order.extend(chunk)
+    # Tiles in pull order: per request, query tile, KV head, split; the CTA index is the position in that order.
+    # One list comprehension per (request, query tile) over its heads and splits (the splits' token ranges are
+    # the same for every head): a serving batch has 10^4 tiles per launch.
     items: list[WorkItem] = []
+    make = new_work_item
+    heads = range(h_kv)
     for req in order:
         kv_len = batch.kv_lens[req]
-        per_split = ceil_div(n_blocks[req], splits[req]) * opt.block_n
+        n_splits = splits[req]
+        per_split = ceil_div(n_blocks[req], n_splits) * opt.block_n
+        chunks = [(s, start, max(min(per_split, kv_len - start), 0))
+                  for s, start in ((s, min(s * per_split, kv_len)) for s in range(n_splits))]
         for q_tile in range(m_blocks[req]):
-            for head in range(h_kv):
-                for s in range(splits[req]):
-                    start = min(s * per_split, kv_len)
-                    tokens = max(min(per_split, kv_len - start), 0)
-                    items.append(new_work_item(req, head, s, start, tokens, None, q_tile, len(items)))
+            base = len(items)
+            if n_splits == 1:
+                _, start, tokens = chunks[0]
+                items.extend([make(req, head, 0, start, tokens, None, q_tile, base + head) for head in heads])
+            else:
+                items.extend([make(req, head, s, start, tokens, None, q_tile, base + head * n_splits + s)
+                              for head in heads for s, start, tokens in chunks])
     return Plan(
         backend=FA3,
         batch=batch,

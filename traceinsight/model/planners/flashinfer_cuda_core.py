@@ -9,6 +9,8 @@ of KV head y, so the linear CTA order is head-major: x + padded * y.
 
 from __future__ import annotations
 
+import numpy as np
+
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import CUDA_CORE
 from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, chunk_items, new_work_item
@@ -20,9 +22,10 @@ def binary_search_chunk_pages(max_grid: int, gdy: int, pages: tuple[int, ...], m
     The search loop counts ceil(pages / mid) without the max(pages, 1) the final count uses, as upstream does.
     """
     low, high = min_pages, max(pages)
+    arr = np.array(pages, dtype=np.int64)  # exact integer counts, one numpy pass per candidate
     while low < high:
         mid = (low + high) // 2
-        if sum([-(-p // mid) for p in pages]) * gdy > max_grid:  # ceil_div, inlined
+        if int((-(-arr // mid)).sum()) * gdy > max_grid:  # ceil_div
             low = mid + 1
         else:
             high = mid

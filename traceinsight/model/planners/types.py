@@ -149,6 +149,16 @@ class Plan:
         return h
 
     @property
+    def item_kv_tokens(self) -> list[int]:
+        """Every work item's KV tokens, in plan order, read once per plan (the model sums, maxes and lays them out
+        several times per launch; a serving trace's plans hold 10^3-10^4 items each). Do not modify the list."""
+        toks: list[int] | None = self.__dict__.get("_kv_tokens")
+        if toks is None:
+            toks = [it.kv_tokens for it in self.work_items]
+            object.__setattr__(self, "_kv_tokens", toks)
+        return toks
+
+    @property
     def num_ctas(self) -> int:
         """CTAs launched (grid.x * grid.y * grid.z), padding CTAs included."""
         x, y, z = self.grid
