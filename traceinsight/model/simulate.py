@@ -29,10 +29,10 @@ import heapq
 import math
 import threading
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from itertools import starmap
-from typing import cast
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -69,15 +69,23 @@ class CostModel:
         return 1.0 / norm
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One work item's residence on an SM: [start_ns, end_ns) on SM `sm`, slot/worker `slot`."""
+class Segment(NamedTuple):
+    """One work item's residence on an SM: [start_ns, end_ns) on SM `sm`, slot/worker `slot`. A named tuple: a
+    serving launch has 10^3-10^4 of them, made at C speed from the loop's tuples (`_segments`)."""
 
     sm: int
     slot: int
     start_ns: float
     end_ns: float
     item: WorkItem
+
+
+_as_segment = partial(tuple.__new__, Segment)
+
+
+def _segments(rows: Iterable[tuple[int, int, float, float, WorkItem]]) -> tuple[Segment, ...]:
+    """Segments of (sm, slot, start_ns, end_ns, item) tuples, in order."""
+    return tuple(map(_as_segment, rows))
 
 
 @dataclass(frozen=True)
@@ -146,7 +154,7 @@ def _cta_order(ctas: list[int], num_ctas: int) -> list[int]:
     order[c] = np.arange(n, dtype=np.int64)
     if int(np.count_nonzero(order >= 0)) != n:  # repeated CTA indices
         return list(range(n))
-    return cast(list[int], order.tolist())
+    return order.tolist()
 
 
 def _build_layout(plan: Plan, num_sms: int, occ: int) -> _Layout:
@@ -191,26 +199,6 @@ def _layout(plan: Plan, num_sms: int, occ: int) -> _Layout:
             del _LAYOUTS[next(iter(_LAYOUTS))]
         _LAYOUTS[key] = (weakref.ref(plan, forget), num_sms, occ, lay)
     return lay
-
-
-class _SegmentBuilder:
-    """Makes a Segment without the frozen dataclass's per-field object.__setattr__ (see planners.types)."""
-
-    __slots__ = Segment.__slots__
-
-    def __init__(self, sm: int, slot: int, start_ns: float, end_ns: float, item: WorkItem) -> None:
-        self.sm = sm
-        self.slot = slot
-        self.start_ns = start_ns
-        self.end_ns = end_ns
-        self.item = item
-        self.__class__ = Segment  # type: ignore[assignment]
-
-
-# new_segment(sm, slot, start_ns, end_ns, item) returns a Segment equal to Segment(...) with the same arguments
-# (the builder's instance becomes a Segment, which the type system cannot follow).
-_new_segment = cast("Callable[[int, int, float, float, WorkItem], Segment]", _SegmentBuilder)
-assert _SegmentBuilder.__init__.__code__.co_varnames[1:6] == tuple(f.name for f in fields(Segment))
 
 
 @dataclass
@@ -387,7 +375,7 @@ def _run_shared(
             heap = sm_heaps[s]
             if heap:
                 heappush(events, (v + (heap[0][0] - level[s]) / rate[n], version[s], s))
-    return _Run(t, busy, tail_ns, tail_intervals, tuple(starmap(_new_segment, segments)))
+    return _Run(t, busy, tail_ns, tail_intervals, _segments(segments))
 
 
 def _run_single(
@@ -518,7 +506,7 @@ def _run_single(
                 heappush(events, (v + (key[s] - level[s]) / r1, version[s], s))
             else:
                 demand += demand_of[0]
-    return _Run(t, busy, tail_ns, tail_intervals, tuple(starmap(_new_segment, segments)))
+    return _Run(t, busy, tail_ns, tail_intervals, _segments(segments))
 
 
 def _run_static(
@@ -677,8 +665,8 @@ def _static_segments(
     t_end = t_g[group_f]
     t_start = np.where(k_f > 0, np.concatenate(([0.0], t_end[:-1])), 0.0)
     sms = sm_f[done_f].tolist()
-    return tuple(map(_new_segment, sms, sms, t_start[done_f].tolist(), t_end[done_f].tolist(),
-                     [items[i] for i in flat_idx[done_f].tolist()]))
+    return _segments(zip(sms, sms, t_start[done_f].tolist(), t_end[done_f].tolist(),
+                         [items[i] for i in flat_idx[done_f].tolist()], strict=True))
 
 
 def _tail_items(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import FA3, FA3_MAX_DYNAMIC_SPLIT_BATCH
-from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, new_work_item
+from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, work_items
 
 L2_ASSUMED_BYTES = 50 * 1024 * 1024  # FA3's assumed L2 size in the split heuristic
 
@@ -134,7 +134,6 @@ def plan_fa3(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False, options
     # One list comprehension per (request, query tile) over its heads and splits (the splits' token ranges are
     # the same for every head): a serving batch has 10^4 tiles per launch.
     items: list[WorkItem] = []
-    make = new_work_item
     heads = range(h_kv)
     for req in order:
         kv_len = batch.kv_lens[req]
@@ -146,10 +145,11 @@ def plan_fa3(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False, options
             base = len(items)
             if n_splits == 1:
                 _, start, tokens = chunks[0]
-                items.extend([make(req, head, 0, start, tokens, None, q_tile, base + head) for head in heads])
+                items.extend(work_items([(req, head, 0, start, tokens, None, q_tile, base + head, None)
+                                         for head in heads]))
             else:
-                items.extend([make(req, head, s, start, tokens, None, q_tile, base + head * n_splits + s)
-                              for head in heads for s, start, tokens in chunks])
+                items.extend(work_items([(req, head, s, start, tokens, None, q_tile, base + head * n_splits + s, None)
+                                         for head in heads for s, start, tokens in chunks]))
     return Plan(
         backend=FA3,
         batch=batch,

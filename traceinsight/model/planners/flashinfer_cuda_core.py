@@ -13,7 +13,7 @@ import numpy as np
 
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import CUDA_CORE
-from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, chunk_items, new_work_item
+from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, chunk_items, work_items
 
 
 def binary_search_chunk_pages(max_grid: int, gdy: int, pages: tuple[int, ...], min_pages: int) -> tuple[int, int]:
@@ -60,8 +60,8 @@ def plan_cuda_core(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False) -
     for head in range(gdy):
         base = padded * head
         if not split_kv:  # one item per request: CTA x = request
-            make = new_work_item
-            items.extend([make(req, head, 0, 0, n, None, 0, req + base) for req, n in enumerate(batch.kv_lens)])
+            items.extend(work_items([(req, head, 0, 0, n, None, 0, req + base, None)
+                                     for req, n in enumerate(batch.kv_lens)]))
             splits = [1] * b
             continue
         x = 0

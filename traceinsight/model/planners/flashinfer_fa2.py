@@ -13,7 +13,7 @@ import numpy as np
 
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import FA2, FA2_CTAS_PER_SM
-from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, new_work_item
+from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, work_items
 
 
 def fa2_cta_tile_q(avg_packed_qo_len: int, head_dim: int, sm_major: int) -> int:
@@ -89,11 +89,10 @@ def plan_fa2(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False) -> Plan
     flat = [(req, q_tile, c, start, tokens) for req, entries in enumerate(per_request)
             for q_tile, c, start, tokens in entries]
     items: list[WorkItem] = []
-    make = new_work_item
     for head in range(h_kv):
         base = padded * head
-        items.extend([make(req, head, c, start, tokens, None, q_tile, x + base)
-                      for x, (req, q_tile, c, start, tokens) in enumerate(flat)])
+        items.extend(work_items([(req, head, c, start, tokens, None, q_tile, x + base, None)
+                                 for x, (req, q_tile, c, start, tokens) in enumerate(flat)]))
     return Plan(
         backend=FA2,
         batch=batch,
