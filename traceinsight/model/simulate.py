@@ -32,6 +32,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -81,6 +82,8 @@ class Segment(NamedTuple):
 
 
 _as_segment = partial(tuple.__new__, Segment)
+_START_NS = itemgetter(Segment._fields.index("start_ns"))
+_END_NS = itemgetter(Segment._fields.index("end_ns"))
 
 
 def _segments(rows: Iterable[tuple[int, int, float, float, WorkItem]]) -> tuple[Segment, ...]:
@@ -679,8 +682,8 @@ def _tail_items(
         return ()
     need = TAIL_ITEM_SHARE * tail_ns
     n = len(segments)
-    seg_start = np.fromiter((seg.start_ns for seg in segments), dtype=np.float64, count=n)
-    seg_end = np.fromiter((seg.end_ns for seg in segments), dtype=np.float64, count=n)
+    seg_start = np.fromiter(map(_START_NS, segments), dtype=np.float64, count=n)  # C-level field reads
+    seg_end = np.fromiter(map(_END_NS, segments), dtype=np.float64, count=n)
     # Overlap <= duration, up to rounding: the margin keeps every segment the exact sum below could accept.
     maybe = (seg_end - seg_start >= need * (1 - 1e-9)) & (seg_end > intervals[0][0]) & (seg_start < intervals[-1][1])
     starts = [a for a, _ in intervals]
