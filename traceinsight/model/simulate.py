@@ -307,6 +307,21 @@ def _run_shared(
             v_mark[s] = v
             heap = sm_heaps[s]
             lim = lev + eps * (lev if lev > 1.0 else 1.0)
+            n_h = len(heap)
+            if (n_h and heap[0][0] <= lim and (n_h < 2 or heap[1][0] > lim) and (n_h < 3 or heap[2][0] > lim)
+                    and (static_queues[heap[0][2]] if static_queues else global_queue)):
+                # ...and one CTA of it, whose slot takes the next CTA at once: the resident replaced in place.
+                _, sq, slot, idx, t0 = heap[0]
+                demand -= demand_of[n]
+                if detail and idx >= 0:
+                    segments.append((s, slot, t0, t, items[idx]))
+                nxt1 = static_queues[slot].pop() if static_queues else global_queue.pop()
+                heapreplace(heap, (lev + (work_of[nxt1] if nxt1 >= 0 else 0.0), seq, slot, nxt1, t))
+                seq += 1
+                demand += demand_of[n]
+                version[s] += 1
+                heapreplace(events, (v + (heap[0][0] - lev) / rate[n], version[s], s))
+                continue
             done1: list[tuple[int, int, int, float]] = []  # (seq, slot, idx, start)
             while heap and heap[0][0] <= lim:
                 _, sq, slot, idx, t0 = heappop(heap)
