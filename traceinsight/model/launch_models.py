@@ -112,15 +112,14 @@ def cached_plan(cache: dict[Any, Any], backend: str, batch: Batch, gpu: GPU, occ
 
 
 def cached_sim(cache: dict[Any, Any], p: Plan, gpu: GPU, occ: int, cost: CostModel) -> SimResult:
-    """`simulate(...)`, memoized in `cache` by the plan object, SM count, occupancy and cost model. The plan is keyed
-    by identity and kept in the entry (so its id is not reused while the entry lives): hashing a plan's value hashes
-    every work item (10^4 per launch of a serving trace, a second per trace), and the plans reaching here come from
-    `cached_plan`, which already gives equal inputs one plan object."""
-    key = ("sim", id(p), gpu.num_sms, occ, cost)
-    hit = cache.get(key)
-    if hit is None or hit[0] is not p:
-        hit = cache[key] = (p, simulate(p, gpu, occ, cost))
-    return cast(SimResult, hit[1])
+    """`simulate(...)`, memoized in `cache` by the plan's value (a frozen dataclass: equal plans share a
+    simulation, and no key outlives or outguesses the object it names), SM count, occupancy and cost model. A plan
+    hashes once (Plan.__hash__ keeps it) and its work items are named tuples, hashed at C speed."""
+    key = ("sim", p, gpu.num_sms, occ, cost)
+    r = cache.get(key)
+    if r is None:
+        r = cache[key] = simulate(p, gpu, occ, cost)
+    return cast(SimResult, r)
 
 
 def throughput_floor_ns(p: Plan, gpu: GPU, occ: int, cost: CostModel) -> float:

@@ -82,6 +82,8 @@ class Segment(NamedTuple):
 
 
 _as_segment = partial(tuple.__new__, Segment)
+_CTA = itemgetter(WorkItem._fields.index("cta"))
+_WORKER = itemgetter(WorkItem._fields.index("worker"))
 _START_NS = itemgetter(Segment._fields.index("start_ns"))
 _END_NS = itemgetter(Segment._fields.index("end_ns"))
 
@@ -166,16 +168,16 @@ def _build_layout(plan: Plan, num_sms: int, occ: int) -> _Layout:
     if not plan.persistent:
         n_slots = num_sms * max(occ, 1)
         # Linear CTA order with padding CTAs (no work item) as -1.
-        order = _cta_order([it.cta for it in items], plan.num_ctas)
+        order = _cta_order(list(map(_CTA, items)), plan.num_ctas)
         return _Layout([k % num_sms for k in range(n_slots)], kv, global_order=order)
     workers = plan.grid[0]
     sm_of = [w % num_sms for w in range(workers)]
-    assigned = [it.worker for it in items]
+    assigned = list(map(_WORKER, items))
     if None not in assigned:  # each worker's items in plan order: a stable sort by worker
         w = np.array(assigned, dtype=np.int64) % workers
         return _Layout(sm_of, kv, np.argsort(w, kind="stable"), np.bincount(w, minlength=workers))
-    ctas = [it.cta for it in items]
-    if all(a <= b for a, b in zip(ctas[:-1], ctas[1:], strict=True)):  # in pull order (FA3): sorting changes nothing
+    ctas = list(map(_CTA, items))
+    if sorted(ctas) == ctas:  # already in pull order (FA3): the stable sort by CTA changes nothing
         return _Layout(sm_of, kv, global_order=list(range(len(items))))
     return _Layout(sm_of, kv, global_order=sorted(range(len(items)), key=ctas.__getitem__))
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from operator import itemgetter
 from typing import NamedTuple
 
 
@@ -158,7 +159,7 @@ class Plan:
         several times per launch; a serving trace's plans hold 10^3-10^4 items each). Do not modify the list."""
         toks: list[int] | None = self.__dict__.get("_kv_tokens")
         if toks is None:
-            toks = [it.kv_tokens for it in self.work_items]
+            toks = list(map(_KV_TOKENS, self.work_items))
             object.__setattr__(self, "_kv_tokens", toks)
         return toks
 
@@ -177,6 +178,7 @@ class Plan:
 # new_work_item(request, kv_head, chunk_index, kv_start, kv_tokens, qo_head=None, qo_tile=0, cta=0, worker=None)
 new_work_item = WorkItem
 _item_of_fields = partial(tuple.__new__, WorkItem)
+_KV_TOKENS = itemgetter(WorkItem._fields.index("kv_tokens"))
 
 
 ItemFields = tuple[int, int | None, int, int, int, int | None, int, int, int | None]
