@@ -16,6 +16,16 @@ ratios, not the seconds, across runs. Model stages are timed in CPU seconds of t
     .venv/bin/python benchmarks/model_speed.py [--runs 3] [--baseline DIR] [--no-analyze]
 
 Prints a table and writes benchmarks/results/model_speed.json.
+
+--traces times the model stage itself (`model.attach`: batches, planning, calibration, simulation of every launch)
+inside `analyze` of the real serving / replay traces the golden tests hold (tests/golden.py) and FA3's serving
+replay: per trace, wall and CPU seconds of that stage, each (source, run) one worker process that analyzes every
+trace in turn (cache off), the sources interleaved run by run; medians, and baseline / current. The load average is
+recorded with every run (the machine is shared).
+
+    .venv/bin/python benchmarks/model_speed.py --traces [--cases a,b] [--runs 3] [--baseline DIR] [--out FILE]
+
+writes benchmarks/results/model_speed_traces.json.
 """
 
 from __future__ import annotations
@@ -90,6 +100,94 @@ def worker() -> dict[str, dict[str, float]]:
     return out
 
 
+# The real traces the model stage is timed on (tests/golden.py names; 'fa3_serving' is FA3's serving replay, held by
+# tests/test_fa3_model.py rather than a golden).
+TRACE_CASES = ("collected_serving_q64kv8d128_torch", "collected_serving_q64kv8d128_graph_torch",
+               "collected_serving_graph_nsys", "loop_core_torch", "loop_core_graph_torch", "loop_core_graph_nsys",
+               "loop_fa2_torch", "loop_fa2_nsys", "collected_sweep_q64kv8d128_torch", "fa3_serving")
+TRACES_RESULTS = REPO / "benchmarks" / "results" / "model_speed_traces.json"
+
+
+def trace_worker(names: list[str]) -> dict[str, dict[str, float]]:
+    """Per trace: wall and CPU seconds of the model stage (pipeline.attach) in `analyze`, for the `traceinsight`
+    importable in this process; and the whole analysis's wall seconds."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from golden import CASES  # type: ignore[import-not-found]
+
+    import traceinsight.pipeline as pipeline
+
+    cases = {**CASES, "fa3_serving": ("examples/fa3/serving_q64kv8d128_fa3_torch.pt.trace.json.gz",
+                                      ("examples/fa3/serving_q64kv8d128_fa3_torch.sidecar.json.gz",), ())}
+    stage: dict[str, float] = {}
+    stage_fn = "attach"  # the model stage: the pipeline module's own reference, so every call is timed
+    attach = getattr(pipeline, stage_fn)
+
+    def timed(*a: Any, **k: Any) -> Any:
+        w0, c0 = time.perf_counter(), time.process_time()
+        out = attach(*a, **k)
+        stage["wall_s"] = stage.get("wall_s", 0.0) + time.perf_counter() - w0
+        stage["cpu_s"] = stage.get("cpu_s", 0.0) + time.process_time() - c0
+        return out
+
+    setattr(pipeline, stage_fn, timed)
+    out: dict[str, dict[str, float]] = {}
+    for name in names:
+        trace, meta, ncu = cases[name]
+        stage.clear()
+        gc.collect()
+        t0 = time.perf_counter()
+        pipeline.analyze([REPO / trace], meta=[REPO / m for m in meta], ncu=[REPO / n for n in ncu], cache=False)
+        out[name] = {**stage, "analyze_wall_s": time.perf_counter() - t0}
+    return out
+
+
+def run_traces(args: argparse.Namespace) -> None:
+    names = args.cases.split(",") if args.cases else list(TRACE_CASES)
+    sources = {"current": REPO}
+    if args.baseline:
+        sources["baseline"] = args.baseline.resolve()
+    runs: dict[str, list[dict[str, dict[str, float]]]] = {n: [] for n in sources}
+    loads: list[list[float]] = []
+    for _ in range(args.runs):  # interleaved: drift in the machine's load hits every source alike
+        for name, src in sources.items():
+            loads.append([round(x, 2) for x in os.getloadavg()])
+            proc = subprocess.run([sys.executable, __file__, "--trace-worker", ",".join(names)], env=_env(src),
+                                  check=True, capture_output=True, text=True)
+            runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    loads.append([round(x, 2) for x in os.getloadavg()])
+    rows = []
+    head = f"{'trace':42}" + "".join(f" {n + ' wall s':>15} {n + ' cpu s':>14}" for n in sources)
+    print(head + ("  speed-up (wall, cpu)" if len(sources) > 1 else ""))
+    for trace in names:
+        row: dict[str, Any] = {"trace": trace}
+        line = f"{trace:42}"
+        for n in sources:
+            for k in ("wall_s", "cpu_s", "analyze_wall_s"):
+                row[f"{n}_{k}"] = statistics.median(r[trace][k] for r in runs[n])
+            row[f"{n}_runs"] = [r[trace] for r in runs[n]]
+            line += f" {row[f'{n}_wall_s']:15.2f} {row[f'{n}_cpu_s']:14.2f}"
+        if "baseline" in sources:
+            row["speedup_wall"] = row["baseline_wall_s"] / row["current_wall_s"]
+            row["speedup_cpu"] = row["baseline_cpu_s"] / row["current_cpu_s"]
+            line += f"  {row['speedup_wall']:6.1f}x {row['speedup_cpu']:6.1f}x"
+        rows.append(row)
+        print(line)
+    totals = {n: {k: sum(r[f"{n}_{k}"] for r in rows) for k in ("wall_s", "cpu_s", "analyze_wall_s")}
+              for n in sources}
+    print(f"{'all (sum of medians)':42}" + "".join(f" {totals[n]['wall_s']:15.2f} {totals[n]['cpu_s']:14.2f}"
+                                                   for n in sources)
+          + (f"  {totals['baseline']['wall_s'] / totals['current']['wall_s']:6.1f}x "
+             f"{totals['baseline']['cpu_s'] / totals['current']['cpu_s']:6.1f}x" if "baseline" in sources else ""))
+    print(f"load average (1, 5, 15 min) before each run and at the end: {loads}")
+    out = args.out or TRACES_RESULTS
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "machine": platform.platform(), "cpus": os.cpu_count(), "runs": args.runs, "load_average": loads,
+        "sources": {n: str(p) for n, p in sources.items()}, "traces": rows, "totals": totals,
+    }, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
 def _env(src: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(src)}
 
@@ -122,10 +220,20 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--baseline", type=Path, help="folder holding the `traceinsight` package to compare against")
     ap.add_argument("--no-analyze", action="store_true", help="skip the end-to-end analyze timings")
+    ap.add_argument("--traces", action="store_true", help="time the model stage on the real serving traces")
+    ap.add_argument("--cases", help="with --traces: comma-separated case names (default: TRACE_CASES)")
+    ap.add_argument("--out", type=Path, help="with --traces: results file")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--trace-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker()))
+        return
+    if args.trace_worker:
+        print(json.dumps(trace_worker(args.trace_worker.split(","))))
+        return
+    if args.traces:
+        run_traces(args)
         return
     sources = {"current": REPO}
     if args.baseline:

@@ -18,10 +18,10 @@ import numpy as np
 
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.batches import (
+    SidecarIndex,
     batch_from_sidecar,
     batch_from_trace,
     fa3_options,
-    match_sidecar,
     planner_batch,
     sidecar_rows,
     trace_batch_key,
@@ -136,10 +136,10 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
     graph_ids = {r["kernel_id"] for r in db.rows(
         "SELECT kernel_id FROM kernels WHERE trace_id = $t AND graph_node_id IS NOT NULL", {"t": trace_id})}
     sched.cuda_graph_kernels = frozenset(graph_ids)
-    rows = sidecar_rows(db, trace_id)
+    index = SidecarIndex(sidecar_rows(db, trace_id))
     matched: dict[int, dict[str, Any]] = {}
     for s in steps:
-        r = match_sidecar(s, rows)
+        r = index.match(s)
         if r is not None:
             matched[s.index] = r
 

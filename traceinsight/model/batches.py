@@ -3,9 +3,10 @@ launch's grid, its merge kernel's grid); and the planner's `Batch` and FA3 call 
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from typing import Any
 
-from traceinsight.ingest.sidecar import CALL_FIELDS, key_matches
+from traceinsight.ingest.sidecar import CALL_FIELDS, key_matches, key_tokens
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
@@ -38,6 +39,36 @@ def match_sidecar(step: Step, rows: list[dict[str, Any]]) -> dict[str, Any] | No
             if best is None or len(r["step_key"].split()) > len(best["step_key"].split()):
                 best = r
     return best
+
+
+class SidecarIndex:
+    """`match_sidecar` over many steps without scanning every row per step (a serving sidecar has a row per step:
+    quadratic, 160K key comparisons for 400 steps). Each row is filed under its key's rarest token; a step looks
+    at the rows filed under its name's tokens only, in the rows' order, with `match_sidecar`'s rule (the first
+    of the keys with the most tokens wins)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        toks = [key_tokens(r["step_key"]) for r in rows]
+        freq = Counter(t for ts in toks for t in set(ts))
+        self.by_token: dict[str, list[int]] = defaultdict(list)
+        self.keys: list[frozenset[str]] = []
+        for i, ts in enumerate(toks):
+            self.keys.append(frozenset(ts))
+            if ts:  # an empty key matches nothing
+                self.by_token[min(ts, key=lambda t: (freq[t], t))].append(i)
+
+    def match(self, step: Step) -> dict[str, Any] | None:
+        if step.source == "launch":
+            return None
+        name = frozenset(key_tokens(step.name))
+        found = sorted(i for t in name for i in self.by_token.get(t, ()) if self.keys[i] <= name)
+        best: dict[str, Any] | None = None
+        for i in found:
+            r = self.rows[i]
+            if best is None or len(r["step_key"].split()) > len(best["step_key"].split()):
+                best = r
+        return best
 
 
 def _shape_from_kernel(k: Kernel, thr: KernelThreshold | None) -> tuple[int | None, int | None]:

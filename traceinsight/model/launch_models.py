@@ -29,8 +29,14 @@ CALIBRATION_FIT: tuple[str, ...] = ()
 
 
 def _item_stats(p: Plan) -> tuple[int, float]:
-    toks = [it.kv_tokens for it in p.work_items]
-    return (max(toks), statistics.fmean(toks)) if toks else (0, 0.0)
+    """(longest, mean) work item in KV tokens, computed once per plan (calibration and the launch model ask for it
+    up to three times per plan)."""
+    stats: tuple[int, float] | None = p.__dict__.get("_item_stats")
+    if stats is None:
+        toks = p.item_kv_tokens
+        stats = (max(toks), statistics.fmean(toks)) if toks else (0, 0.0)
+        object.__setattr__(p, "_item_stats", stats)
+    return stats
 
 
 def is_balanced(p: Plan) -> bool:
@@ -47,7 +53,7 @@ def imbalance(p: Plan) -> float:
 
 def _spread(pairs: list[tuple[Plan, float]], n: int) -> list[tuple[Plan, float]]:
     """At most n of `pairs`, spread evenly over the range of total KV work."""
-    pairs = sorted(pairs, key=lambda pn: sum(it.kv_tokens for it in pn[0].work_items))
+    pairs = sorted(pairs, key=lambda pn: sum(pn[0].item_kv_tokens))
     if len(pairs) <= n:
         return pairs
     step = (len(pairs) - 1) / (n - 1)
@@ -107,7 +113,8 @@ def cached_plan(cache: dict[Any, Any], backend: str, batch: Batch, gpu: GPU, occ
 
 def cached_sim(cache: dict[Any, Any], p: Plan, gpu: GPU, occ: int, cost: CostModel) -> SimResult:
     """`simulate(...)`, memoized in `cache` by the plan's value (a frozen dataclass: equal plans share a
-    simulation, and no key outlives or outguesses the object it names), SM count, occupancy and cost model."""
+    simulation, and no key outlives or outguesses the object it names), SM count, occupancy and cost model. A plan
+    hashes once (Plan.__hash__ keeps it) and its work items are named tuples, hashed at C speed."""
     key = ("sim", p, gpu.num_sms, occ, cost)
     r = cache.get(key)
     if r is None:
@@ -123,7 +130,8 @@ def throughput_floor_ns(p: Plan, gpu: GPU, occ: int, cost: CostModel) -> float:
     full = gpu.num_sms * per_sm * cost.per_cta_rate(per_sm)
     if cost.gpu_rate is not None:
         full = min(full, cost.gpu_rate)
-    work = sum(it.kv_tokens + cost.item_overhead_tokens for it in p.work_items)
+    overhead = cost.item_overhead_tokens
+    work = sum([k + overhead for k in p.item_kv_tokens])
     return cost.launch_ns + work / full if full > 0 else math.inf
 
 
@@ -136,7 +144,7 @@ def model_from_plan(kernel_id: int, p: Plan, k: Kernel, gpu: GPU, occ: int, cost
     return LaunchModel(
         kernel_id=kernel_id,
         source=source,
-        work_items=sum(1 for it in p.work_items if it.kv_tokens > 0) or len(p.work_items),
+        work_items=sum(1 for k in p.item_kv_tokens if k > 0) or len(p.work_items),
         chunk_tokens=p.chunk_tokens,
         split_kv=p.split_kv,
         predicted_ns=round(sim.predicted_ns) if sim else None,

@@ -29,10 +29,11 @@ import heapq
 import math
 import threading
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from itertools import starmap
-from typing import cast
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from operator import itemgetter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -69,15 +70,27 @@ class CostModel:
         return 1.0 / norm
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One work item's residence on an SM: [start_ns, end_ns) on SM `sm`, slot/worker `slot`."""
+class Segment(NamedTuple):
+    """One work item's residence on an SM: [start_ns, end_ns) on SM `sm`, slot/worker `slot`. A named tuple: a
+    serving launch has 10^3-10^4 of them, made at C speed from the loop's tuples (`_segments`)."""
 
     sm: int
     slot: int
     start_ns: float
     end_ns: float
     item: WorkItem
+
+
+_as_segment = partial(tuple.__new__, Segment)
+_CTA = itemgetter(WorkItem._fields.index("cta"))
+_WORKER = itemgetter(WorkItem._fields.index("worker"))
+_START_NS = itemgetter(Segment._fields.index("start_ns"))
+_END_NS = itemgetter(Segment._fields.index("end_ns"))
+
+
+def _segments(rows: Iterable[tuple[int, int, float, float, WorkItem]]) -> tuple[Segment, ...]:
+    """Segments of (sm, slot, start_ns, end_ns, item) tuples, in order."""
+    return tuple(map(_as_segment, rows))
 
 
 @dataclass(frozen=True)
@@ -126,24 +139,47 @@ class _Layout:
         return [q.tolist() for q in np.split(self.worker_items, cuts)]
 
 
+def _cta_order(ctas: list[int], num_ctas: int) -> list[int]:
+    """The dispatch order of a non-persistent grid: for each linear CTA index 0..max(num_ctas, items) - 1 the item it
+    runs, -1 for padding CTAs; plan order when the items' CTAs are not distinct or run past the grid. In numpy:
+    the dict-and-list version cost a fifth of a serving launch's layout."""
+    n = len(ctas)
+    size = max(num_ctas, n)
+    if not n:
+        return [-1] * size
+    c = np.array(ctas, dtype=np.int64)
+    if int(c.min()) < 0:  # a negative CTA index is never dispatched (as the dict version: no c in range() is < 0)
+        by_cta = {x: i for i, x in enumerate(ctas)}
+        if len(by_cta) != n or max(by_cta) >= size:
+            return list(range(n))
+        return [by_cta.get(x, -1) for x in range(size)]
+    if int(c.max()) >= size:
+        return list(range(n))
+    order = np.full(size, -1, dtype=np.int64)
+    order[c] = np.arange(n, dtype=np.int64)
+    if int(np.count_nonzero(order >= 0)) != n:  # repeated CTA indices
+        return list(range(n))
+    return order.tolist()
+
+
 def _build_layout(plan: Plan, num_sms: int, occ: int) -> _Layout:
     items = plan.work_items
-    kv = [it.kv_tokens for it in items]
+    kv = plan.item_kv_tokens
     if not plan.persistent:
         n_slots = num_sms * max(occ, 1)
         # Linear CTA order with padding CTAs (no work item) as -1.
-        by_cta = {it.cta: i for i, it in enumerate(items)}
-        order = [by_cta.get(c, -1) for c in range(max(plan.num_ctas, len(items)))]
-        if len(by_cta) != len(items) or (by_cta and max(by_cta) >= len(order)):
-            order = list(range(len(items)))
+        order = _cta_order(list(map(_CTA, items)), plan.num_ctas)
         return _Layout([k % num_sms for k in range(n_slots)], kv, global_order=order)
     workers = plan.grid[0]
     sm_of = [w % num_sms for w in range(workers)]
-    assigned = [it.worker for it in items]
+    assigned = list(map(_WORKER, items))
     if None not in assigned:  # each worker's items in plan order: a stable sort by worker
         w = np.array(assigned, dtype=np.int64) % workers
         return _Layout(sm_of, kv, np.argsort(w, kind="stable"), np.bincount(w, minlength=workers))
-    return _Layout(sm_of, kv, global_order=sorted(range(len(items)), key=lambda i: items[i].cta))
+    ctas = list(map(_CTA, items))
+    if sorted(ctas) == ctas:  # already in pull order (FA3): the stable sort by CTA changes nothing
+        return _Layout(sm_of, kv, global_order=list(range(len(items))))
+    return _Layout(sm_of, kv, global_order=sorted(range(len(items)), key=ctas.__getitem__))
 
 
 # Layouts of the plans simulated last, by id(plan) (plans are immutable; the weak reference drops the entry when its
@@ -168,26 +204,6 @@ def _layout(plan: Plan, num_sms: int, occ: int) -> _Layout:
             del _LAYOUTS[next(iter(_LAYOUTS))]
         _LAYOUTS[key] = (weakref.ref(plan, forget), num_sms, occ, lay)
     return lay
-
-
-class _SegmentBuilder:
-    """Makes a Segment without the frozen dataclass's per-field object.__setattr__ (see planners.types)."""
-
-    __slots__ = Segment.__slots__
-
-    def __init__(self, sm: int, slot: int, start_ns: float, end_ns: float, item: WorkItem) -> None:
-        self.sm = sm
-        self.slot = slot
-        self.start_ns = start_ns
-        self.end_ns = end_ns
-        self.item = item
-        self.__class__ = Segment  # type: ignore[assignment]
-
-
-# new_segment(sm, slot, start_ns, end_ns, item) returns a Segment equal to Segment(...) with the same arguments
-# (the builder's instance becomes a Segment, which the type system cannot follow).
-_new_segment = cast("Callable[[int, int, float, float, WorkItem], Segment]", _SegmentBuilder)
-assert _SegmentBuilder.__init__.__code__.co_varnames[1:6] == tuple(f.name for f in fields(Segment))
 
 
 @dataclass
@@ -229,7 +245,7 @@ def _run_shared(
     `events`: (v, number of earlier events of that SM, sm), so that ties pop in a fixed order. Completions within
     _EPS (relative) of the first are handled together, at its time.
     """
-    heappush, heappop = heapq.heappush, heapq.heappop
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
     static_queues = [q[::-1] for q in static_queues]  # pop() from the end = next in order
     n_res = [0] * num_sms
     level = [0.0] * num_sms  # service received per resident CTA since the start (tokens)
@@ -282,6 +298,63 @@ def _run_shared(
             v = v_next
         # Every SM whose next completion is now; their finished CTAs hand slots over in dispatch order.
         lim_v = v + eps * (v if v > 1.0 else 1.0)
+        n_ev = len(events)
+        if (n_ev < 2 or events[1][0] > lim_v) and (n_ev < 3 or events[2][0] > lim_v):
+            # One SM alone completes now (the next event, the smaller of the root's children, is later): the steps
+            # below for one touched SM, its event replaced in place. Most events of a serving launch are these.
+            s = events[0][2]
+            n = n_res[s]
+            lev = level[s] + rate[n] * (v - v_mark[s])
+            level[s] = lev
+            v_mark[s] = v
+            heap = sm_heaps[s]
+            lim = lev + eps * (lev if lev > 1.0 else 1.0)
+            n_h = len(heap)
+            if (n_h and heap[0][0] <= lim and (n_h < 2 or heap[1][0] > lim) and (n_h < 3 or heap[2][0] > lim)
+                    and (static_queues[heap[0][2]] if static_queues else global_queue)):
+                # ...and one CTA of it, whose slot takes the next CTA at once: the resident replaced in place.
+                _, sq, slot, idx, t0 = heap[0]
+                demand -= demand_of[n]
+                if detail and idx >= 0:
+                    segments.append((s, slot, t0, t, items[idx]))
+                nxt1 = static_queues[slot].pop() if static_queues else global_queue.pop()
+                heapreplace(heap, (lev + (work_of[nxt1] if nxt1 >= 0 else 0.0), seq, slot, nxt1, t))
+                seq += 1
+                demand += demand_of[n]
+                version[s] += 1
+                heapreplace(events, (v + (heap[0][0] - lev) / rate[n], version[s], s))
+                continue
+            done1: list[tuple[int, int, int, float]] = []  # (seq, slot, idx, start)
+            while heap and heap[0][0] <= lim:
+                _, sq, slot, idx, t0 = heappop(heap)
+                done1.append((sq, slot, idx, t0))
+            demand -= demand_of[n]
+            if len(done1) > 1:
+                done1.sort()
+            for _, slot, idx, t0 in done1:
+                if detail and idx >= 0:
+                    segments.append((s, slot, t0, t, items[idx]))
+                if static_queues:
+                    q = static_queues[slot]
+                    nxt = q.pop() if q else None
+                else:
+                    nxt = global_queue.pop() if global_queue else None
+                if nxt is None:
+                    n_res[s] -= 1
+                    if n_res[s] == 0:
+                        busy[s] = t
+                        busy_sms -= 1
+                else:
+                    heappush(heap, (level[s] + (work_of[nxt] if nxt >= 0 else 0.0), seq, slot, nxt, t))
+                    seq += 1
+            n = n_res[s]
+            demand += demand_of[n]
+            version[s] += 1
+            if heap:
+                heapreplace(events, (v + (heap[0][0] - level[s]) / rate[n], version[s], s))
+            else:
+                heappop(events)
+            continue
         touched = [heappop(events)[2]]
         while events and events[0][0] <= lim_v:
             touched.append(heappop(events)[2])
@@ -322,7 +395,7 @@ def _run_shared(
             heap = sm_heaps[s]
             if heap:
                 heappush(events, (v + (heap[0][0] - level[s]) / rate[n], version[s], s))
-    return _Run(t, busy, tail_ns, tail_intervals, tuple(starmap(_new_segment, segments)))
+    return _Run(t, busy, tail_ns, tail_intervals, _segments(segments))
 
 
 def _run_single(
@@ -338,7 +411,7 @@ def _run_single(
 ) -> _Run:
     """_run_shared for one slot per SM at most (slot k on SM k) pulling from the global queue: the same arithmetic
     in the same order, with the one resident item of each SM in plain lists instead of a heap."""
-    heappush, heappop = heapq.heappush, heapq.heappop
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
     r1, d1 = rate[1], demand_of[1]
     has = [False] * num_sms  # SM holds an item
     key = [0.0] * num_sms  # `level` at which the resident item completes
@@ -387,6 +460,37 @@ def _run_single(
         if v_next > v:
             v = v_next
         lim_v = v + eps * (v if v > 1.0 else 1.0)
+        n_ev = len(events)
+        if (n_ev < 2 or events[1][0] > lim_v) and (n_ev < 3 or events[2][0] > lim_v):
+            # One SM alone completes now: the steps below for one touched SM, its event replaced in place.
+            s = events[0][2]
+            lev = level[s] + r1 * (v - v_mark[s])
+            level[s] = lev
+            v_mark[s] = v
+            demand -= d1
+            if key[s] <= lev + eps * (lev if lev > 1.0 else 1.0):
+                idx = cidx[s]
+                if detail and idx >= 0:
+                    segments.append((s, s, ct0[s], t, items[idx]))
+                if global_queue:
+                    nxt = global_queue.pop()
+                    key[s] = lev + (work_of[nxt] if nxt >= 0 else 0.0)
+                    cseq[s] = seq
+                    cidx[s] = nxt
+                    ct0[s] = t
+                    seq += 1
+                else:
+                    has[s] = False
+                    busy[s] = t
+                    busy_sms -= 1
+            version[s] += 1
+            if has[s]:
+                demand += d1
+                heapreplace(events, (v + (key[s] - lev) / r1, version[s], s))
+            else:
+                demand += demand_of[0]
+                heappop(events)
+            continue
         touched = [heappop(events)[2]]
         while events and events[0][0] <= lim_v:
             touched.append(heappop(events)[2])
@@ -422,7 +526,7 @@ def _run_single(
                 heappush(events, (v + (key[s] - level[s]) / r1, version[s], s))
             else:
                 demand += demand_of[0]
-    return _Run(t, busy, tail_ns, tail_intervals, tuple(starmap(_new_segment, segments)))
+    return _Run(t, busy, tail_ns, tail_intervals, _segments(segments))
 
 
 def _run_static(
@@ -581,8 +685,8 @@ def _static_segments(
     t_end = t_g[group_f]
     t_start = np.where(k_f > 0, np.concatenate(([0.0], t_end[:-1])), 0.0)
     sms = sm_f[done_f].tolist()
-    return tuple(map(_new_segment, sms, sms, t_start[done_f].tolist(), t_end[done_f].tolist(),
-                     [items[i] for i in flat_idx[done_f].tolist()]))
+    return _segments(zip(sms, sms, t_start[done_f].tolist(), t_end[done_f].tolist(),
+                         [items[i] for i in flat_idx[done_f].tolist()], strict=True))
 
 
 def _tail_items(
@@ -595,8 +699,8 @@ def _tail_items(
         return ()
     need = TAIL_ITEM_SHARE * tail_ns
     n = len(segments)
-    seg_start = np.fromiter((seg.start_ns for seg in segments), dtype=np.float64, count=n)
-    seg_end = np.fromiter((seg.end_ns for seg in segments), dtype=np.float64, count=n)
+    seg_start = np.fromiter(map(_START_NS, segments), dtype=np.float64, count=n)  # C-level field reads
+    seg_end = np.fromiter(map(_END_NS, segments), dtype=np.float64, count=n)
     # Overlap <= duration, up to rounding: the margin keeps every segment the exact sum below could accept.
     maybe = (seg_end - seg_start >= need * (1 - 1e-9)) & (seg_end > intervals[0][0]) & (seg_start < intervals[-1][1])
     starts = [a for a, _ in intervals]

@@ -9,9 +9,11 @@ of KV head y, so the linear CTA order is head-major: x + padded * y.
 
 from __future__ import annotations
 
+import numpy as np
+
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import CUDA_CORE
-from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, chunk_items, new_work_item
+from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, chunk_items, work_items
 
 
 def binary_search_chunk_pages(max_grid: int, gdy: int, pages: tuple[int, ...], min_pages: int) -> tuple[int, int]:
@@ -20,9 +22,10 @@ def binary_search_chunk_pages(max_grid: int, gdy: int, pages: tuple[int, ...], m
     The search loop counts ceil(pages / mid) without the max(pages, 1) the final count uses, as upstream does.
     """
     low, high = min_pages, max(pages)
+    arr = np.array(pages, dtype=np.int64)  # exact integer counts, one numpy pass per candidate
     while low < high:
         mid = (low + high) // 2
-        if sum([-(-p // mid) for p in pages]) * gdy > max_grid:  # ceil_div, inlined
+        if int((-(-arr // mid)).sum()) * gdy > max_grid:  # ceil_div
             low = mid + 1
         else:
             high = mid
@@ -57,8 +60,8 @@ def plan_cuda_core(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False) -
     for head in range(gdy):
         base = padded * head
         if not split_kv:  # one item per request: CTA x = request
-            make = new_work_item
-            items.extend([make(req, head, 0, 0, n, None, 0, req + base) for req, n in enumerate(batch.kv_lens)])
+            items.extend(work_items([(req, head, 0, 0, n, None, 0, req + base, None)
+                                     for req, n in enumerate(batch.kv_lens)]))
             splits = [1] * b
             continue
         x = 0

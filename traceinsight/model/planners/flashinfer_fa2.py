@@ -9,9 +9,11 @@ split_kv = cuda_graph or c < max pages. Grid (padded, 1, H_kv); linear CTA order
 
 from __future__ import annotations
 
+import numpy as np
+
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import FA2, FA2_CTAS_PER_SM
-from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, new_work_item
+from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, work_items
 
 
 def fa2_cta_tile_q(avg_packed_qo_len: int, head_dim: int, sm_major: int) -> int:
@@ -29,9 +31,15 @@ def binary_search_kv_chunk(
     """FlashInfer's PrefillBinarySearchKVChunkSize (KV lengths in pages): (split_kv, chunk_pages)."""
     max_kv = max([1, *kv_pages])
     low, high = min_chunk, max_kv
+    # The count per candidate in int64 numpy (exact: tiles and pages are far below 2^31): a serving batch has
+    # 10^3 requests and the search up to ~17 candidates.
+    t_arr = np.array(tiles, dtype=np.int64)
+    p_arr = np.maximum(np.array(kv_pages, dtype=np.int64), 1)
+    if low < high and len(t_arr) != len(p_arr):  # as zip(strict=True) in the count did
+        raise ValueError("tiles and kv_pages must have one entry per request")
     while low < high:
         mid = (low + high) // 2
-        n = sum(t * ceil_div(max(p, 1), mid) for t, p in zip(tiles, kv_pages, strict=True))
+        n = int((t_arr * -(-p_arr // mid)).sum())
         if n > max_batch_size_if_split:
             low = mid + 1
         else:
@@ -78,13 +86,13 @@ def plan_fa2(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False) -> Plan
         per_request.append(entries)
     new_bs = sum(len(e) for e in per_request)
     padded = max(m, total_tiles_q) if cuda_graph else new_bs
+    flat = [(req, q_tile, c, start, tokens) for req, entries in enumerate(per_request)
+            for q_tile, c, start, tokens in entries]
     items: list[WorkItem] = []
     for head in range(h_kv):
-        x = 0
-        for req, entries in enumerate(per_request):
-            for q_tile, c, start, tokens in entries:
-                items.append(new_work_item(req, head, c, start, tokens, None, q_tile, x + padded * head))
-                x += 1
+        base = padded * head
+        items.extend(work_items([(req, head, c, start, tokens, None, q_tile, x + base, None)
+                                 for x, (req, q_tile, c, start, tokens) in enumerate(flat)]))
     return Plan(
         backend=FA2,
         batch=batch,

@@ -15,7 +15,7 @@ import numpy as np
 
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import SM90
-from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, new_work_item
+from traceinsight.model.planners.types import Batch, Plan, WorkItem, ceil_div, work_items
 
 # Above this many work items per head, FlashInfer schedules head 0 only and reuses it for every head.
 SAME_SCHEDULE_WORKS_PER_HEAD = 4096
@@ -118,8 +118,8 @@ def plan_sm90(batch: Batch, gpu: GPU, occ: int, cuda_graph: bool = False) -> Pla
     for h in range(batch.qo_heads):
         ctas = per_pass[0 if same_schedule else h]
         base = len(items)
-        items.extend(map(new_work_item, job_req, repeat(h // g, n), repeat(0, n), repeat(0, n), job_kv, repeat(h, n),
-                         job_tile, range(base, base + n), ctas))
+        items.extend(work_items(zip(job_req, repeat(h // g, n), repeat(0, n), repeat(0, n), job_kv, repeat(h, n),
+                                    job_tile, range(base, base + n), ctas, strict=False)))  # as map(): to the shortest
     return Plan(
         backend=SM90,
         batch=batch,

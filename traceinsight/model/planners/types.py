@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from functools import partial
+from operator import itemgetter
+from typing import NamedTuple
 
 
 @contextmanager
@@ -90,8 +93,7 @@ class Batch:
         return 2 * self.head_dim * self.kv_dtype_bytes
 
 
-@dataclass(frozen=True, slots=True)
-class WorkItem:
+class WorkItem(NamedTuple):
     """One unit of work a CTA (or a persistent CTA's loop iteration) does.
 
     request: index into Batch.kv_lens; kv_head: KV head (None: all heads); chunk_index: which KV chunk of the
@@ -99,6 +101,9 @@ class WorkItem:
     query heads separately (FlashInfer SM90), else None; qo_tile: query tile index; cta: linear CTA index
     x + gx * (y + gy * z) for non-persistent grids, position in the pull order for persistent ones;
     worker: the persistent CTA a static scheduler assigned it to (None: pulled dynamically / not persistent).
+
+    A named tuple: a serving trace's plans hold 10^6 items, which the planners make at C speed from plain tuples
+    (`work_items`); as a frozen dataclass each cost a Python-level constructor call.
     """
 
     request: int
@@ -149,6 +154,16 @@ class Plan:
         return h
 
     @property
+    def item_kv_tokens(self) -> list[int]:
+        """Every work item's KV tokens, in plan order, read once per plan (the model sums, maxes and lays them out
+        several times per launch; a serving trace's plans hold 10^3-10^4 items each). Do not modify the list."""
+        toks: list[int] | None = self.__dict__.get("_kv_tokens")
+        if toks is None:
+            toks = list(map(_KV_TOKENS, self.work_items))
+            object.__setattr__(self, "_kv_tokens", toks)
+        return toks
+
+    @property
     def num_ctas(self) -> int:
         """CTAs launched (grid.x * grid.y * grid.z), padding CTAs included."""
         x, y, z = self.grid
@@ -160,42 +175,18 @@ class Plan:
         return any(s > 1 for s in self.splits)
 
 
-class _WorkItemBuilder:
-    """Makes a WorkItem 3x faster than its frozen dataclass __init__ (one object.__setattr__ call per field):
-    plain slot stores on a class with WorkItem's exact slot layout, then the object becomes a WorkItem. The sweeps'
-    plans hold 10^5 items, so this is most of a planner's time. Same positional order and defaults as WorkItem."""
-
-    __slots__ = WorkItem.__slots__
-
-    def __init__(
-        self,
-        request: int,
-        kv_head: int | None,
-        chunk_index: int,
-        kv_start: int,
-        kv_tokens: int,
-        qo_head: int | None = None,
-        qo_tile: int = 0,
-        cta: int = 0,
-        worker: int | None = None,
-    ) -> None:
-        self.request = request
-        self.kv_head = kv_head
-        self.chunk_index = chunk_index
-        self.kv_start = kv_start
-        self.kv_tokens = kv_tokens
-        self.qo_head = qo_head
-        self.qo_tile = qo_tile
-        self.cta = cta
-        self.worker = worker
-        self.__class__ = WorkItem  # type: ignore[assignment]
-
-
 # new_work_item(request, kv_head, chunk_index, kv_start, kv_tokens, qo_head=None, qo_tile=0, cta=0, worker=None)
-# returns a WorkItem equal to WorkItem(...) with the same arguments (positional or keyword).
-new_work_item: Callable[..., WorkItem] = _WorkItemBuilder  # type: ignore[assignment]
-# The builder must follow WorkItem's fields (a field added there and not here would be left unset).
-assert _WorkItemBuilder.__init__.__code__.co_varnames[1:10] == tuple(f.name for f in fields(WorkItem))
+new_work_item = WorkItem
+_item_of_fields = partial(tuple.__new__, WorkItem)
+_KV_TOKENS = itemgetter(WorkItem._fields.index("kv_tokens"))
+
+
+ItemFields = tuple[int, int | None, int, int, int, int | None, int, int, int | None]
+
+
+def work_items(rows: Iterable[ItemFields]) -> list[WorkItem]:
+    """WorkItems of tuples holding all nine fields in order (no defaults), made at C speed."""
+    return list(map(_item_of_fields, rows))
 
 
 def chunk_items(
@@ -206,10 +197,9 @@ def chunk_items(
     CTA indices start at `first_cta` and advance by `stride`.
     """
     if kv_len <= chunk_tokens:  # one chunk (an empty request too)
-        return [new_work_item(request, kv_head, 0, 0, max(kv_len, 0), None, 0, first_cta)]
-    make = new_work_item
-    return [
-        make(request, kv_head, i, i * chunk_tokens, max(min(chunk_tokens, kv_len - i * chunk_tokens), 0), None, 0,
-             first_cta + i * stride)
+        return work_items([(request, kv_head, 0, 0, max(kv_len, 0), None, 0, first_cta, None)])
+    return work_items([
+        (request, kv_head, i, i * chunk_tokens, max(min(chunk_tokens, kv_len - i * chunk_tokens), 0), None, 0,
+         first_cta + i * stride, None)
         for i in range(ceil_div(kv_len, chunk_tokens))
-    ]
+    ])
