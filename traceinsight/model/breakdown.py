@@ -60,6 +60,8 @@ MAX_HOST_GAPS = 3
 
 # One tuple per distinct sequence of component names, shared by the breakdowns that have it.
 _COMPONENT_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+# StepBreakdown's numbers before its components' (start, end, longest host gap, long host time, idle stretches).
+_FIXED = 5
 
 
 class StepBreakdown:
@@ -72,20 +74,15 @@ class StepBreakdown:
     separate idle stretches the window holds; host_gaps: the MAX_HOST_GAPS longest idle-host stretches of at
     least LONG_HOST_GAP_NS as (start, end).
 
-    The components are held as a shared tuple of names and an int64 array of their ns (a dict of ints per step
-    was 0.3 KB, a long trace has 10^6 steps); `components` gives them as a dict, in the order given.
+    Its numbers are held in one int64 array (window, longest host gap, long host time, idle stretches, then the
+    components' ns) beside a shared tuple of the components' names: an object per field and a dict of ints
+    was 0.4 KB a step, and a long trace has 10^6 steps. `components` gives them as a dict, in the order given.
     """
 
-    __slots__ = ("start_ns", "end_ns", "source", "_names", "_ns", "host_range_ns", "host_gap_max_ns",
-                 "host_long_ns", "idle_stretches", "host_gaps")
+    __slots__ = ("_names", "_data", "source", "host_range_ns", "host_gaps")
 
-    start_ns: int
-    end_ns: int
     source: str
     host_range_ns: int | None
-    host_gap_max_ns: int
-    host_long_ns: int
-    idle_stretches: int
     host_gaps: tuple[tuple[int, int], ...]  # the longest idle-host stretches, (start, end) ns, longest first
 
     def __init__(self, start_ns: int, end_ns: int, source: str, components: dict[str, int] | None = None,
@@ -93,25 +90,40 @@ class StepBreakdown:
                  idle_stretches: int = 0, host_gaps: tuple[tuple[int, int], ...] = ()) -> None:
         components = components or {}
         names = tuple(components)
-        self.start_ns = start_ns
-        self.end_ns = end_ns
-        self.source = source
         self._names = _COMPONENT_NAMES.setdefault(names, names)
-        self._ns = array("q", components.values())
+        self._data = array("q", (start_ns, end_ns, host_gap_max_ns, host_long_ns, idle_stretches))
+        self._data.extend(components.values())
+        self.source = source
         self.host_range_ns = host_range_ns
-        self.host_gap_max_ns = host_gap_max_ns
-        self.host_long_ns = host_long_ns
-        self.idle_stretches = idle_stretches
         self.host_gaps = host_gaps
+
+    @property
+    def start_ns(self) -> int:
+        return self._data[0]
+
+    @property
+    def end_ns(self) -> int:
+        return self._data[1]
+
+    @property
+    def host_gap_max_ns(self) -> int:
+        return self._data[2]
+
+    @property
+    def host_long_ns(self) -> int:
+        return self._data[3]
+
+    @property
+    def idle_stretches(self) -> int:
+        return self._data[4]
 
     @property
     def components(self) -> dict[str, int]:
         """ns per component (a new dict)."""
-        return dict(zip(self._names, self._ns, strict=True))
+        return dict(zip(self._names, self._data[_FIXED:], strict=True))
 
     def _key(self) -> tuple[Any, ...]:
-        return (self.start_ns, self.end_ns, self.source, self._names, tuple(self._ns), self.host_range_ns,
-                self.host_gap_max_ns, self.host_long_ns, self.idle_stretches, self.host_gaps)
+        return (self.source, self._names, tuple(self._data), self.host_range_ns, self.host_gaps)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StepBreakdown) and self._key() == other._key()
@@ -127,19 +139,19 @@ class StepBreakdown:
 
     @property
     def wall_ns(self) -> int:
-        return self.end_ns - self.start_ns
+        return self._data[1] - self._data[0]
 
     @property
     def gpu_busy_ns(self) -> int:
-        return sum(v for k, v in zip(self._names, self._ns, strict=True) if k not in IDLE)
+        return sum(v for k, v in zip(self._names, self._data[_FIXED:], strict=True) if k not in IDLE)
 
     @property
     def idle_ns(self) -> int:
-        return sum(v for k, v in zip(self._names, self._ns, strict=True) if k in IDLE)
+        return sum(v for k, v in zip(self._names, self._data[_FIXED:], strict=True) if k in IDLE)
 
     def get(self, component: str) -> int:
         try:
-            return self._ns[self._names.index(component)]
+            return self._data[_FIXED + self._names.index(component)]
         except ValueError:
             return 0
 
