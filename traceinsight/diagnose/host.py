@@ -84,6 +84,8 @@ class _Ranges:
         if not isinstance(pair, tuple) or len(pair) != 2:
             return False
         s, e = pair
+        if not isinstance(s, int) or not isinstance(e, int):
+            return False
         lo = int(np.searchsorted(self.start, s, side="left"))
         hi = int(np.searchsorted(self.start, s, side="right"))
         return lo < hi and bool((self.end[lo:hi] == e).any())
