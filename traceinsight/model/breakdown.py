@@ -60,8 +60,10 @@ MAX_HOST_GAPS = 3
 
 # One tuple per distinct sequence of component names, shared by the breakdowns that have it.
 _COMPONENT_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
-# StepBreakdown's numbers before its components' (start, end, longest host gap, long host time, idle stretches).
-_FIXED = 5
+# StepBreakdown's numbers before its components' (start, end, host range, longest host gap, long host time, idle
+# stretches), and the host range's value for None.
+_FIXED = 6
+_NO_RANGE = -(2**63)
 
 
 class StepBreakdown:
@@ -74,56 +76,71 @@ class StepBreakdown:
     separate idle stretches the window holds; host_gaps: the MAX_HOST_GAPS longest idle-host stretches of at
     least LONG_HOST_GAP_NS as (start, end).
 
-    Its numbers are held in one int64 array (window, longest host gap, long host time, idle stretches, then the
-    components' ns) beside a shared tuple of the components' names: an object per field and a dict of ints
-    was 0.4 KB a step, and a long trace has 10^6 steps. `components` gives them as a dict, in the order given.
+    Its numbers (window, host range, longest host gap, long host time, idle stretches, then the components' ns)
+    are held in an int64 array, at `_at` in one shared by every step of a trace when `breakdowns` made it, beside
+    a shared tuple of the components' names: an object per field and a dict of ints was 0.4 KB a step, and a
+    long trace has 10^6 steps. `components` gives them as a dict, in the order given.
     """
 
-    __slots__ = ("_names", "_data", "source", "host_range_ns", "host_gaps")
+    __slots__ = ("_names", "_data", "_at", "source", "host_gaps")
 
     source: str
-    host_range_ns: int | None
     host_gaps: tuple[tuple[int, int], ...]  # the longest idle-host stretches, (start, end) ns, longest first
 
     def __init__(self, start_ns: int, end_ns: int, source: str, components: dict[str, int] | None = None,
                  host_range_ns: int | None = None, host_gap_max_ns: int = 0, host_long_ns: int = 0,
-                 idle_stretches: int = 0, host_gaps: tuple[tuple[int, int], ...] = ()) -> None:
+                 idle_stretches: int = 0, host_gaps: tuple[tuple[int, int], ...] = (),
+                 arena: array[int] | None = None) -> None:
+        """`arena`: the array to append the numbers to (shared by the steps of a trace); a new one if None."""
         components = components or {}
         names = tuple(components)
         self._names = _COMPONENT_NAMES.setdefault(names, names)
-        self._data = array("q", (start_ns, end_ns, host_gap_max_ns, host_long_ns, idle_stretches))
-        self._data.extend(components.values())
+        data = arena if arena is not None else array("q")
+        self._at = len(data)
+        data.extend((start_ns, end_ns, _NO_RANGE if host_range_ns is None else host_range_ns, host_gap_max_ns,
+                     host_long_ns, idle_stretches))
+        data.extend(components.values())
+        self._data = data
         self.source = source
-        self.host_range_ns = host_range_ns
         self.host_gaps = host_gaps
 
     @property
     def start_ns(self) -> int:
-        return self._data[0]
+        return self._data[self._at]
 
     @property
     def end_ns(self) -> int:
-        return self._data[1]
+        return self._data[self._at + 1]
+
+    @property
+    def host_range_ns(self) -> int | None:
+        v = self._data[self._at + 2]
+        return None if v == _NO_RANGE else v
 
     @property
     def host_gap_max_ns(self) -> int:
-        return self._data[2]
+        return self._data[self._at + 3]
 
     @property
     def host_long_ns(self) -> int:
-        return self._data[3]
+        return self._data[self._at + 4]
 
     @property
     def idle_stretches(self) -> int:
-        return self._data[4]
+        return self._data[self._at + 5]
+
+    def _values(self) -> array[int]:
+        at = self._at + _FIXED
+        return self._data[at:at + len(self._names)]
 
     @property
     def components(self) -> dict[str, int]:
         """ns per component (a new dict)."""
-        return dict(zip(self._names, self._data[_FIXED:], strict=True))
+        return dict(zip(self._names, self._values(), strict=True))
 
     def _key(self) -> tuple[Any, ...]:
-        return (self.source, self._names, tuple(self._data), self.host_range_ns, self.host_gaps)
+        return (self.source, self._names, tuple(self._data[self._at:self._at + _FIXED + len(self._names)]),
+                self.host_gaps)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StepBreakdown) and self._key() == other._key()
@@ -139,19 +156,19 @@ class StepBreakdown:
 
     @property
     def wall_ns(self) -> int:
-        return self._data[1] - self._data[0]
+        return self._data[self._at + 1] - self._data[self._at]
 
     @property
     def gpu_busy_ns(self) -> int:
-        return sum(v for k, v in zip(self._names, self._data[_FIXED:], strict=True) if k not in IDLE)
+        return sum(v for k, v in zip(self._names, self._values(), strict=True) if k not in IDLE)
 
     @property
     def idle_ns(self) -> int:
-        return sum(v for k, v in zip(self._names, self._data[_FIXED:], strict=True) if k in IDLE)
+        return sum(v for k, v in zip(self._names, self._values(), strict=True) if k in IDLE)
 
     def get(self, component: str) -> int:
         try:
-            return self._data[_FIXED + self._names.index(component)]
+            return self._data[self._at + _FIXED + self._names.index(component)]
         except ValueError:
             return 0
 
@@ -528,6 +545,7 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
             by_device[dev].append(j)
     del devices
     out: dict[int, StepBreakdown] = {}
+    arena: array[int] = array("q")  # every step's numbers, one after the other
     for dev, js in by_device.items():
         wk = work[dev]
         pairs = _overlap_pairs(wk)
@@ -540,15 +558,15 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
             host_range = np.array([windows[j][3] == "cpu-range" for j in part], bool)
             for j, sp in zip(part, _split_many(wk, starts, ends, host_range, pairs), strict=True):
                 s = windows[j][0]
-                out[s.index] = s.breakdown = _breakdown(*windows[j], sp)
+                out[s.index] = s.breakdown = _breakdown(*windows[j], sp, arena)
     for s, w0, w1, source in windows:  # windows of no device's work, or empty
         if s.index not in out:
             out[s.index] = s.breakdown = _breakdown(
-                s, w0, w1, source, _Split({IDLE_UNKNOWN: float(w1 - w0)} if w1 > w0 else {}))
+                s, w0, w1, source, _Split({IDLE_UNKNOWN: float(w1 - w0)} if w1 > w0 else {}), arena)
     return {s.index: out[s.index] for s, *_ in windows}
 
 
-def _breakdown(s: Step, w0: int, w1: int, source: str, sp: _Split) -> StepBreakdown:
+def _breakdown(s: Step, w0: int, w1: int, source: str, sp: _Split, arena: array[int]) -> StepBreakdown:
     long_gaps = sorted(((t, t + ns) for t, ns in sp.long_host), key=lambda g: g[0] - g[1])[:MAX_HOST_GAPS]
     return StepBreakdown(
         start_ns=w0,
@@ -561,5 +579,6 @@ def _breakdown(s: Step, w0: int, w1: int, source: str, sp: _Split) -> StepBreakd
         host_gap_max_ns=sp.host_max_ns,
         host_long_ns=sp.host_long_ns,
         idle_stretches=sp.idle_stretches,
-        host_gaps=tuple(long_gaps),
+        host_gaps=tuple(long_gaps) if long_gaps else (),
+        arena=arena,
     )
