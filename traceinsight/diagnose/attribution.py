@@ -267,9 +267,11 @@ def _attribute(series_steps: list[Step], gi: int, ctx: TraceAnalysis, known_slow
         baselines = np.asarray(fit.baseline_ns, float).tolist()
         long_deltas = (np.asarray(longs, float) - np.asarray(long_base, float)).tolist()
         for i, (s, wall) in enumerate(zip(steps, walls, strict=True)):
+            at = position[s.index]
             out[s.index] = StepAttribution(
-                step=s.index, series=gi, position=position[s.index], wall_ns=wall, baseline_ns=baselines[i],
-                spike=fit.spikes[i], method=fit.method, host_long_delta_ns=long_deltas[i], data=data, row=i,
+                step=s.index, series=gi, position=at, wall_ns=wall, baseline_ns=baselines[i],
+                spike=fit.spikes[i], method=fit.method, host_long_delta_ns=long_deltas[i], data=data,
+                row=at if at == i else i,  # one int object for both when equal (unless tokens split the series)
                 ran_prefill=any(x.phase in PREFILL_PHASES for x in s.launches))
     return out
 
