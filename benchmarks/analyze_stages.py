@@ -15,6 +15,7 @@ import json
 import resource
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, cast
@@ -44,20 +45,78 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _rss_mb() -> float:
+    """Resident memory now (MiB), from /proc (0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    except OSError:
+        return 0.0
+
+
+def _duckdb_mb() -> float:
+    """What DuckDB's buffer manager holds now (MiB), summed over `duckdb_memory()`."""
+    db = pipeline.__dict__.get("_stages_db")
+    if db is None:
+        return 0.0
+    held = db.con.cursor().sql("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()[0][0]
+    return float(held) / 2**20
+
+
+def _python_mb() -> float:
+    """What Python allocated and still holds (MiB) by tracemalloc, when it traces (--tracemalloc)."""
+    return tracemalloc.get_traced_memory()[0] / 2**20 if tracemalloc.is_tracing() else 0.0
+
+
+def _memory() -> dict[str, float]:
+    out = {"peak_rss_mb": round(_peak_mb()), "rss_mb": round(_rss_mb()), "duckdb_mb": round(_duckdb_mb())}
+    if tracemalloc.is_tracing():
+        out["python_mb"] = round(_python_mb())
+    return out
+
+
+def _top(limit: int = 12) -> list[str]:
+    """Where the memory Python still holds was allocated (file:line), largest first."""
+    stats = tracemalloc.take_snapshot().statistics("lineno")
+    return [f"{s.size / 2**20:8.1f} MiB {s.count:9} blocks  {s.traceback[0].filename.split('/')[-1]}:"
+            f"{s.traceback[0].lineno}" for s in stats[:limit]]
+
+
+def _show(r: dict[str, Any]) -> None:
+    """One stage's line on stderr, as soon as it is done (a run stopped for its memory still says how far it got)."""
+    print(f"{r['stage']:16} {r['wall_s']:8.2f} s  {r.get('cpu_s', 0):8.2f} cpu-s  peak RSS {r['peak_rss_mb']:6} MB"
+          f"  RSS now {r['rss_mb']:6} MB"
+          f"  DuckDB {r['duckdb_mb']:6} MB" + (f"  Python {r['python_mb']:6} MB" if "python_mb" in r else ""),
+          file=sys.stderr, flush=True)
+    for line in r.get("python_top", []):
+        print("    " + line, file=sys.stderr, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--tracemalloc", action="store_true",
+                    help="trace Python's allocations: what it holds after each stage and where (slower)")
     args = ap.parse_args()
+    if args.tracemalloc:
+        tracemalloc.start()
     rows: list[dict[str, Any]] = []
 
     def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(*a: Any, **k: Any) -> Any:
             t0, c0 = time.perf_counter(), time.process_time()
             out = fn(*a, **k)
-            rows.append({"stage": STAGES[name], "wall_s": round(time.perf_counter() - t0, 3),
-                         "cpu_s": round(time.process_time() - c0, 3),
-                         "peak_rss_mb": round(_peak_mb())})
+            if name == "load":
+                pipeline.__dict__["_stages_db"] = out[0]
+            row = {"stage": STAGES[name], "wall_s": round(time.perf_counter() - t0, 3),
+                   "cpu_s": round(time.process_time() - c0, 3), **_memory()}
+            if args.tracemalloc and name in ("group_steps", "attach", "breakdowns", "diagnose"):
+                row["python_top"] = _top()
+            rows.append(row)
+            _show(row)
+            if args.out:  # so far: a run stopped for its memory keeps the stages it finished
+                args.out.write_text(json.dumps({"trace": str(args.trace), "stages": rows}, indent=1) + "\n")
             return out
         return run
 
@@ -71,14 +130,11 @@ def main() -> None:
         sink = _Counting()
         write_documents(analyses, cast(IO[bytes], sink), steps)
         rows.append({"stage": label, "wall_s": round(time.perf_counter() - t0, 3),
-                     "cpu_s": round(time.process_time() - c0, 3),
-                     "peak_rss_mb": round(_peak_mb()), "bytes": sink.bytes})
+                     "cpu_s": round(time.process_time() - c0, 3), **_memory(), "bytes": sink.bytes})
+        _show(rows[-1])
     a = analyses[0]
     result = {"trace": str(args.trace), "kernels": sum(k["count"] for k in a.kernels), "steps": len(a.steps),
               "findings": len(a.findings), "total_s": round(time.perf_counter() - started, 3), "stages": rows}
-    for r in rows:
-        print(f"{r['stage']:16} {r['wall_s']:8.2f} s  {r['cpu_s']:8.2f} cpu-s  peak RSS {r['peak_rss_mb']:6} MB",
-              file=sys.stderr)
     print(f"{'total':16} {result['total_s']:8.2f} s  ({result['kernels']} kernels, {result['steps']} steps)",
           file=sys.stderr)
     if args.out:

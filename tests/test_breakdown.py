@@ -152,3 +152,32 @@ def test_split_many_equals_split_window_by_window(trace: str, chunk: int, monkey
         for (_, a0, a1, src), got in zip(windows, fast, strict=True):
             want = _from_split(*_split(wk, a0, a1, src == "cpu-range"))
             assert got == want and list(got.parts) == list(want.parts), (a0, a1)
+
+
+def test_int_array_reads_arrow_buffers_with_nulls_and_offsets() -> None:
+    import duckdb
+
+    from traceinsight.model.breakdown import _int_array
+
+    con = duckdb.connect()
+    got = []
+    for batch in con.sql("SELECT CASE WHEN i % 3 = 0 THEN NULL ELSE i END AS x, i::INTEGER AS y "
+                         "FROM range(10) t(i)").to_arrow_reader(4):
+        got.append((_int_array(batch.column(0), -1).tolist(), _int_array(batch.column(1), -1).dtype))
+        sliced = batch.slice(1)  # an offset into the buffers
+        assert _int_array(sliced.column(0), -1).tolist() == got[-1][0][1:]
+    assert [g[0] for g in got] == [[-1, 1, 2, -1], [4, 5, -1, 7], [8, -1]]
+    assert {str(g[1]) for g in got} == {"int32"}
+
+
+def test_step_breakdown_holds_its_components_in_order() -> None:
+    from traceinsight.model.breakdown import StepBreakdown
+
+    b = StepBreakdown(10, 110, "cpu-range", {"attention": 60, IDLE_HOST: 30, "gemm": 10}, host_range_ns=90,
+                      host_gap_max_ns=30, host_long_ns=0, idle_stretches=1, host_gaps=((20, 50),))
+    assert list(b.components.items()) == [("attention", 60), (IDLE_HOST, 30), ("gemm", 10)]
+    assert (b.wall_ns, b.gpu_busy_ns, b.idle_ns, b.get("gemm"), b.get("norm")) == (100, 70, 30, 10, 0)
+    assert (b.start_ns, b.end_ns, b.host_gap_max_ns, b.host_long_ns, b.idle_stretches) == (10, 110, 30, 0, 1)
+    assert b == StepBreakdown(10, 110, "cpu-range", {"attention": 60, IDLE_HOST: 30, "gemm": 10}, 90, 30, 0, 1,
+                              ((20, 50),))
+    assert b.to_json()["components"] == {"attention": 60, IDLE_HOST: 30, "gemm": 10}

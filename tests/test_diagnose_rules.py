@@ -154,3 +154,24 @@ def test_rules_declare_the_rules_they_read_and_read_nothing_else() -> None:
     for r in RULES:
         if "ctx.findings" in inspect.getsource(r) or "attributions(ctx)" in inspect.getsource(r):
             assert getattr(r, "READS", ()), f"{r.ID} reads other rules' findings without declaring READS"
+
+
+def test_step_ranges_and_steps_by_index_hold_no_object_per_step() -> None:
+    from traceinsight.diagnose.context import TraceAnalysis, _Numbered
+    from traceinsight.diagnose.host import _Ranges
+    from traceinsight.model.steps import Step
+
+    ranges = _Ranges([(5, 9), (1, 4), (5, 7), (1, 4)])
+    assert (1, 4) in ranges and (5, 7) in ranges and (5, 9) in ranges
+    assert (5, 8) not in ranges and (2, 4) not in ranges and (None, None) not in ranges and 3 not in ranges
+    assert (1, 4) not in _Ranges([])
+
+    steps = [Step(index=i, name=f"s{i}", source="launch", range_id=None, start_ns=i, end_ns=i + 1, kernel_count=1,
+                  launches=[]) for i in range(3)]
+    a = TraceAnalysis(trace_id=1, path="x", format="nsys", format_version=None, tool_version=None, gpu={},
+                      start_ns=0, end_ns=3, warnings=[], kernels=[], families=[], steps=steps)
+    by = a.steps_by_index()
+    assert isinstance(by, _Numbered) and by[2] is steps[2] and by.get(3) is None and 1 in by and -1 not in by
+    assert list(by) == [0, 1, 2] and len(by) == 3
+    a.steps = [steps[2], steps[0]]  # not numbered by position: a dict
+    assert dict(a.steps_by_index()) == {2: steps[2], 0: steps[0]}

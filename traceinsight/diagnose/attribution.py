@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -77,7 +76,7 @@ class _Series:
     excess: np.ndarray  # wall - baseline wall, per step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per step (10^6 in a long trace)
 class StepAttribution:
     """A step judged against its series (times in ns): wall and baseline wall, ratio, whether it is a spike, how
     the baseline was made, its series and position in it, and its components against theirs (`parts`, largest
@@ -94,6 +93,7 @@ class StepAttribution:
     data: _Series = field(repr=False, compare=False)
     row: int = field(repr=False, compare=False)
     ran_prefill: bool = False  # the step holds a prefill or mixed launch
+    _parts: tuple[Part, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def ratio(self) -> float:
@@ -103,8 +103,15 @@ class StepAttribution:
     def excess_ns(self) -> float:
         return self.wall_ns - self.baseline_ns
 
-    @cached_property
+    @property
     def parts(self) -> tuple[Part, ...]:
+        """The components, largest attributed first (computed once, when first asked)."""
+        if self._parts is None:
+            object.__setattr__(self, "_parts", self._compute_parts())
+        assert self._parts is not None
+        return self._parts
+
+    def _compute_parts(self) -> tuple[Part, ...]:
         d, i = self.data, self.row
         deltas = d.values[i] - d.bases[i]
         grown = np.where(deltas > 0, deltas, 0.0)
@@ -260,9 +267,11 @@ def _attribute(series_steps: list[Step], gi: int, ctx: TraceAnalysis, known_slow
         baselines = np.asarray(fit.baseline_ns, float).tolist()
         long_deltas = (np.asarray(longs, float) - np.asarray(long_base, float)).tolist()
         for i, (s, wall) in enumerate(zip(steps, walls, strict=True)):
+            at = position[s.index]
             out[s.index] = StepAttribution(
-                step=s.index, series=gi, position=position[s.index], wall_ns=wall, baseline_ns=baselines[i],
-                spike=fit.spikes[i], method=fit.method, host_long_delta_ns=long_deltas[i], data=data, row=i,
+                step=s.index, series=gi, position=at, wall_ns=wall, baseline_ns=baselines[i],
+                spike=fit.spikes[i], method=fit.method, host_long_delta_ns=long_deltas[i], data=data,
+                row=at if at == i else i,  # one int object for both when equal (unless tokens split the series)
                 ran_prefill=any(x.phase in PREFILL_PHASES for x in s.launches))
     return out
 

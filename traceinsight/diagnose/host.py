@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
+import numpy as np
+
 from traceinsight.diagnose.context import TraceAnalysis
 
 # Ops listed per step at most.
@@ -70,13 +72,33 @@ def read_ops(ctx: TraceAnalysis, steps: Iterable[int]) -> list[Any] | None:
     return ctx.host_ops(windows(ctx, steps))
 
 
-def _cpu_step_ranges(ctx: TraceAnalysis) -> set[tuple[int | None, int | None]]:
+class _Ranges:
+    """A set of (start, end) pairs as two int64 arrays sorted by start, then end: 16 bytes a pair, where a set of
+    tuples took 150 (a long trace has a CPU range per step, 10^6)."""
+
+    def __init__(self, pairs: Iterable[tuple[int, int]]) -> None:
+        got = np.array(sorted(pairs), np.int64).reshape(-1, 2)
+        self.start, self.end = got[:, 0].copy(), got[:, 1].copy()
+
+    def __contains__(self, pair: object) -> bool:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            return False
+        s, e = pair
+        if not isinstance(s, int) or not isinstance(e, int):
+            return False
+        lo = int(np.searchsorted(self.start, s, side="left"))
+        hi = int(np.searchsorted(self.start, s, side="right"))
+        return lo < hi and bool((self.end[lo:hi] == e).any())
+
+
+def _cpu_step_ranges(ctx: TraceAnalysis) -> _Ranges:
     """The (start, end) of every step's CPU range (built once per analysis)."""
     got = ctx.cache.get("host.cpu-step-ranges")
     if got is None:
-        got = ctx.cache["host.cpu-step-ranges"] = {(s.range_start_ns, s.range_end_ns) for s in ctx.steps
-                                                   if s.range_side == "cpu"}
-    return cast(set[tuple[int | None, int | None]], got)
+        got = ctx.cache["host.cpu-step-ranges"] = _Ranges(
+            (s.range_start_ns, s.range_end_ns) for s in ctx.steps
+            if s.range_side == "cpu" and s.range_start_ns is not None and s.range_end_ns is not None)
+    return cast(_Ranges, got)
 
 
 def host_evidence(ctx: TraceAnalysis, step: int, baseline_steps: Sequence[int],

@@ -24,8 +24,9 @@ Whether idle host time came in a few long stretches (a stall) or many short ones
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,11 +50,22 @@ LONG_HOST_GAP_NS = 100_000
 # Windows split together by `_split_fast`: its two dozen temporary arrays hold one row per interval of the
 # windows, so all 229K windows of the 1M-kernel export at once (2.6M intervals) took 0.3 GB more peak memory.
 FAST_CHUNK = 16_384
+# Windows split and made StepBreakdowns at a time (`breakdowns`).
+SPLIT_CHUNK = 65_536
+# Rows of step_gpu_work.sql read at a time (as Arrow record batches).
+GPU_WORK_BATCH_ROWS = 1 << 20
 # Long idle-host stretches kept per step (with their times, for naming what the host did meanwhile).
 MAX_HOST_GAPS = 3
 
 
-@dataclass(frozen=True, slots=True)
+# One tuple per distinct sequence of component names, shared by the breakdowns that have it.
+_COMPONENT_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+# StepBreakdown's numbers before its components' (start, end, host range, longest host gap, long host time, idle
+# stretches), and the host range's value for None.
+_FIXED = 6
+_NO_RANGE = -(2**63)
+
+
 class StepBreakdown:
     """One step's window and where its time went (ns).
 
@@ -63,32 +75,102 @@ class StepBreakdown:
     host; host_long_ns: idle-host time in stretches of at least LONG_HOST_GAP_NS; idle_stretches: how many
     separate idle stretches the window holds; host_gaps: the MAX_HOST_GAPS longest idle-host stretches of at
     least LONG_HOST_GAP_NS as (start, end).
+
+    Its numbers (window, host range, longest host gap, long host time, idle stretches, then the components' ns)
+    are held in an int64 array, at `_at` in one shared by every step of a trace when `breakdowns` made it, beside
+    a shared tuple of the components' names: an object per field and a dict of ints was 0.4 KB a step, and a
+    long trace has 10^6 steps. `components` gives them as a dict, in the order given.
     """
 
-    start_ns: int
-    end_ns: int
+    __slots__ = ("_names", "_data", "_at", "source", "host_gaps")
+
     source: str
-    components: dict[str, int] = field(default_factory=dict)
-    host_range_ns: int | None = None
-    host_gap_max_ns: int = 0
-    host_long_ns: int = 0
-    idle_stretches: int = 0
-    host_gaps: tuple[tuple[int, int], ...] = ()  # the longest idle-host stretches, (start, end) ns, longest first
+    host_gaps: tuple[tuple[int, int], ...]  # the longest idle-host stretches, (start, end) ns, longest first
+
+    def __init__(self, start_ns: int, end_ns: int, source: str, components: dict[str, int] | None = None,
+                 host_range_ns: int | None = None, host_gap_max_ns: int = 0, host_long_ns: int = 0,
+                 idle_stretches: int = 0, host_gaps: tuple[tuple[int, int], ...] = (),
+                 arena: array[int] | None = None) -> None:
+        """`arena`: the array to append the numbers to (shared by the steps of a trace); a new one if None."""
+        components = components or {}
+        names = tuple(components)
+        self._names = _COMPONENT_NAMES.setdefault(names, names)
+        data = arena if arena is not None else array("q")
+        self._at = len(data)
+        data.extend((start_ns, end_ns, _NO_RANGE if host_range_ns is None else host_range_ns, host_gap_max_ns,
+                     host_long_ns, idle_stretches))
+        data.extend(components.values())
+        self._data = data
+        self.source = source
+        self.host_gaps = host_gaps
+
+    @property
+    def start_ns(self) -> int:
+        return self._data[self._at]
+
+    @property
+    def end_ns(self) -> int:
+        return self._data[self._at + 1]
+
+    @property
+    def host_range_ns(self) -> int | None:
+        v = self._data[self._at + 2]
+        return None if v == _NO_RANGE else v
+
+    @property
+    def host_gap_max_ns(self) -> int:
+        return self._data[self._at + 3]
+
+    @property
+    def host_long_ns(self) -> int:
+        return self._data[self._at + 4]
+
+    @property
+    def idle_stretches(self) -> int:
+        return self._data[self._at + 5]
+
+    def _values(self) -> array[int]:
+        at = self._at + _FIXED
+        return self._data[at:at + len(self._names)]
+
+    @property
+    def components(self) -> dict[str, int]:
+        """ns per component (a new dict)."""
+        return dict(zip(self._names, self._values(), strict=True))
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.source, self._names, tuple(self._data[self._at:self._at + _FIXED + len(self._names)]),
+                self.host_gaps)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StepBreakdown) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"StepBreakdown(start_ns={self.start_ns}, end_ns={self.end_ns}, source={self.source!r}, "
+                f"components={self.components!r}, host_range_ns={self.host_range_ns}, "
+                f"host_gap_max_ns={self.host_gap_max_ns}, host_long_ns={self.host_long_ns}, "
+                f"idle_stretches={self.idle_stretches}, host_gaps={self.host_gaps!r})")
 
     @property
     def wall_ns(self) -> int:
-        return self.end_ns - self.start_ns
+        return self._data[self._at + 1] - self._data[self._at]
 
     @property
     def gpu_busy_ns(self) -> int:
-        return sum(v for k, v in self.components.items() if k not in IDLE)
+        return sum(v for k, v in zip(self._names, self._values(), strict=True) if k not in IDLE)
 
     @property
     def idle_ns(self) -> int:
-        return sum(self.components.get(k, 0) for k in IDLE)
+        return sum(v for k, v in zip(self._names, self._values(), strict=True) if k in IDLE)
 
     def get(self, component: str) -> int:
-        return self.components.get(component, 0)
+        try:
+            return self._data[self._at + _FIXED + self._names.index(component)]
+        except ValueError:
+            return 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -134,14 +216,33 @@ def prefill_kernels(steps: Iterable[Step]) -> set[int]:
 
 
 def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]:
-    # Straight to numpy: pyarrow's to_numpy imports pandas (a third of a second) when it is installed.
-    cols = db.con.sql(sql("step_gpu_work"), params={"trace": trace_id}).fetchnumpy()
-    if not len(cols["start_ns"]):
-        return {}
-    kid, dev, start, end, launch = (np.ma.filled(cols[c], -1).astype(np.int64)  # NULL: -1
-                                    for c in ("kernel_id", "device_id", "start_ns", "end_ns", "launch_ns"))
-    families, family = _first_seen(cols["family"])
+    """step_gpu_work's rows as arrays per device, read in record batches of GPU_WORK_BATCH_ROWS: each interval
+    costs four int64 and one int32 column (the 10M-kernel export has 26M intervals: 0.9 GB), never a Python
+    object (a batch's families are numbered through its dictionary of distinct strings)."""
     special = prefill_kernels(steps)
+    special_ids = np.fromiter(special, np.int64, len(special)) if special else None
+    families: dict[str, int] = {}  # family -> its number, in the order the families first occur in the rows
+    chunks: dict[str, list[np.ndarray]] = {c: [] for c in ("dev", "start", "end", "launch", "family")}
+    result = db.con.sql(sql("step_gpu_work"), params={"trace": trace_id})
+    for batch in result.to_arrow_reader(GPU_WORK_BATCH_ROWS):
+        if not batch.num_rows:
+            continue
+        col = dict(zip(batch.schema.names, batch.columns, strict=True))
+        encoded = col["family"].dictionary_encode()  # family is NOT NULL (kernel_labels; 'memory')
+        words = encoded.dictionary.to_pylist()
+        index = _int_array(encoded.indices, 0)
+        for j in np.sort(np.unique(index, return_index=True)[1]).tolist():
+            families.setdefault(words[int(index[j])], len(families))
+        number = np.array([families[w] for w in words], np.int32)[index]
+        if special_ids is not None:
+            number[np.isin(_int_array(col["kernel_id"], -1), special_ids)] = -1  # prefill work, whatever its family
+        chunks["family"].append(number)
+        for key, name in (("dev", "device_id"), ("start", "start_ns"), ("end", "end_ns"), ("launch", "launch_ns")):
+            # A copy, not a view of the batch's buffer: a view kept the whole batch (its kernel ids and family
+            # strings too: 0.5 GB at 10M kernels) alive until the columns were joined.
+            chunks[key].append(np.array(_int_array(col[name], -1)))
+    if not chunks["start"]:
+        return {}
     names: list[str] = []
     code: dict[str, int] = {}
 
@@ -151,26 +252,39 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
             names.append(name)
         return code[name]
 
-    codes = np.array([cid(component_of_family(f)) for f in families], np.int64)
-    comp = codes[family]
-    if special:
-        prefill = cid(PREFILL)
-        comp[np.isin(kid, np.fromiter(special, np.int64, len(special)))] = prefill
+    # Component numbers: the families' in the order they first occur, then prefill.
+    codes = [cid(component_of_family(f)) for f in families] + [cid(PREFILL) if special else 0]
+    lookup = np.array(codes, np.int32)  # family number -1 (prefill) takes the last entry
+    # One column at a time, each column's batches freed once joined: the peak is the arrays plus one column's
+    # batches.
+    cols: dict[str, np.ndarray] = {}
+    for key in ("dev", "start", "end", "launch", "family"):
+        joined = np.concatenate(chunks.pop(key))
+        cols[key] = lookup[joined] if key == "family" else joined.astype(np.int64, copy=False)
+        del joined
+    dev = cols.pop("dev")
+    devices = np.unique(dev).tolist()
     out: dict[Any, _Work] = {}
-    for d in np.unique(dev):
-        m = dev == d
-        s_, e_ = start[m], end[m]
-        out[int(d) if d >= 0 else None] = _Work(s_, e_, launch[m], comp[m], np.maximum.accumulate(e_), names)
+    for d in devices:
+        if len(devices) == 1:
+            s_, e_, la, co = cols["start"], cols["end"], cols["launch"], cols["family"]
+        else:
+            m = dev == d
+            s_, e_, la, co = cols["start"][m], cols["end"][m], cols["launch"][m], cols["family"][m]
+        out[d if d >= 0 else None] = _Work(s_, e_, la, co, np.maximum.accumulate(e_), names)
     return out
 
 
-def _first_seen(values: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """The distinct strings of `values` in the order they first occur, and each value's index among them (one
-    dict pass: sorting a million strings with np.unique took 2 s on the 1M-kernel export)."""
-    index: dict[Any, int] = {}
-    codes = np.fromiter((index.setdefault(v, len(index)) for v in np.ma.getdata(values).tolist()), np.int64,
-                        len(values))
-    return [str(v) for v in index], codes
+def _int_array(column: Any, null: int) -> np.ndarray:
+    """An Arrow integer array as numpy (its buffer, no copy when it has no NULL), NULL as `null`; read from the
+    buffers because pyarrow's conversions import pandas when it is installed (a third of a second)."""
+    dtype = np.dtype(f"int{column.type.bit_width}")
+    values = np.frombuffer(column.buffers()[1], dtype, len(column), column.offset * dtype.itemsize)
+    if not column.null_count:
+        return values
+    bits = np.frombuffer(column.buffers()[0], np.uint8)
+    valid = np.unpackbits(bits, bitorder="little")[column.offset:column.offset + len(column)].astype(bool)
+    return np.where(valid, values, null)
 
 
 def _step_device(step: Step) -> Any:
@@ -183,7 +297,8 @@ def _step_device(step: Step) -> Any:
     return devices.most_common(1)[0][0] if devices else None
 
 
-def _windows(steps: Iterable[Step], devices: dict[int, Any] | None = None) -> list[tuple[Step, int, int, str]]:
+def _windows(steps: Iterable[Step], devices: Mapping[int, Any] | Sequence[Any] | None = None,
+             ) -> list[tuple[Step, int, int, str]]:
     """(step, window start, window end, source) per step; windows of one device never overlap. `devices`: each
     step's device by index (`_step_device`), when already known."""
     by_device: dict[Any, list[Step]] = defaultdict(list)
@@ -325,16 +440,24 @@ def _from_split(busy: dict[str, float], idle: list[tuple[str, int, int]]) -> _Sp
     return _Split(parts, len(idle), max((ns for _, ns in host), default=0), sum(ns for _, ns in long_host), long_host)
 
 
-def _split_many(work: _Work, w0: np.ndarray, w1: np.ndarray, host_range: np.ndarray) -> list[_Split]:
+def _overlap_pairs(work: _Work) -> np.ndarray:
+    """How many neighbouring intervals overlap up to each interval (the first i + 1)."""
+    return np.concatenate(([0], np.cumsum(work.start[1:] < work.end[:-1])))
+
+
+def _split_many(work: _Work, w0: np.ndarray, w1: np.ndarray, host_range: np.ndarray,
+                pairs: np.ndarray | None = None) -> list[_Split]:
     """`_split` of many windows of one device at once. Windows whose GPU work does not overlap itself (one
     stream at a time: nearly every step) are split with array operations over all their intervals together;
-    the others go through `_split`'s sweep. Equal to calling `_split` on each (tests/test_breakdown.py)."""
+    the others go through `_split`'s sweep. Equal to calling `_split` on each (tests/test_breakdown.py).
+    `pairs`: `_overlap_pairs(work)`, when already known."""
     n = len(w0)
     out: list[_Split | None] = [None] * n
     lo = np.searchsorted(work.reach, w0, side="right")
     hi = np.maximum(np.searchsorted(work.start, w1, side="left"), lo)
     count = hi - lo
-    pairs = np.concatenate(([0], np.cumsum(work.start[1:] < work.end[:-1])))  # overlapping neighbours up to i
+    if pairs is None:
+        pairs = _overlap_pairs(work)
     overlapping = (count > 1) & (pairs[np.maximum(hi - 1, 0)] - pairs[lo] > 0)
     for i in np.flatnonzero(overlapping).tolist():
         out[i] = _from_split(*_split(work, int(w0[i]), int(w1[i]), bool(host_range[i])))
@@ -411,7 +534,11 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
     if not steps:
         return {}
     work = _gpu_work(db, trace_id, steps)
-    devices = {s.index: _step_device(s) for s in steps}
+    # Each step's device by index: a list when step i is at position i (as group_steps numbers them; a dict of
+    # 10^6 steps is 0.1 GB), else a dict.
+    numbered = all(s.index == i for i, s in enumerate(steps))
+    devices: Sequence[Any] | dict[int, Any] = ([_step_device(s) for s in steps] if numbered
+                                               else {s.index: _step_device(s) for s in steps})
     windows = _windows(steps, devices)
     # Each window's GPU work: its device's, or the only device's when the step's is not known.
     by_device: dict[Any, list[int]] = defaultdict(list)
@@ -423,31 +550,42 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
             dev = next(iter(work))
         if w1 > w0:
             by_device[dev].append(j)
-    splits: dict[int, _Split] = {}
-    for dev, js in by_device.items():
-        starts = np.array([windows[j][1] for j in js], np.int64)
-        ends = np.array([windows[j][2] for j in js], np.int64)
-        host_range = np.array([windows[j][3] == "cpu-range" for j in js], bool)
-        splits.update(zip(js, _split_many(work[dev], starts, ends, host_range), strict=True))
+    del devices
     out: dict[int, StepBreakdown] = {}
-    for j, (s, w0, w1, source) in enumerate(windows):
-        sp = splits.get(j)
-        if sp is None:
-            sp = _Split({IDLE_UNKNOWN: float(w1 - w0)} if w1 > w0 else {})
-        long_gaps = sorted(((t, t + ns) for t, ns in sp.long_host), key=lambda g: g[0] - g[1])[:MAX_HOST_GAPS]
-        b = StepBreakdown(
-            start_ns=w0,
-            end_ns=w1,
-            source=source,
-            components=_round_to(sp.parts, w1 - w0),
-            host_range_ns=(s.range_end_ns - s.range_start_ns
-                           if s.range_side == "cpu" and s.range_start_ns is not None and s.range_end_ns is not None
-                           else None),
-            host_gap_max_ns=sp.host_max_ns,
-            host_long_ns=sp.host_long_ns,
-            idle_stretches=sp.idle_stretches,
-            host_gaps=tuple(long_gaps),
-        )
-        s.breakdown = b
-        out[s.index] = b
-    return out
+    arena: array[int] = array("q")  # every step's numbers, one after the other
+    for dev, js in by_device.items():
+        wk = work[dev]
+        pairs = _overlap_pairs(wk)
+        # SPLIT_CHUNK windows at a time, each made a StepBreakdown at once: a window's summed split (floats in a
+        # dict) is 0.5 KB, 1 GB over the 10M-kernel export's 2.3M windows if all were held.
+        for at in range(0, len(js), SPLIT_CHUNK):
+            part = js[at:at + SPLIT_CHUNK]
+            starts = np.array([windows[j][1] for j in part], np.int64)
+            ends = np.array([windows[j][2] for j in part], np.int64)
+            host_range = np.array([windows[j][3] == "cpu-range" for j in part], bool)
+            for j, sp in zip(part, _split_many(wk, starts, ends, host_range, pairs), strict=True):
+                s = windows[j][0]
+                out[s.index] = s.breakdown = _breakdown(*windows[j], sp, arena)
+    for s, w0, w1, source in windows:  # windows of no device's work, or empty
+        if s.index not in out:
+            out[s.index] = s.breakdown = _breakdown(
+                s, w0, w1, source, _Split({IDLE_UNKNOWN: float(w1 - w0)} if w1 > w0 else {}), arena)
+    return {s.index: out[s.index] for s, *_ in windows}
+
+
+def _breakdown(s: Step, w0: int, w1: int, source: str, sp: _Split, arena: array[int]) -> StepBreakdown:
+    long_gaps = sorted(((t, t + ns) for t, ns in sp.long_host), key=lambda g: g[0] - g[1])[:MAX_HOST_GAPS]
+    return StepBreakdown(
+        start_ns=w0,
+        end_ns=w1,
+        source=source,
+        components=_round_to(sp.parts, w1 - w0),
+        host_range_ns=(s.range_end_ns - s.range_start_ns
+                       if s.range_side == "cpu" and s.range_start_ns is not None and s.range_end_ns is not None
+                       else None),
+        host_gap_max_ns=sp.host_max_ns,
+        host_long_ns=sp.host_long_ns,
+        idle_stretches=sp.idle_stretches,
+        host_gaps=tuple(long_gaps) if long_gaps else (),
+        arena=arena,
+    )

@@ -119,7 +119,7 @@ class StepBatch:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one per attention launch (10^6 in a long trace)
 class LaunchModel:
     """The schedule model of one attention launch.
 

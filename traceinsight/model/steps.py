@@ -24,7 +24,8 @@ import json
 import re
 import tomllib
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -134,6 +135,11 @@ FA3_CAP_PER_PREPARE_CTA = 992
 # held every kernel's full name (about 1 KB) once per row.
 LAUNCH_BATCH_ROWS = 65_536
 
+# Columns of step_launches.sql / step_kernels.sql / step_rows.sql whose values are mostly distinct (times, ids):
+# read as they are; the others through a dictionary (`_pylist`).
+UNIQUE_COLUMNS = frozenset({"kernel_id", "start_ns", "end_ns", "dur_ns", "range_id", "step_key", "launch_id",
+                            "range_start_ns", "range_end_ns"})
+
 # A range holding more than this share of all attention launches is a wrapper, not a step.
 WRAPPER_SHARE = 0.5
 
@@ -166,8 +172,9 @@ class Launch:
     """An attention kernel launch and the merge/prepare kernels that belong to it."""
 
     attention: Kernel
-    merges: list[Kernel] = field(default_factory=list)
-    prepares: list[Kernel] = field(default_factory=list)
+    # Tuples, empty by default: a list each (two per launch, most of them empty) held 20 MB per 1M kernels.
+    merges: Sequence[Kernel] = ()
+    prepares: Sequence[Kernel] = ()
     phase: str = "unknown"
     phase_evidence: str = ""
     split_kv: bool | None = None
@@ -236,10 +243,11 @@ def kernels_of(table: pa.Table) -> list[Kernel]:
     """The kernels of a query's rows (the columns of step_launches.sql / step_kernels.sql), in row order. Each
     text column is dictionary-encoded first, so a thousand launches of one kernel share one name string (and
     one parsed params dict) instead of holding a thousand copies."""
-    col = {name: _pylist(table.column(name)) for name in table.column_names}
+    col = {name: _pylist(table.column(name), shared=name not in UNIQUE_COLUMNS) for name in table.column_names}
     parsed = {raw: json.loads(raw) if raw else {} for raw in set(col["params_json"])}
-    grid = zip(*(_or_zero(col[f"grid_{a}"]) for a in "xyz"), strict=True)
-    block = zip(*(_or_zero(col[f"block_{a}"]) for a in "xyz"), strict=True)
+    shapes: dict[tuple[int, int, int], tuple[int, int, int]] = {}  # one tuple per distinct grid or block
+    grid = (shapes.setdefault(g, g) for g in zip(*(_or_zero(col[f"grid_{a}"]) for a in "xyz"), strict=True))
+    block = (shapes.setdefault(b, b) for b in zip(*(_or_zero(col[f"block_{a}"]) for a in "xyz"), strict=True))
     head = ("kernel_id", "name", "kernel", "family", "backend", "phase")
     tail = ("stream_id", "device_id", "start_ns", "end_ns", "dur_ns")
     rows = zip(
@@ -261,12 +269,14 @@ def kernels_of(table: pa.Table) -> list[Kernel]:
     ]
 
 
-def _pylist(column: pa.ChunkedArray) -> list[Any]:
-    """A column as a list; text through its dictionary, so equal strings are one object."""
+def _pylist(column: pa.ChunkedArray, shared: bool = True) -> list[Any]:
+    """A column as a list; text (and, when `shared`, integers) through its dictionary, so equal values are one
+    object: a Python int past 256 is 32 bytes per row, a column of grid sizes or stream ids a few distinct."""
     if not len(column):
         return []  # combine_chunks of no chunks goes through pa.array, which imports pandas when installed
     values = column.combine_chunks()
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+    if (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+            or (shared and pa.types.is_integer(values.type))):
         encoded = values.dictionary_encode()
         words = encoded.dictionary.to_pylist()
         return [None if i is None else words[i] for i in encoded.indices.to_pylist()]
@@ -314,7 +324,8 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     for batch in result.to_arrow_reader(LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
         part = pa.Table.from_batches([batch])
         for key, role, lid, kv, evidence, k in zip(
-                *(_pylist(part.column(c)) for c in ("step_key", "role", "launch_id", "split_kv", "split_evidence")),
+                *(_pylist(part.column(c), shared=c not in UNIQUE_COLUMNS)
+                  for c in ("step_key", "role", "launch_id", "split_kv", "split_evidence")),
                 kernels_of(part), strict=True):
             if role == ATTENTION:
                 launch = launches[(key, lid)] = Launch(attention=k, split_kv=kv, split_evidence=evidence or "")
@@ -323,19 +334,25 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
                 pending.append(((key, lid), role, k))
     for at, role, k in pending:  # rows are in kernel order: merges and prepares keep it
         launch = launches[at]
-        (launch.merges if role == MERGE else launch.prepares).append(k)
+        if role == MERGE:
+            launch.merges = (*launch.merges, k)
+        else:
+            launch.prepares = (*launch.prepares, k)
     del pending, launches
     steps: list[Step] = []
     loose: list[Step] = []
     rows = db.con.sql(sql("step_rows"), params=params).to_arrow_table()
     db.script(sql("step_scratch_drop"), {})
     # Column by column, not a dict per row (229K steps), and each distinct text once.
+    sources: dict[str, str] = {}  # one 'range:<kind>' string per kind
+    columns = ("step_key", "ranged", "name", "kind", "range_id", "start_ns", "end_ns", "kernel_count",
+               "range_start_ns", "range_end_ns", "side")
     for (key, ranged, name, kind, range_id, start, end, count, range_start, range_end, side) in zip(*(
-            _pylist(rows.column(c)) for c in ("step_key", "ranged", "name", "kind", "range_id", "start_ns",
-                                                 "end_ns", "kernel_count", "range_start_ns", "range_end_ns",
-                                                 "side")), strict=True):
-        step = Step(index=-1, name=name or "", source=f"range:{kind}" if ranged else "launch",
-                    range_id=range_id, start_ns=start, end_ns=end, kernel_count=count,
+            _pylist(rows.column(c), shared=c not in UNIQUE_COLUMNS) for c in columns), strict=True):
+        source = sources.setdefault(kind, f"range:{kind}") if ranged else "launch"
+        step = Step(index=-1, name=name or "", source=source,
+                    range_id=key if key == range_id else range_id,  # one int object, not two
+                    start_ns=start, end_ns=end, kernel_count=count,
                     launches=by_step.get(key, []), key=key)
         if ranged:
             step.range_start_ns, step.range_end_ns, step.range_side = range_start, range_end, side

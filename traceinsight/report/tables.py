@@ -5,7 +5,7 @@ numbers the JSON document holds, in rows (tests/test_tables.py holds the two tog
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -155,7 +155,7 @@ def _analysis_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
     return {c: [v] for c, v in row.items()}
 
 
-def _attached(kernels: list[Any]) -> list[dict[str, Any]]:
+def _attached(kernels: Sequence[Any]) -> list[dict[str, Any]]:
     """Merge or prepare kernels as the document lists them."""
     return [{"kernel": m.kernel, "grid": list(m.grid), "dur_ns": m.dur_ns} for m in kernels]
 
