@@ -1,7 +1,8 @@
 """How long `traceinsight analyze` takes on the real 27 MB H200 sweep trace, end to end (a fresh process, as a
 user runs it, its output to a pipe), next to a peer measured in the same run: a plain
-`python -c "json.load(gzip.open(...))"`, which only parses the file. Two floors beside them: `python -c pass` (the
-interpreter) and `python -c "import traceinsight.pipeline"` (the analysis's imports). Machines here are noisy, so
+`python -c "json.load(gzip.open(...))"`, which only parses the file. Three floors beside them: `python -c pass` (the
+interpreter), the libraries the analysis cannot do without (numpy, duckdb, pyarrow, orjson) and
+`python -c "import traceinsight.pipeline"` (the analysis's imports). Machines here are noisy, so
 the ratio to the peer is the number to compare across runs.
 
     .venv/bin/python benchmarks/analyze_speed.py [--runs 5] [--trace PATH]
@@ -43,6 +44,8 @@ def cases(trace: Path) -> dict[str, list[str]]:
     analyze = [py, "-m", "traceinsight", "analyze", str(trace)]
     return {
         "floor: python -c pass": [py, "-c", "pass"],
+        "floor: import numpy, duckdb, pyarrow(.compute), orjson": [
+            py, "-c", "import numpy, duckdb, pyarrow, pyarrow.compute, orjson"],
         "floor: import traceinsight.pipeline": [py, "-c", "import traceinsight.pipeline"],
         "traceinsight analyze (text), cold": [*analyze, "--no-cache"],
         "traceinsight analyze (text), cached": analyze,
