@@ -42,8 +42,7 @@ def gantt_for_launch(analysis: TraceAnalysis, step: int, launch: int = 0) -> Gan
     model = _model(analysis, x.attention.kernel_id)
     sim = getattr(model, "sim", None)
     if sim is None:
-        note = getattr(model, "note", None)
-        return f"{NEEDS}" + (f" ({note})" if note else "")
+        return _needs(getattr(model, "note", None))
     sched = analysis.schedule
     assert sched is not None and sched.gpu is not None  # a simulated model comes from a schedule with its GPU
     k = x.attention
@@ -110,6 +109,10 @@ def gantt_from_doc(doc: dict[str, Any], stored: str | None) -> Gantt | str:
     ref = sections.worst_launch(doc)
     if ref is None:
         return "not available: no attention launch in the trace"
-    step, launch = sections.launch_at(doc, ref)
-    note = (launch.get("model") or {}).get("note")
-    return f"{NEEDS}" + (f" ({note})" if note else "")
+    _, launch = sections.launch_at(doc, ref)
+    return _needs((launch.get("model") or {}).get("note"))
+
+
+def _needs(note: str | None) -> str:
+    """Why a launch cannot be drawn: NEEDS, with the model's note on it when there is one."""
+    return NEEDS + (f" ({note})" if note else "")

@@ -4,7 +4,7 @@ released: add keys, never rename or remove them."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from typing import IO, Any
 
 import orjson
@@ -123,15 +123,25 @@ def selected_steps(a: TraceAnalysis) -> list[Step]:
     """The steps that matter, in step order: for each finding its first STEPS_PER_FINDING steps, its
     STEPS_PER_FINDING slowest and the steps its evidence names; and the SLOWEST_STEPS slowest steps overall."""
     by_index = a.steps_by_index()
-    keep: set[int] = {s.index for s in sorted(a.steps, key=lambda s: -s.wall_ns)[:SLOWEST_STEPS]}
-    for f in a.findings:
-        steps = [i for i in getattr(f, "steps", ()) if i in by_index]
-        keep.update(steps[:STEPS_PER_FINDING])
-        keep.update(sorted(steps, key=lambda i: -by_index[i].wall_ns)[:STEPS_PER_FINDING])
-        evidence = getattr(f, "evidence", {}) or {}
-        keep.update(evidence[k] for k in EVIDENCE_STEPS
-                    if isinstance(evidence.get(k), int) and evidence[k] in by_index)
-    return [by_index[i] for i in sorted(keep)]
+    slowest = [s.index for s in sorted(a.steps, key=lambda s: -s.wall_ns)[:SLOWEST_STEPS]]
+    picked = pick_steps(slowest, ((getattr(f, "steps", ()), getattr(f, "evidence", {})) for f in a.findings),
+                        lambda i: by_index[i].wall_ns, by_index)
+    return [by_index[i] for i in picked]
+
+
+def pick_steps(slowest: Iterable[int], findings: Iterable[tuple[Iterable[int], Mapping[str, Any] | None]],
+               wall: Callable[[int], int], known: Container[int]) -> list[int]:
+    """`selected_steps`' rule on step indexes, in step order: the `slowest` steps, and per finding (its steps, its
+    evidence) its first STEPS_PER_FINDING steps, its STEPS_PER_FINDING slowest by `wall(step)` and the steps its
+    evidence names, among the `known` steps. (`report.saved` applies it to the saved tables.)"""
+    keep = set(slowest)
+    for steps, evidence in findings:
+        named = [i for i in steps if i in known]
+        keep.update(named[:STEPS_PER_FINDING])
+        keep.update(sorted(named, key=lambda i: -wall(i))[:STEPS_PER_FINDING])
+        ev = evidence or {}
+        keep.update(ev[k] for k in EVIDENCE_STEPS if isinstance(ev.get(k), int) and ev[k] in known)
+    return sorted(keep)
 
 
 def to_json(a: TraceAnalysis, steps: str = STEPS_ALL) -> dict[str, Any]:

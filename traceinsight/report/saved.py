@@ -6,9 +6,10 @@ SAVED is a Parquet dataset holding the analysis tables (`traceinsight export --p
 `traceinsight fleet analyze` output folder) or a DuckDB database file holding them. `open_saved` loads the tables
 of the traces asked for into an in-memory DuckDB database (a dataset's trace keys become trace ids 0..);
 `document` selects one trace's document from it: the trace-level sections from `analyses`, the steps, launches,
-models, findings and checks from their own tables, the steps that matter (`json_doc.selected_steps`' rule, in
-SQL) unless every step is asked for. tests/test_saved_report.py holds every golden case's rebuilt document equal
-to the one the analysis writes.
+models, findings and checks from their own tables, the steps that matter (`json_doc.pick_steps`, the rule of
+`json_doc.selected_steps`) unless every step is asked for. tests/test_golden.py holds every golden case's rebuilt
+document equal to the one the analysis writes; tests/test_saved_report.py the `report` command's outputs equal to
+`analyze`'s.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import orjson
 
 from traceinsight.errors import InputError
 from traceinsight.ingest.store import analysis_table_names, schema_sql
+from traceinsight.model.schedule import Measured
 from traceinsight.report import json_doc
 from traceinsight.report.fleet import fleet_findings, unique_names
 
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
     from traceinsight.report.figures import Gantt
 
 PARQUET_SCHEMAS = ("traceinsight.parquet/1", "traceinsight.fleet/1")
-PART_GLOB = "trace=*/*.parquet"
 
 
 @dataclass
@@ -87,7 +88,7 @@ def _load_dataset(saved: Saved, path: Path, traces: tuple[str, ...]) -> None:
                          f"(schema {manifest.get('schema') if isinstance(manifest, dict) else None!r})")
     keys = dataset_keys(path)
     if traces:
-        keys = [k for k in keys if _matches(k, path, manifest, traces)]
+        keys = [k for k in keys if _matches(k, manifest, traces)]
     for i, key in enumerate(keys):
         saved.names[i] = key
         for table in analysis_table_names():
@@ -100,7 +101,7 @@ def _load_dataset(saved: Saved, path: Path, traces: tuple[str, ...]) -> None:
                               f"FROM read_parquet({listed}, union_by_name = true, hive_partitioning = false)")
 
 
-def _matches(key: str, path: Path, manifest: dict[str, Any], traces: tuple[str, ...]) -> bool:
+def _matches(key: str, manifest: dict[str, Any], traces: tuple[str, ...]) -> bool:
     entries = manifest.get("traces") or []  # both manifests: {"trace": key, "path" | "source": the input}
     sources = [e for e in entries if isinstance(e, dict) and e.get("trace") == key]
     names = {key} | {str(e.get(f)) for e in sources for f in ("path", "source") if e.get(f)}
@@ -188,20 +189,14 @@ def _sections(saved: Saved, trace_id: int, steps: str) -> dict[str, Any]:
 
 
 def _selected(saved: Saved, trace_id: int, doc: dict[str, Any]) -> list[int]:
-    """The steps that matter (`json_doc.selected_steps`): the slowest steps, and per finding its first and its
-    slowest steps and those its evidence names."""
+    """The steps that matter (`json_doc.selected_steps`' rule, `json_doc.pick_steps`)."""
     con = saved.con
     walls = dict(con.execute("SELECT step, wall_ns FROM steps WHERE trace_id = ?", [trace_id]).fetchall())
-    keep = {i for i, _ in con.execute(
-        "SELECT step, wall_ns FROM steps WHERE trace_id = ? ORDER BY wall_ns DESC, step LIMIT ?",
-        [trace_id, json_doc.SLOWEST_STEPS]).fetchall()}
-    for f in doc["findings"]:
-        named = [i for i in f["steps"] if i in walls]
-        keep.update(named[:json_doc.STEPS_PER_FINDING])
-        keep.update(sorted(named, key=lambda i: -walls[i])[:json_doc.STEPS_PER_FINDING])
-        ev = f["evidence"] or {}
-        keep.update(ev[k] for k in json_doc.EVIDENCE_STEPS if isinstance(ev.get(k), int) and ev[k] in walls)
-    return sorted(keep)
+    slowest = [i for (i,) in con.execute(
+        "SELECT step FROM steps WHERE trace_id = ? ORDER BY wall_ns DESC, step LIMIT ?",
+        [trace_id, json_doc.SLOWEST_STEPS]).fetchall()]
+    return json_doc.pick_steps(slowest, ((f["steps"], f["evidence"]) for f in doc["findings"]), walls.__getitem__,
+                               walls)
 
 
 def _steps(saved: Saved, trace_id: int, only: list[int] | None) -> Iterator[dict[str, Any]]:
@@ -264,10 +259,7 @@ def _launch(r: dict[str, Any]) -> dict[str, Any]:
                         "longest_item_tokens": r["longest_item_tokens"], "balanced_ns": r["balanced_ns"],
                         "note": r["note"]}
     if r["ncu_id"] is not None:
-        avg, top = r["sm_active_avg"], r["sm_active_max"]
-        out["measured"] = {"sm_active_min": r["sm_active_min"], "sm_active_avg": avg, "sm_active_max": top,
-                           "ncu_id": r["ncu_id"],
-                           "sm_idle": _round(1.0 - avg / top) if avg is not None and top else None}
+        out["measured"] = Measured(r["ncu_id"], r["sm_active_min"], r["sm_active_avg"], r["sm_active_max"]).to_json()
     return out
 
 

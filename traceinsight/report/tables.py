@@ -142,15 +142,13 @@ def _analysis_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
 
     doc = json_doc.trace_sections(a)
     t = doc["trace"]
-    known = {"schema", "tool", "trace", "families", "kernels", "thresholds", "summary", "step_summary",
-             "steps_included", "steps", "findings", "savings", "checks", "model"}
     row = {"trace_id": a.trace_id, "analyzer": doc["tool"]["version"], "path": t["path"], "format": t["format"],
            "format_version": t["format_version"], "tool_version": t["tool_version"], "gpu_json": _json(t["gpu"]),
            "start_ns": t["start_ns"], "end_ns": t["end_ns"], "dur_ns": t["dur_ns"], "warnings": list(t["warnings"]),
            "families_json": _json(doc["families"]), "kernels_json": _json(doc["kernels"]),
            "thresholds_json": _json(doc["thresholds"]), "summary_json": _json(doc["summary"]),
            "step_summary_json": _json(doc["step_summary"]), "savings_json": _json(doc["savings"]),
-           "model_json": _json(doc["model"]), "extra_json": _json({k: v for k, v in doc.items() if k not in known}),
+           "model_json": _json(doc["model"]), "extra_json": _json(a.extra),
            "gantt_json": stored_gantt(a)}
     return {c: [v] for c, v in row.items()}
 
