@@ -56,3 +56,43 @@ def test_a_spill_into_a_cache_folder_that_does_not_exist_yet(tmp_path: Path, mon
         assert spill_dir().parent.is_dir()
     finally:
         db.close()
+
+
+def _limit_bytes(db: TraceDB) -> int:
+    from traceinsight.ingest.store import parse_size
+
+    got = parse_size(str(db.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]))  # type: ignore[index]
+    assert got is not None
+    return got
+
+
+def test_the_default_limit_leaves_room_for_what_the_analysis_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --memory-limit, DuckDB's share is its default budget (80 % of the machine's or container's memory)
+    less what the rest of the process holds: 400 MB more held by Python lowers it by about that much."""
+    import numpy as np
+
+    from traceinsight.ingest.store import MIN_FITTED_LIMIT_BYTES, resident_bytes
+
+    monkeypatch.delenv(MEMORY_LIMIT_ENV, raising=False)
+    with TraceDB() as db:
+        assert db.budget_bytes is not None and db.budget_bytes > MIN_FITTED_LIMIT_BYTES
+        assert _limit_bytes(db) == pytest.approx(db.budget_bytes, rel=0.01)  # DuckDB's own until the first fit
+        db.fit_memory()
+        before = _limit_bytes(db)
+        rss = resident_bytes()
+        assert rss is not None and before == pytest.approx(db.budget_bytes - rss, abs=64 * 2**20)
+        held = np.ones(400 * 2**20, dtype=np.uint8)  # pages touched: resident
+        db.fit_memory()
+        after = _limit_bytes(db)
+        assert 300 * 2**20 < before - after < 500 * 2**20
+        del held
+        db.fit_memory()
+        assert _limit_bytes(db) > after + 300 * 2**20  # given back, DuckDB's share grows again
+
+
+def test_a_limit_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "700MB")
+    with TraceDB() as db:
+        assert db.budget_bytes is None
+        db.fit_memory()
+        assert _limit_bytes(db) == pytest.approx(700e6, rel=0.01)

@@ -79,6 +79,7 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
     families = db.rows(sql("family_summary"), {"trace": trace_id})
     for f in families:
         f["share"] = float(f["share"] or 0.0)
+    db.fit_memory()  # before each stage: DuckDB's share is what the analysis's objects leave of its budget
     steps, unassigned = group_steps(db, trace_id, step_pattern)
     profiler_steps = False
     if step_pattern is None and steps and all(s.source.split(":")[0] == "launch" for s in steps) and db.rows(
@@ -120,11 +121,14 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
             "attention_ns": sum(x.dur_ns for x in unassigned),
         }
     if model:
+        db.fit_memory()
         analysis.schedule = attach(db, trace_id, steps, gpu)
+    db.fit_memory()
     # After the model: a sidecar's query lengths may have changed launch phases (prefill work is its own part).
     breakdowns(db, trace_id, steps)
     if model:
         if diagnostics:
+            db.fit_memory()
             analysis.findings = diagnose(analysis)
     return analysis
 

@@ -114,7 +114,7 @@ def out_of_memory_message(exc: BaseException, paths: Any) -> str:
     total = sum(sizes)
     need = (f"; this input needs about {total / 2**30:.1f} GB" if total >= 2**30 else
             f"; this input needs about {max(total / 2**20, 1):.0f} MB") if sizes else ""
-    limit = memory_limit() or "DuckDB's default, 80% of RAM"
+    limit = memory_limit() or "80% of memory less what the analysis holds"
     return (f"out of memory (limit: {limit}){need}: raise it with --memory-limit or ${MEMORY_LIMIT_ENV}, "
             "or capture a shorter window (docs/SCALE.md)")
 
@@ -143,8 +143,9 @@ def _set_memory_limit(ctx: click.Context, param: click.Parameter, value: str | N
 
 memory_option = click.option(
     "--memory-limit", default=None, metavar="SIZE", expose_value=False, callback=_set_memory_limit,
-    help="Cap DuckDB's memory (e.g. 8GB; default 80% of RAM; also $TRACEINSIGHT_MEMORY_LIMIT). What does not fit "
-         "spills to the cache folder.")
+    help="Cap DuckDB's memory (e.g. 8GB; also $TRACEINSIGHT_MEMORY_LIMIT; default: 80% of the machine's or "
+         "container's memory less what the analysis holds outside DuckDB, re-fitted between stages). What does not "
+         "fit spills to the cache folder.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

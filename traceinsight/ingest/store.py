@@ -59,7 +59,8 @@ _MEMORY = re.compile(r"^\s*\d+(?:\.\d+)?\s*(?:[KMGT]i?B|B)\s*$", re.IGNORECASE)
 
 
 def memory_limit() -> str | None:
-    """The memory limit asked for ($TRACEINSIGHT_MEMORY_LIMIT), checked; None for DuckDB's default (80 % of RAM)."""
+    """The memory limit asked for ($TRACEINSIGHT_MEMORY_LIMIT), checked; None for the fitted default
+    (`TraceDB.fit_memory`)."""
     value = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
     if not value:
         return None
@@ -68,6 +69,32 @@ def memory_limit() -> str | None:
 
         raise InputError(f"memory limit {value!r}: expected a size such as 8GB, 512MB or 16GiB")
     return value.replace(" ", "")
+
+
+# Without a limit from the user, DuckDB gets its own default budget (80 % of the machine's memory, or of the
+# container's: DuckDB reads the cgroup limit) less what the rest of the process holds, re-fitted between stages
+# (TraceDB.fit_memory); never less than this (bytes): below it, spill files instead of an error.
+MIN_FITTED_LIMIT_BYTES = 256 * 2**20
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes of a size as DuckDB writes and reads them ('6.3 GiB', '512MB', '8GB'); None when it is not one."""
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B|B)?\s*$", text, re.IGNORECASE)
+    if not m:
+        return None
+    unit = (m.group(2) or "").upper()
+    return int(float(m.group(1)) * _UNITS[unit]) if unit in _UNITS else None
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (bytes), from /proc; None where there is no /proc."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def spill_dir() -> Path:
@@ -115,6 +142,11 @@ class TraceDB:
         limit = memory_limit()
         if limit is not None:
             self.con.execute(f"SET memory_limit = '{limit}'")
+        # DuckDB's default limit (the budget fit_memory shares with Python), None when the user set one.
+        self.budget_bytes: int | None = None
+        if limit is None:
+            row = self.con.execute("SELECT current_setting('memory_limit')").fetchone()
+            self.budget_bytes = parse_size(str(row[0])) if row else None
         self.con.execute(f"SET temp_directory = '{_quote(spill_dir())}'")
         # DuckDB's allocator (jemalloc on Linux) keeps what a query freed until a later allocation purges it: on
         # the 1M-kernel export the step breakdown's query left 350 MB resident while Python built the next stage's
@@ -129,6 +161,25 @@ class TraceDB:
 
     def close(self) -> None:
         self.con.close()
+
+    def fit_memory(self) -> None:
+        """Without a limit from the user: DuckDB's limit = its default budget less what the rest of the process
+        holds now (resident memory less DuckDB's own), at least MIN_FITTED_LIMIT_BYTES. DuckDB's default budget
+        alone ignores the analysis's Python objects: on the 10M-kernel export the step breakdown's sort took ~4.5
+        GB while the earlier stages held ~4 GB, and the process went over the machine's memory (docs/SCALE.md).
+        Called between the pipeline's stages; a no-op when the user set a limit or /proc is missing."""
+        if self.budget_bytes is None:
+            return
+        rss = resident_bytes()
+        if rss is None:
+            return
+        row = self.con.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchone()
+        held = max(0, rss - int(row[0] if row else 0))
+        limit = max(MIN_FITTED_LIMIT_BYTES, self.budget_bytes - held)
+        try:
+            self.con.execute(f"SET memory_limit = '{limit // 2**20}MiB'")
+        except duckdb.Error:
+            pass  # DuckDB holds more than that and cannot give it back now: keep the limit in force
 
     def __enter__(self) -> TraceDB:
         return self
