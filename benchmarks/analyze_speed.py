@@ -9,7 +9,9 @@ the ratio to the peer is the number to compare across runs.
 
 `analyze` runs this checkout's code (`python -m traceinsight`, the checkout first on PYTHONPATH), cold
 (`--no-cache`) and with its cache filled (a cache folder of its own; the threshold under which files are not cached,
-4 MB on disk, lowered to 0: the 1.8 MB gzip file is otherwise always read). Bytecode is written and compiled before
+4 MB on disk, lowered to 0: the 1.8 MB gzip file is otherwise always read): since the analysis cache
+(cli/analysis_cache.py), a cached run renders the report from the analysis tables kept by the first run.
+Bytecode is written and compiled before
 timing (a $PYTHONDONTWRITEBYTECODE in the environment would otherwise make every run compile every module).
 Prints a table and writes benchmarks/results/analyze_speed.json.
 """
@@ -50,6 +52,7 @@ def cases(trace: Path) -> dict[str, list[str]]:
         "traceinsight analyze (text), cold": [*analyze, "--no-cache"],
         "traceinsight analyze (text), cached": analyze,
         "traceinsight analyze --format json, cold": [*analyze, "--format", "json", "--no-cache"],
+        "traceinsight analyze --format json, cached": [*analyze, "--format", "json"],
         PEER: [py, "-c", f"import gzip, json; json.load(gzip.open({str(trace)!r}))"],
     }
 

@@ -80,7 +80,7 @@ def test_the_default_limit_leaves_room_for_what_the_analysis_holds(monkeypatch: 
         db.fit_memory()
         before = _limit_bytes(db)
         rss = resident_bytes()
-        assert rss is not None and before == pytest.approx(db.budget_bytes - rss, abs=64 * 2**20)
+        assert rss is not None and db.budget_bytes - rss - 64 * 2**20 <= before <= db.budget_bytes
         held = np.ones(400 * 2**20, dtype=np.uint8)  # pages touched: resident
         db.fit_memory()
         after = _limit_bytes(db)

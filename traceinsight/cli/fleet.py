@@ -74,7 +74,7 @@ def analyze(paths: tuple[str, ...], out_dir: Path, from_list: Path | None, worke
     from traceinsight.fleet.run import FleetOptions, analyze_fleet
     from traceinsight.fleet.runners import RunnerSpec
     from traceinsight.fleet.task import DEFAULT_TABLES
-    from traceinsight.ingest.store import table_names
+    from traceinsight.ingest.schema import table_names
 
     args = list(paths) + (read_list(from_list) if from_list else [])
     if not args:

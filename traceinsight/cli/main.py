@@ -205,10 +205,6 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
 
     Exit status: 0 ok; 2 bad input (one line on stderr); 3 a finding at or above --fail-on.
     """
-    from traceinsight.diagnose import fail_exit_code
-    from traceinsight.pipeline import analyze as run_analysis
-    from traceinsight.report.text import ingest_progress
-
     if step_pattern is not None:
         import re
 
@@ -223,6 +219,16 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
     for p in repeated_paths(paths):
         warn(f"{p} is given twice: read once")
     traces = expand_paths(paths)
+    from traceinsight.cli import analysis_cache
+
+    kept = analysis_cache.entry_path(traces, _paths(meta), _paths(ncu), step_pattern, False if no_cache else None)
+    if kept is not None and save is None and fmt != "perfetto" and (src := analysis_cache.lookup(kept)) is not None:
+        _emit_kept(src, fmt, out, max_steps, steps, width, fail_on)  # analyzed before: its report from its tables
+        return
+    from traceinsight.diagnose.finding import fail_exit_code
+    from traceinsight.pipeline import analyze as run_analysis
+    from traceinsight.report.text import ingest_progress
+
     with ingest_progress(traces + _paths(meta) + _paths(ncu), quiet=quiet):
         db, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
                                     cache=False if no_cache else None)
@@ -233,7 +239,27 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
         _emit_perfetto(db, analyses, out)
     else:
         _emit(analyses, fmt, out, max_steps, steps, width)
+    if kept is not None:
+        analysis_cache.store(db, analyses, kept)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
+    if code:
+        sys.exit(code)
+
+
+def _emit_kept(src: Any, fmt: str, out: str | None, max_steps: int, steps: str, width: int | None,
+               fail_on: str | None) -> None:
+    """`analyze`'s output from a kept analysis (cli/analysis_cache.py): its warnings on stderr, the report, the
+    exit status."""
+    from traceinsight.cli.analysis_cache import warnings
+    from traceinsight.cli.report import emit
+    from traceinsight.diagnose.finding import fail_exit_code
+
+    kept = warnings(src)
+    several = len(src.names) > 1
+    for path, w in kept:
+        warn(f"{path}: {w}" if several else w)
+    docs = emit(src, fmt, out, steps, max_steps, width, warnings=False)
+    code = fail_exit_code([f for d in docs for f in d["findings"]], fail_on)
     if code:
         sys.exit(code)
 

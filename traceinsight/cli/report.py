@@ -43,11 +43,24 @@ def command(saved: Path, traces: tuple[str, ...], fmt: str, out: str | None, ste
     Exit status: 0 ok; 2 bad input (one line on stderr); 3 a finding at or above --fail-on."""
     from traceinsight.diagnose.finding import fail_exit_code
     from traceinsight.report import saved as saved_tables
-    from traceinsight.report.json_doc import STEPS_ALL
 
     if fmt == "md" and not out:
         raise click.UsageError("--format md needs --out FILE (its figures are written beside it)")
     src = saved_tables.open_saved(saved, traces)
+    docs = emit(src, fmt, out, steps, max_steps, width)
+    code = fail_exit_code([f for d in docs for f in d["findings"]], fail_on)
+    if code:
+        sys.exit(code)
+
+
+def emit(src: Saved, fmt: str, out: str | None, steps: str, max_steps: int, width: int | None,
+         warnings: bool = True) -> list[dict[str, Any]]:
+    """Write the report of every trace of `src` as `analyze` writes it (text on stdout shows the traces' warnings
+    in its header unless `warnings` is False: `analyze` writes them on stderr); return the documents (their
+    findings at least, for --fail-on)."""
+    from traceinsight.report import saved as saved_tables
+    from traceinsight.report.json_doc import STEPS_ALL
+
     ids = sorted(src.names)
     if fmt == "json":
         if out:
@@ -56,17 +69,14 @@ def command(saved: Path, traces: tuple[str, ...], fmt: str, out: str | None, ste
         else:
             saved_tables.write_documents(src, sys.stdout.buffer, steps)
             sys.stdout.flush()
-        docs = [saved_tables.findings_only(src, i) for i in ids]
-    else:
-        docs = [saved_tables.document(src, i, STEPS_ALL) for i in ids]
-        _render(src, ids, docs, fmt, out, max_steps, width)
-    code = fail_exit_code([f for d in docs for f in d["findings"]], fail_on)
-    if code:
-        sys.exit(code)
+        return [saved_tables.findings_only(src, i) for i in ids]
+    docs = [saved_tables.document(src, i, STEPS_ALL) for i in ids]
+    _render(src, ids, docs, fmt, out, max_steps, width, warnings)
+    return docs
 
 
 def _render(src: Saved, ids: list[int], docs: list[dict[str, Any]], fmt: str, out: str | None, max_steps: int,
-            width: int | None) -> None:
+            width: int | None, warnings: bool) -> None:
     if fmt in ("md", "html"):
         from traceinsight.report import saved as saved_tables
         from traceinsight.report.files import render_documents, write_documents_report
@@ -92,4 +102,4 @@ def _render(src: Saved, ids: list[int], docs: list[dict[str, Any]], fmt: str, ou
         render_fleet_rows(unique_names([dict(d["summary"]) for d in docs]), con)
         return
     for d in docs:
-        render_doc(d, con, max_steps=max_steps or None)
+        render_doc(d, con, max_steps=max_steps or None, warnings=warnings)

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceinsight.errors import FormatError
-from traceinsight.ingest.base import Ingest
 from traceinsight.ingest.detect import detect
 
 if TYPE_CHECKING:
+    from traceinsight.ingest.base import Ingest
     from traceinsight.ingest.store import TraceDB
 
 __all__ = ["Ingest", "TraceDB", "detect", "read_file", "load", "add_trace"]
@@ -25,6 +25,10 @@ def __getattr__(name: str) -> Any:
         from traceinsight.ingest.store import TraceDB
 
         return TraceDB
+    if name == "Ingest":  # its module imports pyarrow: loaded on first use (the cache's lookups need neither)
+        from traceinsight.ingest.base import Ingest
+
+        return Ingest
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

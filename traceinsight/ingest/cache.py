@@ -25,8 +25,6 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-import duckdb
-
 from traceinsight import __version__
 
 # Inputs smaller than this (bytes on disk) are read again rather than cached ($TRACEINSIGHT_CACHE_MIN_BYTES).
@@ -70,6 +68,8 @@ def max_bytes() -> int:
 def code_version() -> str:
     """Hash of what decides a cached database's content: the ingest package's sources and schema, the
     traceinsight and DuckDB versions."""
+    import duckdb
+
     h = hashlib.sha256(f"{__version__}|{duckdb.__version__}".encode())
     pkg = resources.files("traceinsight.ingest")
     for entry in sorted(pkg.iterdir(), key=lambda e: e.name):
@@ -118,12 +118,12 @@ def temp_path(final: Path) -> Path:
 
 
 def commit(tmp: Path, final: Path) -> None:
-    """Move a finished temporary database into place, then prune the cache."""
+    """Move a finished temporary database into place, then prune its folder."""
     wal = tmp.with_name(tmp.name + ".wal")
     with contextlib.suppress(OSError):
         wal.unlink()
     os.replace(tmp, final)
-    prune()
+    prune(folder=final.parent)
 
 
 def discard(path: Path) -> None:
@@ -132,11 +132,12 @@ def discard(path: Path) -> None:
             p.unlink()
 
 
-def prune(limit: int | None = None) -> list[Path]:
-    """Delete least-recently-used entries until the total is at most `limit` bytes; return those deleted.
-    Temporary files older than a day (left by killed processes) are deleted too."""
+def prune(limit: int | None = None, folder: Path | None = None) -> list[Path]:
+    """Delete least-recently-used entries of `folder` (default: the databases' `db_dir()`) until their total is
+    at most `limit` bytes; return those deleted. Temporary files older than a day (left by killed processes) are
+    deleted too."""
     limit = max_bytes() if limit is None else limit
-    folder = db_dir()
+    folder = db_dir() if folder is None else folder
     try:
         entries = [(p, p.stat()) for p in folder.iterdir() if p.is_file()]
     except OSError:

@@ -29,7 +29,8 @@ from typing import Any
 
 from traceinsight import __version__
 from traceinsight.ingest.paths import trace_stem
-from traceinsight.ingest.store import TraceDB, analysis_table_names, schema_sql, table_names
+from traceinsight.ingest.schema import analysis_table_names, schema_sql, table_names
+from traceinsight.ingest.store import TraceDB
 
 MANIFEST = "manifest.json"
 SCHEMA = "traceinsight.parquet/1"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from traceinsight.ingest.store import schema_sql
+from traceinsight.ingest.schema import schema_sql
 
 _TABLE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+) \($")
 _COLUMN = re.compile(r"^\s+(\w+)\s+([A-Z]+(?:\[\])?)(?: NOT NULL)?,?\s*(?:--\s*(.*))?$")

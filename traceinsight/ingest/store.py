@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pyarrow.compute as pc
 
 from traceinsight.ingest import json_stream
 from traceinsight.ingest.base import Columns, Ingest
+from traceinsight.ingest.schema import schema_sql, table_names
 
 # Tables whose rows get a per-trace id in start order, and the name of that id column.
 _ID_COLUMNS = {"kernels": "kernel_id", "ranges": "range_id"}
@@ -31,26 +31,6 @@ CHECKPOINT_TEXT_BYTES = 400_000_000
 COMPRESS_MIN_BYTES = 256_000_000
 # The in-memory database's name (attached with compression; see CHECKPOINT_TEXT_BYTES).
 MEMORY_DB = "traceinsight"
-
-
-def schema_sql() -> str:
-    return resources.files("traceinsight.ingest").joinpath("schema.sql").read_text()
-
-
-# schema.sql's line that starts the analysis tables (filled after a trace is analyzed, not by the readers).
-ANALYSIS_MARKER = "-- The analysis as tables"
-
-
-@cache
-def table_names() -> tuple[str, ...]:
-    """The normalized tables of `schema.sql` the readers fill, in the order it creates them (`traces` first)."""
-    return tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql().split(ANALYSIS_MARKER)[0]))
-
-
-@cache
-def analysis_table_names() -> tuple[str, ...]:
-    """The analysis tables of `schema.sql` (steps, findings, ...; `traceinsight.report.tables` fills them)."""
-    return tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql().split(ANALYSIS_MARKER)[1]))
 
 
 # The environment variable (set by `--memory-limit` too) that caps DuckDB's memory, e.g. '8GB'.

@@ -11,10 +11,12 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import severity_rank
+
+if TYPE_CHECKING:
+    from traceinsight.diagnose.context import TraceAnalysis
 
 # Columns of a summary row, in display order (units in the names).
 COLUMNS = (

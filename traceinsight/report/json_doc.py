@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from traceinsight import __version__
-from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.model.schedule import Schedule
-from traceinsight.model.steps import Launch, Step
 from traceinsight.report.fleet import fleet_findings, fleet_summary, summary_row
+
+if TYPE_CHECKING:  # annotations only: a document rebuilt from saved tables (report/saved.py) needs no model
+    from traceinsight.diagnose.context import TraceAnalysis
+    from traceinsight.model.schedule import Schedule
+    from traceinsight.model.steps import Launch, Step
 
 SCHEMA = "traceinsight.analysis/1"
 MULTI_SCHEMA = "traceinsight.analyses/1"

@@ -23,8 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from traceinsight.errors import InputError
-from traceinsight.ingest.store import analysis_table_names, schema_sql
-from traceinsight.model.schedule import Measured
+from traceinsight.ingest.schema import analysis_table_names, schema_sql
 from traceinsight.report import json_doc
 from traceinsight.report.fleet import fleet_findings, unique_names
 
@@ -259,6 +258,8 @@ def _launch(r: dict[str, Any]) -> dict[str, Any]:
                         "longest_item_tokens": r["longest_item_tokens"], "balanced_ns": r["balanced_ns"],
                         "note": r["note"]}
     if r["ncu_id"] is not None:
+        from traceinsight.model.schedule import Measured
+
         out["measured"] = Measured(r["ncu_id"], r["sm_active_min"], r["sm_active_avg"], r["sm_active_max"]).to_json()
     return out
 

@@ -12,7 +12,8 @@ import orjson
 import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.ingest.store import TraceDB, analysis_table_names
+from traceinsight.ingest.schema import analysis_table_names
+from traceinsight.ingest.store import TraceDB
 from traceinsight.report import json_doc
 
 # The tables this module fills (schema.sql's analysis tables), in the order they are written.

@@ -1,0 +1,160 @@
+"""The analysis cache (cli/analysis_cache.py): `analyze` run again on unchanged inputs with the same options writes
+the same bytes — stdout, stderr, output files, exit status — from the analysis tables it kept, without analyzing;
+anything that may change the analysis misses; a damaged entry is analyzed again; --no-cache and small traces keep
+nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import TRACES
+
+from traceinsight.cli import analysis_cache
+from traceinsight.cli.main import main
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = TRACES / "h200/flashinfer_decode_small.pt.trace.json.gz"
+SWEEP = TRACES / "h200/flashinfer_decode_sweep.pt.trace.json.gz"
+# Given twice with the small trace: read once, which the analysis warns of (a warning on stderr).
+SWEEP_META = TRACES / "h200/flashinfer_decode_sweep.meta.json.gz"
+NSYS = TRACES / "h200/flashinfer_decode.sqlite"
+NSYS_META = TRACES / "h200/flashinfer_decode.nsys.meta.json"
+NSYS_NCU = TRACES / "h200/flashinfer_decode.ncu.csv"
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", "0")  # the real traces are small: keep them anyway
+    return tmp_path / "cache"
+
+
+def kept(cache_dir: Path) -> list[Path]:
+    folder = cache_dir / "analysis"
+    return sorted(p for p in folder.iterdir() if p.suffix == ".duckdb") if folder.is_dir() else []
+
+
+def run(*args: str | Path) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, ["analyze", *map(str, args)])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.stdout, r.stderr
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+TEXT, WIDE, JSON, ALL = (), ("--max-steps", "0", "--width", "100"), ("--format", "json"), ("--format", "json",
+                                                                                          "--steps", "all")
+FAIL, TEXT_FILE = ("--fail-on", "info"), ("--out", "OUT/r.txt")
+HTML, MD = ("--format", "html", "--out", "OUT/r.html"), ("--format", "md", "--out", "OUT/r.md")
+
+
+@pytest.mark.parametrize(("inputs", "variants"), [
+    pytest.param((SMALL, "--meta", SWEEP_META, "--meta", SWEEP_META), (TEXT, WIDE, JSON, ALL, FAIL, TEXT_FILE, MD),
+                 id="kineto-with-a-warning"),
+    pytest.param((NSYS, "--meta", NSYS_META, "--ncu", NSYS_NCU), (TEXT, ALL, HTML), id="nsys-sidecar-ncu"),
+    pytest.param((SMALL, SWEEP), (TEXT, JSON, FAIL, HTML), id="two-traces"),
+])
+def test_a_second_analyze_writes_the_same_bytes(inputs: tuple[str | Path, ...], variants: tuple[tuple[str, ...], ...],
+                                               cache_dir: Path, tmp_path: Path) -> None:
+    """Each output variant from the kept analysis equals the analysis's own (--no-cache): stdout, stderr, exit
+    status and every file written."""
+
+    def analyze(opts: tuple[str, ...], *extra: str) -> tuple[tuple[int, str, str], dict[str, bytes]]:
+        out = tmp_path / "out"
+        out.mkdir()
+        try:
+            return run(*inputs, *(o.replace("OUT", str(out)) for o in opts), *extra), files(out)
+        finally:
+            shutil.rmtree(out)
+
+    analyze(TEXT)  # analyzed, and kept
+    assert len(kept(cache_dir)) == 1
+    for opts in variants:
+        assert analyze(opts) == analyze(opts, "--no-cache"), opts
+    assert len(kept(cache_dir)) == 1  # one entry whatever the format: the tables, not a report
+    if inputs.count(SWEEP_META) == 2:
+        assert "given twice" in analyze(JSON)[0][2]  # the analysis's warning, from the kept tables too
+
+
+def test_a_hit_does_not_analyze(tmp_path: Path, cache_dir: Path) -> None:
+    """In a fresh process, a kept analysis renders without importing the pipeline, the rules or the reader."""
+    probe = tmp_path / "modules.txt"
+    code = ("import sys\nfrom traceinsight.cli.main import main\n"
+            f"try:\n    main(['analyze', {str(SWEEP)!r}, '--format', 'json'])\nexcept SystemExit:\n    pass\n"
+            f"open({str(probe)!r}, 'w').write('\\n'.join(sorted(sys.modules)))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    loaded = []
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", code], check=True, env=env, stdout=subprocess.DEVNULL)
+        loaded.append(set(probe.read_text().split()))
+    analysis = {"traceinsight.pipeline", "traceinsight.diagnose.registry", "traceinsight.ingest.kineto"}
+    assert analysis <= loaded[0]
+    assert not analysis & loaded[1]
+
+
+def test_what_may_change_the_analysis_misses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = tmp_path / SMALL.name
+    shutil.copy(SMALL, trace)
+
+    def key(*, meta: tuple[Path, ...] = (), pattern: str | None = None) -> Path | None:
+        return analysis_cache.entry_path([trace], list(meta), [], pattern, None)
+
+    base = key()
+    assert base is not None and base.parent.name == "analysis"
+    assert key() == base
+    assert key(meta=(SWEEP_META,)) != base
+    assert key(pattern="^step") != base
+    monkeypatch.setenv("TRACEINSIGHT_MEMORY_LIMIT", "2GB")  # memory and threads do not change a result
+    monkeypatch.setenv("TRACEINSIGHT_WORKERS", "1")
+    assert key() == base
+    monkeypatch.setenv("TRACEINSIGHT_MAX_DECOMPRESSED_BYTES", "1000")  # a limit may cut the file
+    assert key() != base
+    monkeypatch.delenv("TRACEINSIGHT_MAX_DECOMPRESSED_BYTES")
+    rules = tmp_path / "rules.toml"
+    rules.write_text("")
+    monkeypatch.setenv("TRACEINSIGHT_RULES", str(rules))
+    with_rules = key()
+    assert with_rules != base
+    os.utime(rules, ns=(1, 1))  # the rules file changed
+    assert key() != with_rules
+    monkeypatch.delenv("TRACEINSIGHT_RULES")
+    os.utime(trace, ns=(2, 2))  # the trace changed
+    assert key() != base
+    moved = tmp_path / "elsewhere.pt.trace.json.gz"
+    shutil.copy(SMALL, moved)
+    assert analysis_cache.entry_path([moved], [], [], None, None) != base
+    assert analysis_cache.entry_path([tmp_path / "missing.json"], [], [], None, None) is None
+
+
+def test_a_damaged_entry_is_analyzed_again(cache_dir: Path) -> None:
+    first = run(SMALL)
+    (entry,) = kept(cache_dir)
+    entry.write_bytes(b"not a database")
+    assert run(SMALL) == first
+    (again,) = kept(cache_dir)
+    assert again == entry and again.stat().st_size > 1000
+    assert run(SMALL) == first
+
+
+def test_no_cache_and_small_traces_keep_nothing(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run(SMALL, "--no-cache")
+    assert kept(cache_dir) == []
+    monkeypatch.setenv("TRACEINSIGHT_CACHE", "0")
+    run(SMALL)
+    assert kept(cache_dir) == []
+    monkeypatch.delenv("TRACEINSIGHT_CACHE")
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", str(SMALL.stat().st_size + 1))
+    run(SMALL)
+    assert kept(cache_dir) == []
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", "0")
+    run(SMALL, "--format", "perfetto", "--out", str(cache_dir.parent / "t.json"))  # perfetto needs the trace itself
+    assert len(kept(cache_dir)) == 1

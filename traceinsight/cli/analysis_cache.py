@@ -1,0 +1,143 @@
+"""A cache of analyses: `analyze` run again on unchanged inputs with the same options renders its report from the
+analysis tables it kept the first time (`traceinsight.report.saved`, as `traceinsight report` does), without
+reading or analyzing the traces again: the same bytes on stdout and stderr, for text, JSON, Markdown and HTML.
+
+An entry is a DuckDB file holding the analysis tables (`report/tables.py`) of one `analyze` call, under
+`<cache folder>/analysis/` (the cache folder of `traceinsight.ingest.cache`). It is named by a key of:
+- every input as given and as found (real path, size, modification time, inode: `cache.key`), traces, sidecars and
+  Nsight Compute CSVs alike, in order;
+- the options that change the analysis (`--step-pattern`);
+- the environment variables that may change it ($TRACEINSIGHT_*, except those that only tune the cache, memory
+  and threads), and the user's kernel rules file ($TRACEINSIGHT_RULES) as found;
+- the code: traceinsight's version and every source, query and data file of the package (path, size, modification
+  time), and DuckDB's version.
+Any of them changed misses. Only inputs worth the ingest cache (`cache.worth_caching`, together) are kept, and the
+cache obeys `--no-cache` / $TRACEINSIGHT_CACHE like the ingest cache. Entries are written to a temporary file and
+renamed into place; a damaged one is deleted and the traces analyzed again; least-recently-used entries go
+beyond $TRACEINSIGHT_CACHE_MAX_BYTES (with the ingest cache's own, each folder on its own).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from traceinsight import __version__
+from traceinsight.ingest import cache as ingest_cache  # stdlib and DuckDB's version only (no pyarrow)
+
+if TYPE_CHECKING:
+    from traceinsight.ingest.store import TraceDB
+    from traceinsight.report.saved import Saved
+
+# $TRACEINSIGHT_* variables that cannot change an analysis's result (the cache's own, memory, threads).
+ENV_NOT_IN_KEY = frozenset({
+    "TRACEINSIGHT_CACHE", "TRACEINSIGHT_CACHE_DIR", "TRACEINSIGHT_CACHE_MIN_BYTES", "TRACEINSIGHT_CACHE_MAX_BYTES",
+    "TRACEINSIGHT_MEMORY_LIMIT", "TRACEINSIGHT_WORKERS",
+})
+RULES_ENV = "TRACEINSIGHT_RULES"
+# Files of the package whose change may change an analysis.
+CODE_SUFFIXES = (".py", ".sql", ".toml")
+
+
+def folder() -> Path:
+    return ingest_cache.cache_root() / "analysis"
+
+
+@cache
+def code_key() -> str:
+    """traceinsight's version, DuckDB's, and every source, query and data file of the package (path, size,
+    modification time: a stat per file, ~140 files)."""
+    import duckdb
+
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256(f"{__version__}|{duckdb.__version__}".encode())
+    for p in sorted(root.rglob("*")):
+        if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts:
+            st = p.stat()
+            h.update(f"{p.relative_to(root)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _found(path: Path) -> str:
+    """An input as given and as found (`cache.key`: real path, size, modification time, inode)."""
+    return f"{path}|{ingest_cache.key(path)}"
+
+
+def entry_path(traces: list[Path], meta: list[Path], ncu: list[Path], step_pattern: str | None,
+               enabled: bool | None) -> Path | None:
+    """Where the analysis of these inputs with these options is (or would be) kept; None when it is not cached
+    (the cache is off, an input is not a file, or the traces are too small to be worth it)."""
+    if not ingest_cache.enabled(enabled) or not traces:
+        return None
+    try:
+        if sum(os.stat(t).st_size for t in traces) < ingest_cache.min_bytes():
+            return None
+        parts = [code_key(), f"step_pattern={step_pattern!r}"]
+        parts += [f"{kind}:{_found(p)}" for kind, paths in (("trace", traces), ("meta", meta), ("ncu", ncu))
+                  for p in paths]
+        env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRACEINSIGHT_") and k not in ENV_NOT_IN_KEY)
+        parts += [f"env:{k}={v}" for k, v in env]
+        rules = os.environ.get(RULES_ENV, "").strip()
+        if rules:
+            parts.append(f"rules:{_found(Path(rules).expanduser())}")
+    except (OSError, ValueError):
+        return None  # an input is missing or not a file: the analysis says so
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+    return folder() / f"{key}{ingest_cache.SUFFIX}"
+
+
+def lookup(entry: Path) -> Saved | None:
+    """The kept analysis at `entry`, loaded (and marked used); None when there is none or it is damaged (then
+    it is deleted)."""
+    from traceinsight.report.saved import open_saved
+
+    if not entry.is_file():
+        return None
+    try:
+        saved = open_saved(entry)
+        os.utime(entry)  # least-recently-used order for pruning
+        return saved
+    except Exception:  # a damaged or unreadable entry (any error of DuckDB's or the reader's): analyze again
+        ingest_cache.discard(entry)
+        return None
+
+
+def store(db: TraceDB, analyses: list[Any], entry: Path) -> None:
+    """Keep these analyses' tables at `entry` (best effort: a full disk or a read-only cache folder keeps
+    nothing and says nothing)."""
+    import duckdb
+
+    from traceinsight.ingest.schema import analysis_table_names
+    from traceinsight.report.tables import write_tables
+
+    tmp = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ingest_cache.temp_path(entry)
+        write_tables(db, analyses)
+        ids = ", ".join(str(a.trace_id) for a in analyses)
+        db.con.execute(f"ATTACH '{_quote(tmp)}' AS analysis_cache")
+        try:
+            for table in analysis_table_names():
+                db.con.execute(f"CREATE TABLE analysis_cache.{table} AS SELECT * FROM {table} "
+                               f"WHERE trace_id IN ({ids})")  # in the order written: the readers rely on it
+        finally:
+            db.con.execute("DETACH analysis_cache")
+        ingest_cache.commit(tmp, entry)
+    except (OSError, duckdb.Error):
+        if tmp is not None:
+            ingest_cache.discard(tmp)
+
+
+def _quote(p: Path) -> str:
+    return str(p).replace("'", "''")
+
+
+def warnings(saved: Saved) -> list[tuple[str, str]]:
+    """(trace path, warning) of every kept analysis, in trace order: what `analyze` writes on stderr."""
+    rows = saved.con.execute("SELECT path, warnings FROM analyses ORDER BY trace_id").fetchall()
+    return [(path, w) for path, ws in rows for w in (ws or [])]
+

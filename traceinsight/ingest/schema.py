@@ -1,0 +1,28 @@
+"""The schema of the normalized database (`schema.sql`) and its table names, without DuckDB or pyarrow: what
+reads saved tables needs only this."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+
+def schema_sql() -> str:
+    return resources.files("traceinsight.ingest").joinpath("schema.sql").read_text()
+
+
+# schema.sql's line that starts the analysis tables (filled after a trace is analyzed, not by the readers).
+ANALYSIS_MARKER = "-- The analysis as tables"
+
+
+@cache
+def table_names() -> tuple[str, ...]:
+    """The normalized tables of `schema.sql` the readers fill, in the order it creates them (`traces` first)."""
+    return tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql().split(ANALYSIS_MARKER)[0]))
+
+
+@cache
+def analysis_table_names() -> tuple[str, ...]:
+    """The analysis tables of `schema.sql` (steps, findings, ...; `traceinsight.report.tables` fills them)."""
+    return tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql().split(ANALYSIS_MARKER)[1]))
