@@ -245,9 +245,7 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
                 # numpy's, which releases the GIL, so they overlap with parsing on the other core.
                 prepared = read_ahead(_prepare(stream.batches()), name="traceinsight-scan")
                 for batch, kept in prepared:
-                    events, count = _batch_events(batch, path, repairs, kept)
-                    n_events += count
-                    _read_events(events, t)
+                    n_events += _read_batch(batch, path, repairs, kept, t)
     except NotAnArray:
         return None
     finally:
@@ -272,6 +270,24 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
             f"{n_events} events before the cut",
         )
     return ingest
+
+
+def _read_batch(batch: Batch, path: Path, repairs: Repairs, kept: _Kept, t: _Tables) -> int:
+    """Read one batch's rows into `t`; return its number of elements. The kept elements are decoded by msgspec
+    into typed events (`kineto_typed`) where it reads them as orjson does, else parsed by `_batch_events`."""
+    if batch.sep is not None:
+        from traceinsight.ingest import kineto_typed
+
+        if kept is None:
+            kept = _kept_pieces(batch.data, batch.sep), batch.data.count(batch.sep) + 1
+        pieces, count = kept
+        typed = kineto_typed.decode(b"[{" + b"},{".join(pieces) + b"}]", len(pieces))
+        if typed is not None:
+            kineto_typed.read_typed(typed, t)
+            return count
+    events, count = _batch_events(batch, path, repairs, kept)
+    _read_events(events, t)
+    return count
 
 
 def _element_count(batch: Batch, events: list[Any]) -> int:
@@ -351,8 +367,7 @@ def _parse_batch(path: str, batch: Batch) -> _Part:
     repairs = Repairs()
     t = _Tables()
     with _gc_paused():
-        events, count = _batch_events(batch, Path(path), repairs)
-        _read_events(events, t)
+        count = _read_batch(batch, Path(path), repairs, None, t)
     return {name: getattr(t, name) for name in _TABLES}, t.skipped, repairs, count
 
 
