@@ -132,13 +132,18 @@ def test_numpy_scans_match_the_byte_scans(seed: int) -> None:
         body = (rng.choice(tokens[i % 10 == 0]) for _ in range(rng.randint(1, 400)))
         texts.append(rng.choice([b"{", b"\n  {", b""]) + b"".join(body))
     decided = 0
+    known: dict[bytes, dict[bytes, bool]] = {}  # prefixes learned from the texts before, as `kineto._prepare` does
     for data in texts:
         braces = json_stream._braces(data)
         assert json_stream._closes_array(data, braces) == (json_stream._ARRAY_END.search(data) is not None)
         for sep in (b"\n  },\n  {", b"\n    },\n    {"):
             kept = kineto._kept_spans(data, sep, braces)
+            before = dict(known.setdefault(sep, {}))
+            kept_known = kineto._kept_spans(data, sep, braces, known[sep])
             if kept is None:
                 continue
             decided += 1
             assert kept == (kineto._kept_pieces(data, sep), data.count(sep) + 1)
+            if kept_known is not None:
+                assert kept_known == (kineto._kept_pieces(data, sep, before), data.count(sep) + 1)
     assert decided > 100
