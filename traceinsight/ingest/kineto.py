@@ -11,8 +11,9 @@ int64 nanoseconds: `start_ns = round(ts * 1000)` and `end_ns = start_ns + round(
 `read(path)` streams the file (`json_stream`): memory holds a few 2 MB chunks plus the rows kept, never the
 document; events of categories the tables do not use are dropped by their first bytes without being parsed, and
 flow events (ph s/t/f: arrows, no duration) are never read. Three threads: one reads (and gunzips) the file, one
-cuts it into batches and finds the kept events with numpy (`_kept_spans`), the caller parses them; about 5 CPU-s
-per GB of uncompressed JSON on the 2-core development machine (docs/SCALE.md). `load_json` + `from_document`
+cuts it into batches and finds the kept events with numpy (`_kept_spans`), the caller decodes them with msgspec into
+typed events (`kineto_typed`; orjson where msgspec would read the text otherwise); about 4 CPU-s per GB of
+uncompressed JSON on the 2-core development machine (docs/SCALE.md). `load_json` + `from_document`
 parse a document whole (sidecars, odd layouts) and give the same rows.
 """
 
@@ -220,8 +221,9 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
     but not laid out as such an object (the caller then parses it whole with `load_json`).
 
     Events of categories the tables do not use (cpu_op, python_function, flows, ...) are recognised from their
-    first bytes and never parsed; the others are parsed in batches with orjson, and batches orjson rejects go
-    through the same repairs as `load_json`. The rows are the same as `from_document(load_json(path))`.
+    first bytes and never parsed; the others are decoded in batches by msgspec into typed events (`kineto_typed`)
+    where it reads them exactly as orjson does, else parsed with orjson, and batches orjson rejects go through the
+    same repairs as `load_json`. The rows are the same as `from_document(load_json(path))`.
 
     `workers`: processes parsing batches (0 or 1: none, in this process); None: $TRACEINSIGHT_WORKERS, default
     0. "auto" there: one per CPU for inputs of PARALLEL_MIN_BYTES or more (gzip counted at GZIP_RATIO times its
