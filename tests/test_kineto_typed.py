@@ -238,7 +238,8 @@ def test_the_stream_reader_gives_the_rows_of_the_document_reader(tmp_path: Path)
 
 def test_invalid_utf8_in_a_kept_event_is_the_same_one_line_error(tmp_path: Path) -> None:
     body, _ = doc(KERNEL, KERNEL.replace('"queued": 0', '"queued": "?"'))
-    raw = b'{\n  "traceEvents": [\n  {' + body[2:-2].replace(b"},{", SEP).replace(b'"?"', b'"\xff"') + b"\n  }\n  ]\n}\n"
+    events = body[2:-2].replace(b"},{", SEP).replace(b'"?"', b'"\xff"')
+    raw = b'{\n  "traceEvents": [\n  {' + events + b"\n  }\n  ]\n}\n"
     p = tmp_path / "bad.json"
     p.write_bytes(raw)
     at = raw.index(b"\xff")
