@@ -656,15 +656,22 @@ class _Tables:
 def _read_events(events: list[Any], t: _Tables) -> None:
     """One pass over traceEvents, filling `t`; launches are filtered by correlation afterwards.
 
-    The hot loop of the reader (10^5-10^6 events per run): checks are inlined (`_span` spelled out) and the
-    appends bound once; repeated names are stored once (`t.names`)."""
+    The hot loop of the reader (10^5-10^6 events per run): checks are inlined (`_span` spelled out), the columns'
+    appends bound once, and the common case of each integer column (an int in range) is tested inline before the
+    helper (`_i32`, `_i64`, ...) that decides the rest (a kernel's row: 3.6 us instead of 7.2 with the helpers
+    called); repeated names are stored once (`t.names`)."""
     dispatch = _DISPATCH
     flows = FLOW_PHASES
     skipped = t.skipped
     intern = t.names.setdefault
     k, m, r = t.kernels, t.memops, t.ranges
     la_corr, la_name, la_start, la_end, la_pid, la_tid = (t.launches[c].append for c in _LAUNCH_COLUMNS)
+    (k_name, k_dev, k_stream, k_start, k_end, k_gx, k_gy, k_gz, k_bx, k_by, k_bz, k_regs, k_smem,
+     k_corr) = (k[c].append for c in _KERNEL_COLUMNS)
+    m_kind, m_name, m_dev, m_stream, m_start, m_end, m_bytes, m_corr = (m[c].append for c in _MEMOP_COLUMNS)
+    r_name, r_kind, r_side, r_start, r_end, r_pid, r_tid, r_dev, r_stream = (r[c].append for c in _RANGE_COLUMNS)
     lo, hi = -_INT64, _INT64
+    lo32, hi32 = -_INT32, _INT32
     empty: dict[str, Any] = {}
     not_objects = 0
     for e in events:
@@ -723,56 +730,77 @@ def _read_events(events: list[Any], t: _Tables) -> None:
             la_pid(pid if type(pid) is int and lo <= pid < hi else _os_id(pid))
             la_tid(tid if type(tid) is int and lo <= tid < hi else _os_id(tid))
         elif what == _KERNEL:
-            stream = args.get("stream")
-            gx, gy, gz = _dim3(args.get("grid"))
-            bx, by, bz = _dim3(args.get("block"))
-            k["name"].append(intern(name, name))
-            k["device_id"].append(_i32(args.get("device", e.get("pid"))))
-            k["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
-            k["start_ns"].append(start)
-            k["end_ns"].append(end)
-            k["grid_x"].append(gx)
-            k["grid_y"].append(gy)
-            k["grid_z"].append(gz)
-            k["block_x"].append(bx)
-            k["block_y"].append(by)
-            k["block_z"].append(bz)
-            k["registers_per_thread"].append(_i32(args.get("registers per thread")))
-            k["smem_bytes"].append(_i32(args.get("shared memory")))  # static + dynamic; Kineto gives only the sum
-            k["correlation_id"].append(_i64(args.get("correlation")))
+            v = args.get("device", e.get("pid"))
+            k_dev(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
+            v = args.get("stream")
+            if type(v) is not int or not lo <= v < hi:
+                v = _i64(v) if v is not None else _stream_of_tid(e.get("tid"))
+            k_stream(v)
+            k_name(intern(name, name))
+            k_start(start)
+            k_end(end)
+            g = args.get("grid")
+            if type(g) is list and len(g) == 3:
+                x, y, z = g
+                k_gx(x if type(x) is int and lo32 <= x < hi32 else _i32(x))
+                k_gy(y if type(y) is int and lo32 <= y < hi32 else _i32(y))
+                k_gz(z if type(z) is int and lo32 <= z < hi32 else _i32(z))
+            else:
+                k_gx(None)
+                k_gy(None)
+                k_gz(None)
+            g = args.get("block")
+            if type(g) is list and len(g) == 3:
+                x, y, z = g
+                k_bx(x if type(x) is int and lo32 <= x < hi32 else _i32(x))
+                k_by(y if type(y) is int and lo32 <= y < hi32 else _i32(y))
+                k_bz(z if type(z) is int and lo32 <= z < hi32 else _i32(z))
+            else:
+                k_bx(None)
+                k_by(None)
+                k_bz(None)
+            v = args.get("registers per thread")
+            k_regs(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
+            v = args.get("shared memory")  # static + dynamic; Kineto gives only the sum
+            k_smem(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
+            v = args.get("correlation")
+            k_corr(v if type(v) is int and lo <= v < hi else _i64(v))
         elif what == _MEMOP:
-            stream = args.get("stream")
             # peer copies (CUpti_ActivityMemcpy2) name the executing device "inDevice"
-            dev = args.get("device", args.get("inDevice", e.get("pid")))
-            m["kind"].append(MEMOP_CATS[cat])
-            m["name"].append(intern(name, name))
-            m["device_id"].append(_i32(dev))
-            m["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
-            m["start_ns"].append(start)
-            m["end_ns"].append(end)
-            m["bytes"].append(_i64(args.get("bytes")))
-            m["correlation_id"].append(_i64(args.get("correlation")))
+            v = args.get("device", args.get("inDevice", e.get("pid")))
+            m_dev(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
+            v = args.get("stream")
+            if type(v) is not int or not lo <= v < hi:
+                v = _i64(v) if v is not None else _stream_of_tid(e.get("tid"))
+            m_stream(v)
+            m_kind(MEMOP_CATS[cat])
+            m_name(intern(name, name))
+            m_start(start)
+            m_end(end)
+            v = args.get("bytes")
+            m_bytes(v if type(v) is int and lo <= v < hi else _i64(v))
+            v = args.get("correlation")
+            m_corr(v if type(v) is int and lo <= v < hi else _i64(v))
         else:
             kind, side = ("profiler_step", "cpu") if what == _STEP_OP else RANGE_CATS[cat]
             if side == "cpu" and name.startswith(PROFILER_STEP_PREFIX):
                 kind = "profiler_step"
-            r["name"].append(intern(name, name))
-            r["kind"].append(kind)
-            r["side"].append(side)
-            r["start_ns"].append(start)
-            r["end_ns"].append(end)
+            r_name(intern(name, name))
+            r_kind(kind)
+            r_side(side)
+            r_start(start)
+            r_end(end)
             if side == "cpu":
-                r["process_id"].append(_os_id(e.get("pid")))
-                r["thread_id"].append(_os_id(e.get("tid")))
-                r["device_id"].append(None)
-                r["stream_id"].append(None)
+                r_pid(_os_id(e.get("pid")))
+                r_tid(_os_id(e.get("tid")))
+                r_dev(None)
+                r_stream(None)
             else:
-                dev = args.get("device", e.get("pid"))
-                stream = args.get("stream")
-                r["process_id"].append(None)
-                r["thread_id"].append(None)
-                r["device_id"].append(_i32(dev))
-                r["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
+                v = args.get("stream")
+                r_pid(None)
+                r_tid(None)
+                r_dev(_i32(args.get("device", e.get("pid"))))
+                r_stream(_i64(v) if v is not None else _stream_of_tid(e.get("tid")))
     if not_objects:
         skipped[("traceEvents", "not a JSON object")] += not_objects
 

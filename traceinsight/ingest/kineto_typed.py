@@ -195,7 +195,9 @@ def read_typed(events: list[_Event], t: _Tables) -> None:
                 v = e.pid
             k_dev(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
             v = args.stream
-            k_stream(v if type(v) is int and lo <= v < hi else _i64(v) if v is not None else _stream_of_tid(e.tid))
+            if type(v) is not int or not lo <= v < hi:
+                v = _i64(v) if v is not None else _stream_of_tid(e.tid)
+            k_stream(v)
             k_name(intern(name, name))
             k_start(start)
             k_end(end)
@@ -232,7 +234,9 @@ def read_typed(events: list[_Event], t: _Tables) -> None:
                 v = e.pid if args.inDevice is unset else args.inDevice
             m_dev(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
             v = args.stream
-            m_stream(v if type(v) is int and lo <= v < hi else _i64(v) if v is not None else _stream_of_tid(e.tid))
+            if type(v) is not int or not lo <= v < hi:
+                v = _i64(v) if v is not None else _stream_of_tid(e.tid)
+            m_stream(v)
             m_kind(MEMOP_CATS[cat])
             m_name(intern(name, name))
             m_start(start)
