@@ -5,10 +5,9 @@ does not count), summed over the batches of one read.
     PYTHONPATH=. .venv/bin/python -P benchmarks/kineto_read_parts.py TRACE [--out FILE.json]
 
 Parts: `_braces` (numpy: every `}` of a batch), `_closes_array` (does the batch hold the array's end),
-`_kept_spans` (separators and kept elements, in the scanning thread); in the calling thread `_read_batch` (all of a
-batch's rows), of which `decode` (msgspec: the kept elements as typed events, including `_orjson_reads_alike`, the
-checks that it reads them as orjson would) and `read_typed` (their rows), or for a batch msgspec does not take
-`orjson.loads` and `_read_events`; the calling thread's total CPU and the process's.
+`_kept_spans` (separators and kept elements, in the scanning thread), `orjson.loads` of the kept elements and
+`_read_events` (their rows) in the calling thread; the reading and scanning threads' totals, the calling thread's
+and the process's.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from traceinsight.ingest import json_stream, kineto, kineto_typed
+from traceinsight.ingest import json_stream, kineto
 
 
 def main() -> None:
@@ -48,10 +47,8 @@ def main() -> None:
 
     for name in ("_braces", "_closes_array"):
         setattr(json_stream, name, timed(name, getattr(json_stream, name)))
-    for name in ("_kept_spans", "_read_events", "_read_batch"):
+    for name in ("_kept_spans", "_read_events"):
         setattr(kineto, name, timed(name, getattr(kineto, name)))
-    for name in ("_orjson_reads_alike", "decode", "read_typed"):
-        setattr(kineto_typed, name, timed(name, getattr(kineto_typed, name)))
 
     def thread_total(label: str, gen: Callable[..., Any]) -> Callable[..., Any]:
         """A generator function run whole in its own thread: that thread's CPU time when it ends."""

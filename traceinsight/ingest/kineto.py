@@ -11,9 +11,8 @@ int64 nanoseconds: `start_ns = round(ts * 1000)` and `end_ns = start_ns + round(
 `read(path)` streams the file (`json_stream`): memory holds a few 2 MB chunks plus the rows kept, never the
 document; events of categories the tables do not use are dropped by their first bytes without being parsed, and
 flow events (ph s/t/f: arrows, no duration) are never read. Three threads: one reads (and gunzips) the file, one
-cuts it into batches and finds the kept events with numpy (`_kept_spans`), the caller decodes them with msgspec into
-typed events (`kineto_typed`; orjson where msgspec would read the text otherwise); about 4 CPU-s per GB of
-uncompressed JSON on the 2-core development machine (docs/SCALE.md). `load_json` + `from_document`
+cuts it into batches and finds the kept events with numpy (`_kept_spans`), the caller parses them; about 4-5 CPU-s
+per GB of uncompressed JSON on the 2-core development machine (docs/SCALE.md). `load_json` + `from_document`
 parse a document whole (sidecars, odd layouts) and give the same rows.
 """
 
@@ -221,9 +220,8 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
     but not laid out as such an object (the caller then parses it whole with `load_json`).
 
     Events of categories the tables do not use (cpu_op, python_function, flows, ...) are recognised from their
-    first bytes and never parsed; the others are decoded in batches by msgspec into typed events (`kineto_typed`)
-    where it reads them exactly as orjson does, else parsed with orjson, and batches orjson rejects go through the
-    same repairs as `load_json`. The rows are the same as `from_document(load_json(path))`.
+    first bytes and never parsed; the others are parsed in batches with orjson, and batches orjson rejects go
+    through the same repairs as `load_json`. The rows are the same as `from_document(load_json(path))`.
 
     `workers`: processes parsing batches (0 or 1: none, in this process); None: $TRACEINSIGHT_WORKERS, default
     0. "auto" there: one per CPU for inputs of PARALLEL_MIN_BYTES or more (gzip counted at GZIP_RATIO times its
@@ -247,7 +245,9 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
                 # numpy's, which releases the GIL, so they overlap with parsing on the other core.
                 prepared = read_ahead(_prepare(stream.batches()), name="traceinsight-scan")
                 for batch, kept in prepared:
-                    n_events += _read_batch(batch, path, repairs, kept, t)
+                    events, count = _batch_events(batch, path, repairs, kept)
+                    n_events += count
+                    _read_events(events, t)
     except NotAnArray:
         return None
     finally:
@@ -272,24 +272,6 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
             f"{n_events} events before the cut",
         )
     return ingest
-
-
-def _read_batch(batch: Batch, path: Path, repairs: Repairs, kept: _Kept, t: _Tables) -> int:
-    """Read one batch's rows into `t`; return its number of elements. The kept elements are decoded by msgspec
-    into typed events (`kineto_typed`) where it reads them as orjson does, else parsed by `_batch_events`."""
-    if batch.sep is not None:
-        from traceinsight.ingest import kineto_typed
-
-        if kept is None:
-            kept = _kept_pieces(batch.data, batch.sep), batch.data.count(batch.sep) + 1
-        pieces, count = kept
-        typed = kineto_typed.decode(b"[{" + b"},{".join(pieces) + b"}]", len(pieces))
-        if typed is not None:
-            kineto_typed.read_typed(typed, t)
-            return count
-    events, count = _batch_events(batch, path, repairs, kept)
-    _read_events(events, t)
-    return count
 
 
 def _element_count(batch: Batch, events: list[Any]) -> int:
@@ -374,7 +356,8 @@ def _parse_batch(path: str, batch: Batch) -> _Part:
     repairs = Repairs()
     t = _Tables()
     with _gc_paused():
-        count = _read_batch(batch, Path(path), repairs, None, t)
+        events, count = _batch_events(batch, Path(path), repairs)
+        _read_events(events, t)
     return {name: getattr(t, name) for name in _TABLES}, t.skipped, repairs, count
 
 
@@ -623,12 +606,6 @@ def _stream_of_tid(v: Any) -> int | None:
             return _i64(int(v))
         return None
     return _i64(v)
-
-
-def _dim3(v: Any) -> tuple[int | None, int | None, int | None]:
-    if type(v) is list and len(v) == 3:
-        return _i32(v[0]), _i32(v[1]), _i32(v[2])
-    return None, None, None
 
 
 # ================================================================== building the tables
