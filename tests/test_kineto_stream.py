@@ -132,13 +132,44 @@ def test_numpy_scans_match_the_byte_scans(seed: int) -> None:
         body = (rng.choice(tokens[i % 10 == 0]) for _ in range(rng.randint(1, 400)))
         texts.append(rng.choice([b"{", b"\n  {", b""]) + b"".join(body))
     decided = 0
+    known: dict[bytes, dict[bytes, bool]] = {}  # prefixes learned from the texts before, as `kineto._prepare` does
     for data in texts:
         braces = json_stream._braces(data)
         assert json_stream._closes_array(data, braces) == (json_stream._ARRAY_END.search(data) is not None)
         for sep in (b"\n  },\n  {", b"\n    },\n    {"):
             kept = kineto._kept_spans(data, sep, braces)
+            before = dict(known.setdefault(sep, {}))
+            kept_known = kineto._kept_spans(data, sep, braces, known[sep])
             if kept is None:
                 continue
             decided += 1
             assert kept == (kineto._kept_pieces(data, sep), data.count(sep) + 1)
+            if kept_known is not None:
+                assert kept_known == (kineto._kept_pieces(data, sep, before), data.count(sep) + 1)
     assert decided > 100
+
+
+def test_prefixes_learned_across_batches(tmp_path: Path) -> None:
+    """A batch whose first 64 KB hold no operator still skips the operators after them (the prefix was learned
+    from an earlier batch), a damaged one included: no repair is reported, by the serial reader and the workers
+    alike (a reader learning from each batch alone parsed it and repaired its `inf`)."""
+    def event(cat: str, i: int, dur: str = "1.5") -> str:
+        return (f'\n    "ph": "X", "cat": "{cat}", "name": "{cat}_{i % 7}", "pid": 1, "tid": 7,\n    "ts": {i}.25, '
+                f'"dur": {dur},\n    "args": {{\n      "device": 0, "stream": 7, "correlation": {i}\n    }}')
+    events = [event("cpu_op", i) for i in range(3000)]
+    events += [event("kernel", i) for i in range(3000, 9000)]
+    events += [event("cpu_op", 9000, dur="inf")]  # damaged
+    events += [event("kernel", i) for i in range(9001, 20000)]
+    text = '{\n  "schemaVersion": 1,\n  "traceEvents": [\n  {' + "\n  },\n  {".join(events) + "\n  }\n  ]\n}\n"
+    p = tmp_path / "sections.json"
+    p.write_bytes(text.encode())
+    stream = json_stream.ArrayStream(p, json_stream.byte_chunks(p, json_stream.Repairs()), b"traceEvents")
+    holder = [b for b in stream.batches() if b'"dur": inf' in b.data]
+    assert len(holder) == 1 and holder[0].sep is not None  # a batch cut at separators, not the array's last
+    assert b'"cpu_op"' not in holder[0].data[: kineto.SAMPLE_BYTES]
+    assert holder[0].data.index(b'"dur": inf') > kineto.SAMPLE_BYTES
+    serial = kineto.read(p, workers=0)
+    assert serial is not None
+    assert serial.warnings == []
+    assert len(serial.tables["kernels"]["name"]) == 16999
+    same(serial, kineto.read(p, workers=2))

@@ -11,7 +11,7 @@ int64 nanoseconds: `start_ns = round(ts * 1000)` and `end_ns = start_ns + round(
 `read(path)` streams the file (`json_stream`): memory holds a few 2 MB chunks plus the rows kept, never the
 document; events of categories the tables do not use are dropped by their first bytes without being parsed, and
 flow events (ph s/t/f: arrows, no duration) are never read. Three threads: one reads (and gunzips) the file, one
-cuts it into batches and finds the kept events with numpy (`_kept_spans`), the caller parses them; about 5 CPU-s
+cuts it into batches and finds the kept events with numpy (`_kept_spans`), the caller parses them; about 4-5 CPU-s
 per GB of uncompressed JSON on the 2-core development machine (docs/SCALE.md). `load_json` + `from_document`
 parse a document whole (sidecars, odd layouts) and give the same rows.
 """
@@ -285,12 +285,32 @@ _Kept = tuple[list[bytes], int] | None
 
 
 def _prepare(batches: Iterator[Batch]) -> Iterator[tuple[Batch, _Kept]]:
-    """Each batch with its kept elements (`_kept_spans`), for `read`'s scanning thread."""
+    """Each batch with its kept elements (`_kept_spans`), for `read`'s scanning thread. The prefixes of skipped
+    elements learned from each batch's start are kept for the batches after it (per separator): a trace's
+    sections (operators, then runtime calls and kernels, then flows) are longer than a batch, and a batch whose
+    first 64 KB show no operator would otherwise parse every operator and flow it holds (on the replicas of the
+    sweep trace, 42 % of the elements parsed)."""
+    known: dict[bytes, dict[bytes, bool]] = {}
     for batch in batches:
         kept = None
-        if batch.sep is not None and batch.braces is not None:
-            kept = _kept_spans(batch.data, batch.sep, batch.braces)
+        sep, learned = batch.sep, _learn(known, batch)
+        if sep is not None and learned is not None:
+            if batch.braces is not None:
+                kept = _kept_spans(batch.data, sep, batch.braces, learned)
+            if kept is None:
+                kept = _kept_pieces(batch.data, sep, learned), batch.data.count(sep) + 1
         yield batch, kept
+
+
+def _learn(known: dict[bytes, dict[bytes, bool]], batch: Batch) -> dict[bytes, bool] | None:
+    """The prefixes of skipped elements learned up to `batch` (its first SAMPLE_BYTES included), for a batch with
+    a separator (None for the others): the serial and the parallel reader learn alike, so that which elements are
+    parsed does not depend on the number of workers."""
+    if batch.sep is None:
+        return None
+    learned = known.setdefault(batch.sep, {})
+    _skip_prefixes(batch.data[:SAMPLE_BYTES], batch.sep, learned)
+    return learned
 
 
 # Inputs at least this large (uncompressed bytes, estimated) are parsed by worker processes when read() is not
@@ -329,9 +349,11 @@ def _read_parallel(batches: Iterator[Batch], path: Path, n: int, t: _Tables, rep
     pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
     pending: deque[Future[_Part]] = deque()
     count = 0
+    known: dict[bytes, dict[bytes, bool]] = {}
     try:
         for batch in batches:
-            pending.append(pool.submit(_parse_batch, str(path), batch))
+            learned = _learn(known, batch)
+            pending.append(pool.submit(_parse_batch, str(path), batch, None if learned is None else dict(learned)))
             while len(pending) >= AHEAD_PER_WORKER * n:
                 count += _merge(t, repairs, pending.popleft().result())
         while pending:
@@ -346,12 +368,15 @@ _Part = tuple[dict[str, Columns], Counter[tuple[str, str]], Repairs, int]
 _TABLES = ("kernels", "memops", "launches", "ranges")
 
 
-def _parse_batch(path: str, batch: Batch) -> _Part:
-    """Worker: the rows of one batch."""
+def _parse_batch(path: str, batch: Batch, learned: dict[bytes, bool] | None) -> _Part:
+    """Worker: the rows of one batch; `learned`: the prefixes of skipped elements learned up to it (`_learn`)."""
     repairs = Repairs()
     t = _Tables()
     with _gc_paused():
-        events, count = _batch_events(batch, Path(path), repairs)
+        kept = None
+        if batch.sep is not None and learned is not None:
+            kept = _kept_pieces(batch.data, batch.sep, learned), batch.data.count(batch.sep) + 1
+        events, count = _batch_events(batch, Path(path), repairs, kept)
         _read_events(events, t)
     return {name: getattr(t, name) for name in _TABLES}, t.skipped, repairs, count
 
@@ -373,7 +398,7 @@ def _merge(t: _Tables, repairs: Repairs, part: _Part) -> int:
 
 def _batch_events(batch: Batch, path: Path, repairs: Repairs, kept: _Kept = None) -> tuple[list[Any], int]:
     """The events of one batch that may be kept, parsed (see `read`), and the number of elements in the batch.
-    `kept`: the batch's kept elements when `_kept_spans` found them already."""
+    `kept`: the batch's kept elements when they were found already (`_prepare`), else found from the batch alone."""
     data = batch.data
     if batch.sep is not None:
         if kept is None:
@@ -401,7 +426,7 @@ def _batch_events(batch: Batch, path: Path, repairs: Repairs, kept: _Kept = None
     return events, _element_count(batch, events)
 
 
-def _kept_pieces(data: bytes, sep: bytes) -> list[bytes]:
+def _kept_pieces(data: bytes, sep: bytes, known: dict[bytes, bool] | None = None) -> list[bytes]:
     """The insides (without their braces) of the elements of `data` that `_skip_pattern` does not rule out
     (the first element is always kept).
 
@@ -412,7 +437,7 @@ def _kept_pieces(data: bytes, sep: bytes) -> list[bytes]:
     only the kept elements."""
     if b"\x00" in data:
         return _kept_pieces_slow(data, sep)
-    prefixes = _skip_prefixes(data[:SAMPLE_BYTES], sep)
+    prefixes = _skip_prefixes(data[:SAMPLE_BYTES], sep, known)
     marked = data
     for i, (prefix, named) in enumerate(prefixes):
         marker = b"\x00" + bytes([i + 1])
@@ -431,8 +456,8 @@ def _kept_pieces(data: bytes, sep: bytes) -> list[bytes]:
     return out
 
 
-def _kept_spans(data: bytes, sep: bytes, braces: Any) -> _Kept:
-    """`_kept_pieces(data, sep)` and the number of elements in `data` (`data.count(sep) + 1`), found with numpy
+def _kept_spans(data: bytes, sep: bytes, braces: Any, known: dict[bytes, bool] | None = None) -> _Kept:
+    """`_kept_pieces(data, sep, known)` and the number of elements in `data` (`data.count(sep) + 1`), found with numpy
     from the positions of `}` in `data` (`braces`); None where `_kept_pieces` must decide (NUL bytes in the text,
     a first or last element without its brace, a separator shorter than a word).
 
@@ -455,7 +480,7 @@ def _kept_spans(data: bytes, sep: bytes, braces: Any) -> _Kept:
         pos = pos[words[pos + off] == _word(sep, off)]
     body = pos + w  # where each element after a separator starts (after its `{`)
     skip = np.zeros(len(pos), dtype=bool)
-    for prefix, named in _skip_prefixes(data[:SAMPLE_BYTES], sep):
+    for prefix, named in _skip_prefixes(data[:SAMPLE_BYTES], sep, known):
         tail = prefix[w:]
         m = len(tail)
         if m < 8:
@@ -516,20 +541,23 @@ def _kept_pieces_slow(data: bytes, sep: bytes) -> list[bytes]:
 
 # Bytes of each batch searched for the prefixes of skipped elements; a prefix not seen there only costs speed.
 SAMPLE_BYTES = 64 << 10
+# Prefixes of skipped elements used at most (per batch, or per stream when kept across batches).
+MAX_PREFIXES = 250
 _STEP_BYTES = PROFILER_STEP_PREFIX.encode()
 
 
-def _skip_prefixes(sample: bytes, sep: bytes) -> list[tuple[bytes, bool]]:
-    """Distinct exact prefixes of skipped elements in `sample` (at most 250): (separator + keys up to the
+def _skip_prefixes(sample: bytes, sep: bytes, known: dict[bytes, bool] | None = None) -> list[tuple[bytes, bool]]:
+    """Distinct exact prefixes of skipped elements in `sample` (at most MAX_PREFIXES): (separator + keys up to the
     category, up to the opening quote of an operator's name, or up to a flow's phase; whether it is an operator
-    prefix)."""
-    found: dict[bytes, bool] = {}
+    prefix). `known`: prefixes learned before (from other batches): those of `sample` are added to it, and all
+    are returned (any of them is exact wherever it is found: it is a match of `_skip_prefix_pattern`)."""
+    found: dict[bytes, bool] = {} if known is None else known
     # findall (one tuple of groups per match, built in C) then the distinct ones in order: a Python step per
     # match cost 0.5 s per GB of trace.
     for other, operator, flow in dict.fromkeys(_skip_prefix_pattern(sep).findall(sample)):
-        found.setdefault(sep + (other or operator or flow), bool(operator))
-        if len(found) >= 250:
+        if len(found) >= MAX_PREFIXES:
             break
+        found.setdefault(sep + (other or operator or flow), bool(operator))
     return list(found.items())
 
 
@@ -600,12 +628,6 @@ def _stream_of_tid(v: Any) -> int | None:
     return _i64(v)
 
 
-def _dim3(v: Any) -> tuple[int | None, int | None, int | None]:
-    if type(v) is list and len(v) == 3:
-        return _i32(v[0]), _i32(v[1]), _i32(v[2])
-    return None, None, None
-
-
 # ================================================================== building the tables
 _KERNEL_COLUMNS = (
     "name device_id stream_id start_ns end_ns grid_x grid_y grid_z block_x block_y block_z "
@@ -631,15 +653,22 @@ class _Tables:
 def _read_events(events: list[Any], t: _Tables) -> None:
     """One pass over traceEvents, filling `t`; launches are filtered by correlation afterwards.
 
-    The hot loop of the reader (10^5-10^6 events per run): checks are inlined (`_span` spelled out) and the
-    appends bound once; repeated names are stored once (`t.names`)."""
+    The hot loop of the reader (10^5-10^6 events per run): checks are inlined (`_span` spelled out), the columns'
+    appends bound once, and the common case of each integer column (an int in range) is tested inline before the
+    helper (`_i32`, `_i64`, ...) that decides the rest (a kernel's row: 4.5 us instead of 7.2 with the helpers
+    called); repeated names are stored once (`t.names`)."""
     dispatch = _DISPATCH
     flows = FLOW_PHASES
     skipped = t.skipped
     intern = t.names.setdefault
     k, m, r = t.kernels, t.memops, t.ranges
     la_corr, la_name, la_start, la_end, la_pid, la_tid = (t.launches[c].append for c in _LAUNCH_COLUMNS)
+    (k_name, k_dev, k_stream, k_start, k_end, k_gx, k_gy, k_gz, k_bx, k_by, k_bz, k_regs, k_smem,
+     k_corr) = (k[c].append for c in _KERNEL_COLUMNS)
+    m_kind, m_name, m_dev, m_stream, m_start, m_end, m_bytes, m_corr = (m[c].append for c in _MEMOP_COLUMNS)
+    r_name, r_kind, r_side, r_start, r_end, r_pid, r_tid, r_dev, r_stream = (r[c].append for c in _RANGE_COLUMNS)
     lo, hi = -_INT64, _INT64
+    lo32, hi32 = -_INT32, _INT32
     empty: dict[str, Any] = {}
     not_objects = 0
     for e in events:
@@ -698,56 +727,77 @@ def _read_events(events: list[Any], t: _Tables) -> None:
             la_pid(pid if type(pid) is int and lo <= pid < hi else _os_id(pid))
             la_tid(tid if type(tid) is int and lo <= tid < hi else _os_id(tid))
         elif what == _KERNEL:
-            stream = args.get("stream")
-            gx, gy, gz = _dim3(args.get("grid"))
-            bx, by, bz = _dim3(args.get("block"))
-            k["name"].append(intern(name, name))
-            k["device_id"].append(_i32(args.get("device", e.get("pid"))))
-            k["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
-            k["start_ns"].append(start)
-            k["end_ns"].append(end)
-            k["grid_x"].append(gx)
-            k["grid_y"].append(gy)
-            k["grid_z"].append(gz)
-            k["block_x"].append(bx)
-            k["block_y"].append(by)
-            k["block_z"].append(bz)
-            k["registers_per_thread"].append(_i32(args.get("registers per thread")))
-            k["smem_bytes"].append(_i32(args.get("shared memory")))  # static + dynamic; Kineto gives only the sum
-            k["correlation_id"].append(_i64(args.get("correlation")))
+            v = args.get("device", e.get("pid"))
+            k_dev(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
+            v = args.get("stream")
+            if type(v) is not int or not lo <= v < hi:
+                v = _i64(v) if v is not None else _stream_of_tid(e.get("tid"))
+            k_stream(v)
+            k_name(intern(name, name))
+            k_start(start)
+            k_end(end)
+            g = args.get("grid")
+            if type(g) is list and len(g) == 3:
+                x, y, z = g
+                k_gx(x if type(x) is int and lo32 <= x < hi32 else _i32(x))
+                k_gy(y if type(y) is int and lo32 <= y < hi32 else _i32(y))
+                k_gz(z if type(z) is int and lo32 <= z < hi32 else _i32(z))
+            else:
+                k_gx(None)
+                k_gy(None)
+                k_gz(None)
+            g = args.get("block")
+            if type(g) is list and len(g) == 3:
+                x, y, z = g
+                k_bx(x if type(x) is int and lo32 <= x < hi32 else _i32(x))
+                k_by(y if type(y) is int and lo32 <= y < hi32 else _i32(y))
+                k_bz(z if type(z) is int and lo32 <= z < hi32 else _i32(z))
+            else:
+                k_bx(None)
+                k_by(None)
+                k_bz(None)
+            v = args.get("registers per thread")
+            k_regs(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
+            v = args.get("shared memory")  # static + dynamic; Kineto gives only the sum
+            k_smem(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
+            v = args.get("correlation")
+            k_corr(v if type(v) is int and lo <= v < hi else _i64(v))
         elif what == _MEMOP:
-            stream = args.get("stream")
             # peer copies (CUpti_ActivityMemcpy2) name the executing device "inDevice"
-            dev = args.get("device", args.get("inDevice", e.get("pid")))
-            m["kind"].append(MEMOP_CATS[cat])
-            m["name"].append(intern(name, name))
-            m["device_id"].append(_i32(dev))
-            m["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
-            m["start_ns"].append(start)
-            m["end_ns"].append(end)
-            m["bytes"].append(_i64(args.get("bytes")))
-            m["correlation_id"].append(_i64(args.get("correlation")))
+            v = args.get("device", args.get("inDevice", e.get("pid")))
+            m_dev(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
+            v = args.get("stream")
+            if type(v) is not int or not lo <= v < hi:
+                v = _i64(v) if v is not None else _stream_of_tid(e.get("tid"))
+            m_stream(v)
+            m_kind(MEMOP_CATS[cat])
+            m_name(intern(name, name))
+            m_start(start)
+            m_end(end)
+            v = args.get("bytes")
+            m_bytes(v if type(v) is int and lo <= v < hi else _i64(v))
+            v = args.get("correlation")
+            m_corr(v if type(v) is int and lo <= v < hi else _i64(v))
         else:
             kind, side = ("profiler_step", "cpu") if what == _STEP_OP else RANGE_CATS[cat]
             if side == "cpu" and name.startswith(PROFILER_STEP_PREFIX):
                 kind = "profiler_step"
-            r["name"].append(intern(name, name))
-            r["kind"].append(kind)
-            r["side"].append(side)
-            r["start_ns"].append(start)
-            r["end_ns"].append(end)
+            r_name(intern(name, name))
+            r_kind(kind)
+            r_side(side)
+            r_start(start)
+            r_end(end)
             if side == "cpu":
-                r["process_id"].append(_os_id(e.get("pid")))
-                r["thread_id"].append(_os_id(e.get("tid")))
-                r["device_id"].append(None)
-                r["stream_id"].append(None)
+                r_pid(_os_id(e.get("pid")))
+                r_tid(_os_id(e.get("tid")))
+                r_dev(None)
+                r_stream(None)
             else:
-                dev = args.get("device", e.get("pid"))
-                stream = args.get("stream")
-                r["process_id"].append(None)
-                r["thread_id"].append(None)
-                r["device_id"].append(_i32(dev))
-                r["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
+                v = args.get("stream")
+                r_pid(None)
+                r_tid(None)
+                r_dev(_i32(args.get("device", e.get("pid"))))
+                r_stream(_i64(v) if v is not None else _stream_of_tid(e.get("tid")))
     if not_objects:
         skipped[("traceEvents", "not a JSON object")] += not_objects
 
