@@ -26,8 +26,8 @@ class Slowdown(NamedTuple):
 
 def slow_rows(ctx: TraceAnalysis, backends: tuple[str, ...] | None, split_kv: bool | None, ratio_min: float,
               excess_min_ns: float, unsimulated: bool = False) -> Iterator[tuple[int, int, Slowdown]]:
-    """(first position of the launch's kernel name, the launch's position, hit) for every launch slow_launches.sql selects, in its order
-    (per kernel name in first-seen order, then launch order)."""
+    """(first position of the launch's kernel name, the launch's position, hit) for every launch
+    slow_launches.sql selects, in its order (per kernel name in first-seen order, then launch order)."""
     rows, views = select(ctx, "slow_launches", backends=list(backends) if backends is not None else None,
                          split_kv=split_kv, unsimulated=unsimulated, ratio_min=float(ratio_min),
                          excess_min=float(excess_min_ns))

@@ -17,9 +17,9 @@ from collections import Counter
 from traceinsight.diagnose import remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.launch_table import select
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import cap, tail_saving_ns
-from traceinsight.diagnose.launch_table import select
 from traceinsight.diagnose.slowdown import Slowdown, slow_rows
 from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
 from traceinsight.units import fmt_ns
