@@ -21,7 +21,7 @@ DEFAULT: dict[str, Any] = {
     "launch_id": 0, "step": 0, "name": "k", "kernel": "k", "family_key": None, "backend": "fi-cc",
     "phase": "decode", "split_kv": None, "dur_ns": 100, "predicted_ns": None, "balanced_ns": None,
     "simulated": False, "sm_idle_measured": None, "sm_idle_model": None, "batch_size": None,
-    "b_threshold": None, "cuda_graph": False,
+    "batch_source": None, "b_threshold": None, "cuda_graph": False,
 }
 
 
@@ -196,3 +196,21 @@ def test_near_threshold_launches_within_the_margin() -> None:
 def test_near_threshold_launches_needs_a_threshold(b_th: int | None) -> None:
     con = launches({"split_kv": True, "b_threshold": b_th, "batch_size": 1})
     assert run(con, "near_threshold_launches", **NEAR) == []
+
+
+# ---------------------------------------------------------------- prefill_named_decode_launches
+
+def test_prefill_named_decode_launches_by_word_and_phase() -> None:
+    fa2 = {"name": "BatchPrefillWithPagedKVCacheKernel<16>", "kernel": "BatchPrefillWithPagedKVCacheKernel"}
+    sm90 = {"name": "PrefillWithKVCacheKernel<x>", "kernel": "PrefillWithKVCacheKernel"}
+    con = launches({"name": "BatchDecodeWithPagedKVCacheKernel<>", "kernel": "BatchDecodeWithPagedKVCacheKernel"},
+                   {**sm90, "phase": "unknown", "batch_source": "sidecar"},  # decode by its sidecar batch
+                   {**fa2},  # decode by its phase
+                   {**fa2, "phase": "unknown", "batch_source": "trace"},  # unknown, no sidecar: not judged
+                   {**fa2, "phase": "unknown"},
+                   {**sm90, "phase": "decode"},
+                   {"name": "prefill_lowercase", "kernel": "prefill_lowercase"})  # the words are case-sensitive
+    assert run(con, "prefill_named_decode_launches", words=["Prefill"]) == [
+        (1, sm90["name"], 1), (5, sm90["name"], 1), (2, fa2["name"], 2)]
+    assert run(con, "prefill_named_decode_launches", words=["Decode", "nothing"]) == [
+        (0, "BatchDecodeWithPagedKVCacheKernel<>", 0)]

@@ -42,6 +42,7 @@ SCHEMA = pa.schema([
     ("sm_idle_measured", pa.float64()),  # Nsight Compute's 1 - avg/max of sm__cycles_active, NULL unmatched
     ("sm_idle_model", pa.float64()),  # the simulated SM idle fraction, NULL without a simulation
     ("batch_size", pa.int64()),  # B when known exactly, else NULL
+    ("batch_source", pa.string()),  # where the step's batch composition comes from ('sidecar' | 'trace'), or NULL
     ("b_threshold", pa.int64()),  # the kernel's split-KV threshold B_th, NULL when unknown
     ("cuda_graph", pa.bool_()),  # launched from a CUDA graph
 ])
@@ -73,6 +74,7 @@ def build(views: Sequence[LaunchView]) -> pa.Table:
         "sm_idle_measured": [x.sm_idle if x is not None else None for x in measured],
         "sm_idle_model": [m.sm_idle if m is not None else None for m in models],
         "batch_size": [v.batch.batch_size if v.batch is not None else None for v in views],
+        "batch_source": [v.batch.source if v.batch is not None else None for v in views],
         "b_threshold": [t.b_threshold if t is not None else None for t in thresholds],
         "cuda_graph": [v.cuda_graph for v in views],
     }
