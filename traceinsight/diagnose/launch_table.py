@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
@@ -24,7 +25,8 @@ from traceinsight.ingest.store import arrow_table
 from traceinsight.model.occupancy import FA3
 from traceinsight.queries import sql
 
-# The columns of `attention_launches` (one row per launch of `launch_views`, in its order) and their types.
+# The columns of `attention_launches` (one row per launch of `launch_views`, in its order) and their types (text
+# is held dictionary-encoded).
 SCHEMA = pa.schema([
     ("pos", pa.int64()),  # position in launch_views (step order, then launch order in the step)
     ("launch_id", pa.int64()),  # the attention kernel's kernel_id
@@ -50,8 +52,26 @@ SCHEMA = pa.schema([
 _KEY = "launch-table"
 
 
+def _dictionary(values: list[str | None]) -> pa.DictionaryArray:
+    """Text as an Arrow dictionary array: each distinct value once (a kernel's full name runs to hundreds of
+    bytes, and a long trace launches the same few kernels 10^6 times). Built from buffers, not through
+    `pa.array`, which imports pandas when it is installed (see `traceinsight.ingest.store.arrow_table`)."""
+    index: dict[str | None, int] = {None: -1}
+    codes = np.fromiter((index.setdefault(x, len(index) - 1) for x in values), dtype=np.int32, count=len(values))
+    words = [w.encode() for w in index if w is not None]
+    offsets = np.zeros(len(words) + 1, dtype=np.int32)
+    np.cumsum([len(w) for w in words], out=offsets[1:])
+    dictionary = pa.Array.from_buffers(pa.string(), len(words),
+                                       [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(words))])
+    valid = codes >= 0
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    indices = pa.Array.from_buffers(pa.int32(), len(codes), [validity, pa.py_buffer(np.maximum(codes, 0))])
+    return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+
 def build(views: Sequence[LaunchView]) -> pa.Table:
-    """`views` as the Arrow table of `SCHEMA` (a column at a time: 10^6 launches)."""
+    """`views` as the Arrow table of `SCHEMA` (a column at a time: 10^6 launches; text columns dictionary-
+    encoded)."""
     models = [v.model for v in views]
     measured = [v.measured for v in views]
     thresholds = [v.threshold for v in views]
@@ -80,9 +100,11 @@ def build(views: Sequence[LaunchView]) -> pa.Table:
     }
     if not views:
         return SCHEMA.empty_table()
+    text = {f.name for f in SCHEMA if f.type == pa.string()}
     with duckdb.connect() as con:
-        table = arrow_table(con, cols)
-    return pa.table([table.column(f.name).cast(f.type) for f in SCHEMA], schema=SCHEMA)
+        table = arrow_table(con, {k: v for k, v in cols.items() if k not in text})
+    return pa.table({f.name: _dictionary(cols[f.name]) if f.name in text else table.column(f.name).cast(f.type)
+                     for f in SCHEMA})
 
 
 def connect(table: pa.Table) -> duckdb.DuckDBPyConnection:
