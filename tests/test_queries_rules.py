@@ -214,3 +214,51 @@ def test_prefill_named_decode_launches_by_word_and_phase() -> None:
         (1, sm90["name"], 1), (5, sm90["name"], 1), (2, fa2["name"], 2)]
     assert run(con, "prefill_named_decode_launches", words=["Decode", "nothing"]) == [
         (0, "BatchDecodeWithPagedKVCacheKernel<>", 0)]
+
+
+# ---------------------------------------------------------------- the relation itself
+
+@pytest.mark.parametrize("case", ["h200_nsys", "h200_sweep", "fa3_variants_q32kv4d128_fa3_torch"])
+def test_attention_launches_holds_every_launch_view(case: str) -> None:
+    """launch_table.build on a real analysis (Nsight Compute matched; simulated; FlashAttention-3's families): every
+    column equals what the rules read from the views (the text built as dictionaries, per kernel name)."""
+    from golden import analyze_golden
+
+    from traceinsight.diagnose.launch_table import build
+    from traceinsight.diagnose.views import kernel_family, launch_views
+
+    _, a = analyze_golden(case)
+    views = launch_views(a)
+    table = build(views)
+    want: dict[str, list[Any]] = {
+        "pos": list(range(len(views))),
+        "launch_id": [v.launch.attention.kernel_id for v in views],
+        "step": [v.step.index for v in views],
+        "name": [v.name for v in views],
+        "kernel": [v.kernel for v in views],
+        "family_key": [kernel_family(v) for v in views],
+        "backend": [v.backend for v in views],
+        "phase": [v.launch.phase for v in views],
+        "split_kv": [v.launch.split_kv for v in views],
+        "dur_ns": [v.dur_ns for v in views],
+        "predicted_ns": [v.model.predicted_ns if v.model else None for v in views],
+        "balanced_ns": [v.model.balanced_ns if v.model else None for v in views],
+        "simulated": [bool(v.model is not None and v.model.sim is not None and v.model.predicted_ns)
+                      for v in views],
+        "sm_idle_measured": [v.measured.sm_idle if v.measured else None for v in views],
+        "sm_idle_model": [v.model.sm_idle if v.model else None for v in views],
+        "batch_size": [v.batch_size for v in views],
+        "batch_source": [v.batch.source if v.batch else None for v in views],
+        "b_threshold": [v.threshold.b_threshold if v.threshold else None for v in views],
+        "cuda_graph": [v.cuda_graph for v in views],
+    }
+    assert set(want) == set(SCHEMA.names) == set(table.column_names)
+    for name, values in want.items():
+        assert table.column(name).to_pylist() == values, name
+    # The case holds what the test is for: measured idle, simulations, several FA3 names in one family.
+    if case == "h200_nsys":
+        assert any(x is not None for x in want["sm_idle_measured"])
+    elif case == "h200_sweep":
+        assert any(want["simulated"]) and any(x is not None for x in want["balanced_ns"])
+    else:
+        assert len(set(want["name"])) > len(set(want["family_key"]))

@@ -22,7 +22,6 @@ import pyarrow as pa
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.views import LaunchView, kernel_family, launch_views
 from traceinsight.ingest.store import arrow_table
-from traceinsight.model.occupancy import FA3
 from traceinsight.queries import sql
 
 # The columns of `attention_launches` (one row per launch of `launch_views`, in its order) and their types (text
@@ -52,59 +51,87 @@ SCHEMA = pa.schema([
 _KEY = "launch-table"
 
 
-def _dictionary(values: list[str | None]) -> pa.DictionaryArray:
-    """Text as an Arrow dictionary array: each distinct value once (a kernel's full name runs to hundreds of
-    bytes, and a long trace launches the same few kernels 10^6 times). Built from buffers, not through
-    `pa.array`, which imports pandas when it is installed (see `traceinsight.ingest.store.arrow_table`)."""
-    index: dict[str | None, int] = {None: -1}
-    codes = np.fromiter((index.setdefault(x, len(index) - 1) for x in values), dtype=np.int32, count=len(values))
-    words = [w.encode() for w in index if w is not None]
-    offsets = np.zeros(len(words) + 1, dtype=np.int32)
-    np.cumsum([len(w) for w in words], out=offsets[1:])
-    dictionary = pa.Array.from_buffers(pa.string(), len(words),
-                                       [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(words))])
-    valid = codes >= 0
+def _codes(values: list[str | None]) -> tuple[list[str | None], np.ndarray]:
+    """The distinct values (in first-seen order) and each value's index among them."""
+    index: dict[str | None, int] = {}
+    codes = np.fromiter((index.setdefault(x, len(index)) for x in values), dtype=np.int32, count=len(values))
+    return list(index), codes
+
+
+def _dictionary(words: list[str | None], codes: np.ndarray) -> pa.DictionaryArray:
+    """Text as an Arrow dictionary array: row i holds words[codes[i]] (each distinct word stored once: a
+    kernel's full name runs to hundreds of bytes, and a long trace launches the same few kernels 10^6 times).
+    Built from buffers, not through `pa.array`, which imports pandas when it is installed (see
+    `traceinsight.ingest.store.arrow_table`)."""
+    distinct, remap = _codes(words)  # words may repeat (a family key shared by names) or hold None
+    texts = [w.encode() for w in distinct if w is not None]
+    offsets = np.zeros(len(texts) + 1, dtype=np.int32)
+    np.cumsum([len(t) for t in texts], out=offsets[1:])
+    dictionary = pa.Array.from_buffers(pa.string(), len(texts),
+                                       [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(texts))])
+    null = distinct.index(None) if None in distinct else len(distinct)
+    # distinct index -> dictionary index (the texts skip None), or -1 for None
+    to_text = np.array([-1 if i == null else i - (i > null) for i in range(len(distinct))], dtype=np.int32)
+    rows = to_text[remap][codes] if len(codes) else np.zeros(0, dtype=np.int32)
+    valid = rows >= 0
     validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    indices = pa.Array.from_buffers(pa.int32(), len(codes), [validity, pa.py_buffer(np.maximum(codes, 0))])
+    indices = pa.Array.from_buffers(pa.int32(), len(rows), [validity, pa.py_buffer(np.maximum(rows, 0))])
     return pa.DictionaryArray.from_arrays(indices, dictionary)
 
 
 def build(views: Sequence[LaunchView]) -> pa.Table:
-    """`views` as the Arrow table of `SCHEMA` (a column at a time: 10^6 launches; text columns dictionary-
-    encoded)."""
-    models = [v.model for v in views]
-    measured = [v.measured for v in views]
-    thresholds = [v.threshold for v in views]
+    """`views` as the Arrow table of `SCHEMA`: a column at a time (10^6 launches), text dictionary-encoded; what
+    a kernel's label decides (base name, backend, family, threshold) read once per kernel name."""
+    if not views:
+        return SCHEMA.empty_table()
+    steps, launches, _, batches, models, measured, graphs = zip(*views, strict=True)
+    kernels = [launch.attention for launch in launches]
+    names, name_codes = _codes([k.name for k in kernels])
+    _, first = np.unique(name_codes, return_index=True)  # codes count up from 0 in first-seen order
+    per_name = [views[i] for i in first.tolist()]  # the first view of each name, in name-code order
+    phases, phase_codes = _codes([launch.phase for launch in launches])
+    sources, source_codes = _codes([b.source if b is not None else None for b in batches])
+    ident = np.arange(len(names), dtype=np.int32)
+    text = {
+        "name": _dictionary(names, name_codes),
+        "kernel": _dictionary([v.kernel for v in per_name], name_codes),
+        # kernel_family is the name except for FA3 (its tile)
+        "family_key": _dictionary([kernel_family(v) for v in per_name], name_codes),
+        "backend": _dictionary([v.backend for v in per_name], name_codes),
+        "phase": _dictionary(phases, phase_codes),
+        "batch_source": _dictionary(sources, source_codes),
+    }
+    b_th = np.array([v.threshold.b_threshold if v.threshold is not None and v.threshold.b_threshold is not None
+                     else -1 for v in per_name], dtype=np.int64)[name_codes] if len(ident) else None
     cols: dict[str, Any] = {
-        "pos": list(range(len(views))),
-        "launch_id": [v.launch.attention.kernel_id for v in views],
-        "step": [v.step.index for v in views],
-        "name": [v.launch.attention.name for v in views],
-        "kernel": [v.launch.attention.kernel for v in views],
-        # kernel_family is the name except for FA3 (its tile): computed only where it differs.
-        "family_key": [kernel_family(v) if v.launch.attention.backend == FA3 else v.launch.attention.name
-                       for v in views],
-        "backend": [v.launch.attention.backend for v in views],
-        "phase": [v.launch.phase for v in views],
-        "split_kv": [v.launch.split_kv for v in views],
-        "dur_ns": [v.launch.attention.dur_ns for v in views],
+        "launch_id": [k.kernel_id for k in kernels],
+        "step": [st.index for st in steps],
+        "split_kv": [launch.split_kv for launch in launches],
+        "dur_ns": [k.dur_ns for k in kernels],
         "predicted_ns": [m.predicted_ns if m is not None else None for m in models],
         "balanced_ns": [m.balanced_ns if m is not None else None for m in models],
         "simulated": [m is not None and m.sim is not None and bool(m.predicted_ns) for m in models],
         "sm_idle_measured": [x.sm_idle if x is not None else None for x in measured],
         "sm_idle_model": [m.sm_idle if m is not None else None for m in models],
-        "batch_size": [v.batch.batch_size if v.batch is not None else None for v in views],
-        "batch_source": [v.batch.source if v.batch is not None else None for v in views],
-        "b_threshold": [t.b_threshold if t is not None else None for t in thresholds],
-        "cuda_graph": [v.cuda_graph for v in views],
+        "batch_size": [b.batch_size if b is not None else None for b in batches],
+        "cuda_graph": list(graphs),
     }
-    if not views:
-        return SCHEMA.empty_table()
-    text = {f.name for f in SCHEMA if f.type == pa.string()}
     with duckdb.connect() as con:
-        table = arrow_table(con, {k: v for k, v in cols.items() if k not in text})
-    return pa.table({f.name: _dictionary(cols[f.name]) if f.name in text else table.column(f.name).cast(f.type)
-                     for f in SCHEMA})
+        table = arrow_table(con, cols)
+    out: dict[str, Any] = {}
+    for f in SCHEMA:
+        if f.name == "pos":
+            out[f.name] = pa.Array.from_buffers(pa.int64(), len(views),
+                                                [None, pa.py_buffer(np.arange(len(views), dtype=np.int64))])
+        elif f.name == "b_threshold":
+            assert b_th is not None
+            known = b_th >= 0
+            out[f.name] = pa.Array.from_buffers(pa.int64(), len(views), [
+                None if known.all() else pa.py_buffer(np.packbits(known, bitorder="little")),
+                pa.py_buffer(np.maximum(b_th, 0))])
+        else:
+            out[f.name] = text[f.name] if f.name in text else table.column(f.name).cast(f.type)
+    return pa.table(out)  # the text columns stay dictionaries (SCHEMA gives their value type)
 
 
 def connect(table: pa.Table) -> duckdb.DuckDBPyConnection:
