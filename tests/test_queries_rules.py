@@ -26,12 +26,16 @@ DEFAULT: dict[str, Any] = {
 
 
 def launches(*rows: dict[str, Any]) -> duckdb.DuckDBPyConnection:
-    """A connection holding these launches (pos = their order; family_key = the name unless given), set up as
-    the rules get it (launch_table.connect)."""
+    """A connection holding these launches (pos = their order; family_key = the name unless given; names and
+    families numbered in the order they first appear), set up as the rules get it (launch_table.connect)."""
     full = []
+    names: dict[str, int] = {}
+    families: dict[str, int] = {}
     for i, r in enumerate(rows):
         row = {**DEFAULT, "pos": i, "launch_id": i, "step": i, **r}
         row["family_key"] = row["family_key"] or row["name"]
+        row["name_id"] = names.setdefault(row["name"], len(names))
+        row["family_id"] = families.setdefault(row["family_key"], len(families))
         full.append(row)
     table = pa.table({f.name: pa.array([r[f.name] for r in full], f.type) for f in SCHEMA}, schema=SCHEMA)
     return connect(table)
@@ -42,9 +46,10 @@ def run(con: duckdb.DuckDBPyConnection, query: str, **params: Any) -> list[tuple
 
 
 def baselines(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[Any, ...]]:
-    """kernel_baselines by family, run again on the launches: it must give what `connect` stored."""
-    got = {r[0]: r[1:] for r in run(con, "kernel_baselines")}
-    assert got == {r[0]: r[1:] for r in con.execute("SELECT * FROM kernel_baselines").fetchall()}
+    """kernel_baselines by family key (the family's number dropped), run again on the launches: it must give what
+    `connect` stored."""
+    got = {r[1]: r[2:] for r in run(con, "kernel_baselines")}
+    assert got == {r[1]: r[2:] for r in con.execute("SELECT * FROM kernel_baselines").fetchall()}
     return got
 
 
@@ -171,7 +176,7 @@ def test_idle_launches_prefers_the_measurement() -> None:
                    {"name": "other"},  # neither
                    {"name": "other", "sm_idle_model": 0.6})
     assert run(con, "idle_launches", idle_min=0.2, min_ns=100.0) == [
-        (1, "k", 0, 0.5, "ncu"), (2, "k", 0, 0.2, "model"), (5, "other", 4, 0.6, "model")]
+        (1, "k", 0, 0.5, "ncu"), (2, "k", 0, 0.2, "model"), (5, "other", 1, 0.6, "model")]
 
 
 # ---------------------------------------------------------------- near_threshold_launches
@@ -189,7 +194,7 @@ def test_near_threshold_launches_within_the_margin() -> None:
                    {"name": "small", "split_kv": True, "b_threshold": 10, "batch_size": 5},
                    {"name": "none", "split_kv": True, "b_threshold": None, "batch_size": 5})
     assert run(con, "near_threshold_launches", **NEAR) == [
-        (0, "k", 0, 297, 296), (2, "k", 0, 297, 268), (7, "small", 7, 10, 6)]
+        (0, "k", 0, 297, 296), (2, "k", 0, 297, 268), (7, "small", 1, 10, 6)]
 
 
 @pytest.mark.parametrize("b_th", [0, None])
@@ -237,6 +242,8 @@ def test_attention_launches_holds_every_launch_view(case: str) -> None:
         "name": [v.name for v in views],
         "kernel": [v.kernel for v in views],
         "family_key": [kernel_family(v) for v in views],
+        "name_id": [list(dict.fromkeys(v.name for v in views)).index(v.name) for v in views],
+        "family_id": [list(dict.fromkeys(kernel_family(v) for v in views)).index(kernel_family(v)) for v in views],
         "backend": [v.backend for v in views],
         "phase": [v.launch.phase for v in views],
         "split_kv": [v.launch.split_kv for v in views],

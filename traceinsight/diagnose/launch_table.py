@@ -32,8 +32,10 @@ SCHEMA = pa.schema([
     ("launch_id", pa.int64()),  # the attention kernel's kernel_id
     ("step", pa.int64()),  # the step's index
     ("name", pa.string()),  # the kernel's full name (one template instance)
+    ("name_id", pa.int64()),  # the names numbered from 0 in the order they first appear (orders the rules' groups)
     ("kernel", pa.string()),  # the kernel's base name
     ("family_key", pa.string()),  # what launches are compared with (views.kernel_family)
+    ("family_id", pa.int64()),  # the families numbered from 0 in the order they first appear (joins on it)
     ("backend", pa.string()),  # attention backend label, NULL when unknown
     ("phase", pa.string()),  # the launch's phase (decode / unknown; prefill launches are not views)
     ("split_kv", pa.bool_()),  # split-KV on / off, NULL when unknown
@@ -106,6 +108,8 @@ def build(views: Sequence[LaunchView]) -> pa.Table:
     names, name_codes = _codes(list(map(attrgetter("name"), kernels)))
     _, first = np.unique(name_codes, return_index=True)  # codes count up from 0 in first-seen order
     per_name = [views[i] for i in first.tolist()]  # the first view of each name, in name-code order
+    families = [kernel_family(v) for v in per_name]
+    family_of_name = _codes(families)[1]
     b_th = [v.threshold.b_threshold if v.threshold is not None else None for v in per_name]
     sources = _attr(batches, "source")
     out: dict[str, Any] = {
@@ -114,7 +118,9 @@ def build(views: Sequence[LaunchView]) -> pa.Table:
         "step": _int64(np.fromiter(map(attrgetter("index"), steps), np.int64, n)),
         "name": _dictionary(names, name_codes),
         "kernel": _dictionary([v.kernel for v in per_name], name_codes),
-        "family_key": _dictionary([kernel_family(v) for v in per_name], name_codes),
+        "name_id": _int64(name_codes),
+        "family_key": _dictionary(families, name_codes),
+        "family_id": _int64(family_of_name[name_codes]),
         "backend": _dictionary([v.backend for v in per_name], name_codes),
         "phase": _dictionary(*_codes(list(map(attrgetter("phase"), launches)))),
         "dur_ns": _int64(np.fromiter(map(attrgetter("dur_ns"), kernels), np.int64, n)),

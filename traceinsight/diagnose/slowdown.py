@@ -26,13 +26,13 @@ class Slowdown(NamedTuple):
 
 def slow_rows(ctx: TraceAnalysis, backends: tuple[str, ...] | None, split_kv: bool | None, ratio_min: float,
               excess_min_ns: float, unsimulated: bool = False) -> Iterator[tuple[int, int, Slowdown]]:
-    """(first position of the launch's kernel name, the launch's position, hit) for every launch
-    slow_launches.sql selects, in its order (per kernel name in first-seen order, then launch order)."""
+    """(the number of the launch's kernel name, its position, hit) for every launch slow_launches.sql selects, in
+    its order (per kernel name in first-seen order, which its number follows; then launch order)."""
     rows, views = select(ctx, "slow_launches", backends=list(backends) if backends is not None else None,
                          split_kv=split_kv, unsimulated=unsimulated, ratio_min=float(ratio_min),
                          excess_min=float(excess_min_ns))
-    for pos, _, name_pos, ref, how, typical, ratio, excess in rows:
-        yield name_pos, pos, Slowdown(views[pos], ref, how, typical, ratio, excess)
+    for pos, _, name_id, ref, how, typical, ratio, excess in rows:
+        yield name_id, pos, Slowdown(views[pos], ref, how, typical, ratio, excess)
 
 
 def slow_launches(
@@ -43,10 +43,10 @@ def slow_launches(
     out."""
     groups: list[list[Slowdown]] = []
     last = None
-    for name_pos, _, hit in slow_rows(ctx, backends, split_kv, ratio_min, excess_min_ns):
-        if name_pos != last:
+    for name_id, _, hit in slow_rows(ctx, backends, split_kv, ratio_min, excess_min_ns):
+        if name_id != last:
             groups.append([])
-            last = name_pos
+            last = name_id
         groups[-1].append(hit)
     return groups
 

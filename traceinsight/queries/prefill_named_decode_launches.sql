@@ -8,8 +8,8 @@
 --          the launches selected).
 -- Order: name_pos (per kernel name, in the order the names first appear), then pos.
 WITH chosen AS (
-    SELECT pos, name FROM attention_launches
+    SELECT pos, name, name_id FROM attention_launches
     WHERE len(list_filter($words, lambda w: contains(kernel, w))) > 0
       AND (phase = 'decode' OR (phase = 'unknown' AND batch_source = 'sidecar'))
 )
-SELECT pos, name, min(pos) OVER (PARTITION BY name) AS name_pos FROM chosen ORDER BY name_pos, pos
+SELECT pos, name, min(pos) OVER (PARTITION BY name_id) AS name_pos FROM chosen ORDER BY name_pos, pos

@@ -9,22 +9,19 @@
 --             split state; NULL: any state, unknown included); $unsimulated (TRUE: only launches without a
 --             simulated schedule); $ratio_min; $excess_min (ns).
 -- Inputs: attention_launches (diagnose/launch_table.py), kernel_baselines (kernel_baselines.sql).
--- Columns: pos (the launch's position in attention_launches); name; name_pos (the first pos of that name among
---          the launches of $backends); reference_ns; reference ('model' or the
+-- Columns: pos (the launch's position in attention_launches); name; name_id (the names numbered in the order
+--          they first appear); reference_ns; reference ('model' or the
 --          typical_source); typical_ns; ratio (dur_ns / reference_ns, 0 without a reference); excess_ns
 --          (dur_ns - reference_ns, at least 0).
--- Order: name_pos (per kernel name, in the order the names first appear), then pos.
-WITH mine AS (
-    SELECT *, min(pos) OVER (PARTITION BY name) AS name_pos
-    FROM attention_launches
-    WHERE $backends IS NULL OR list_contains($backends, backend)
-), priced AS (
-    SELECT l.pos, l.name, l.name_pos, l.dur_ns, b.typical_ns,
+-- Order: name_id (per kernel name, in the order the names first appear), then pos.
+WITH priced AS (
+    SELECT l.pos, l.name, l.name_id, l.dur_ns, b.typical_ns,
            CASE WHEN l.balanced_ns <> 0 AND l.predicted_ns <> 0 THEN l.balanced_ns * l.dur_ns / l.predicted_ns
                 ELSE b.typical_ns END AS reference_ns,
            CASE WHEN l.balanced_ns <> 0 AND l.predicted_ns <> 0 THEN 'model' ELSE b.typical_source END AS reference
-    FROM mine l JOIN kernel_baselines b USING (family_key)
-    WHERE ($split_kv IS NULL OR l.split_kv = $split_kv)
+    FROM attention_launches l JOIN kernel_baselines b USING (family_id)
+    WHERE ($backends IS NULL OR list_contains($backends, l.backend))
+      AND ($split_kv IS NULL OR l.split_kv = $split_kv)
       AND NOT ($unsimulated AND l.simulated)
       AND l.dur_ns >= $ratio_min * b.typical_ns
 ), judged AS (
@@ -32,7 +29,7 @@ WITH mine AS (
            greatest(0.0::DOUBLE, dur_ns - reference_ns) AS excess_ns
     FROM priced
 )
-SELECT pos, name, name_pos, reference_ns, reference, typical_ns, ratio, excess_ns
+SELECT pos, name, name_id, reference_ns, reference, typical_ns, ratio, excess_ns
 FROM judged
 WHERE ratio >= $ratio_min AND excess_ns >= $excess_min
-ORDER BY name_pos, pos
+ORDER BY name_id, pos

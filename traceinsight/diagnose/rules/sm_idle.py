@@ -40,8 +40,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     out = []
     rows, views = select(ctx, "idle_launches", idle_min=idle_min, min_ns=ns_min)
     groups: dict[int, list[tuple[LaunchView, float, str]]] = {}  # per kernel name: view, idle fraction, source
-    for pos, _, name_pos, idle, source in rows:
-        groups.setdefault(name_pos, []).append((views[pos], idle, source))
+    for pos, _, name_id, idle, source in rows:
+        groups.setdefault(name_id, []).append((views[pos], idle, source))
     for hits in groups.values():
         wv, w_idle, w_src = max(hits, key=lambda h: h[1])
         steps = steps_of(h[0] for h in hits)

@@ -74,11 +74,11 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     # The candidates, in SQL: every simulated launch (simulated_launches.sql; priced below by its simulation)
     # and every other launch slow by durations (slow_launches.sql), per kernel name in first-seen order.
     rows, views = select(ctx, "simulated_launches")
-    candidates: list[tuple[int, int, Slowdown | None]] = [(name_pos, pos, None) for pos, _, name_pos in rows]
+    candidates: list[tuple[int, int, Slowdown | None]] = [(name_id, pos, None) for pos, _, name_id in rows]
     candidates += slow_rows(ctx, None, None, ratio_min, ns_min, unsimulated=True)
     candidates.sort(key=lambda c: (c[0], c[1]))
     groups: dict[int, list[tuple[LaunchView, float, float, str, str]]] = {}  # view, share, saving, items, source
-    for name_pos, pos, sd in candidates:
+    for name_id, pos, sd in candidates:
         v = views[pos]
         if v.step.index in covered:
             continue
@@ -87,9 +87,9 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             assert t is not None  # a simulated launch has a tail (possibly none long)
             share, saving, items = t
             if share >= frac_min and share * v.dur_ns >= ns_min:
-                groups.setdefault(name_pos, []).append((v, share, saving, items, "model"))
+                groups.setdefault(name_id, []).append((v, share, saving, items, "model"))
         else:
-            groups.setdefault(name_pos, []).append(
+            groups.setdefault(name_id, []).append(
                 (v, sd.excess_ns / v.dur_ns, sd.excess_ns, "", f"durations ({sd.reference})"))
     for hits in groups.values():
         wv, share, _, items, source = max(hits, key=lambda h: h[1] * h[0].dur_ns)

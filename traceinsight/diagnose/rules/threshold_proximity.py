@@ -71,8 +71,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     rows, views = select(ctx, "near_threshold_launches", backends=list(BACKENDS), margin_min=m_req,
                              margin_fraction=m_frac)
     groups: dict[int, list[LaunchView]] = {}  # per kernel name, in first-seen order
-    for pos, _, name_pos, _, _ in rows:
-        groups.setdefault(name_pos, []).append(views[pos])
+    for pos, _, name_id, _, _ in rows:
+        groups.setdefault(name_id, []).append(views[pos])
     for hits in groups.values():
         thr = hits[0].threshold
         assert thr is not None and thr.b_threshold is not None
