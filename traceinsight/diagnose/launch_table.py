@@ -54,7 +54,7 @@ SCHEMA = pa.schema([
 _KEY = "launch-table"
 
 
-def _codes(values: list[str | None]) -> tuple[list[str | None], np.ndarray]:
+def _codes(values: Sequence[str | None]) -> tuple[list[str | None], np.ndarray]:
     """The distinct values (in first-seen order) and each value's index among them."""
     distinct = list(dict.fromkeys(values))
     index = {w: i for i, w in enumerate(distinct)}
@@ -76,7 +76,7 @@ def _attr(objs: tuple[Any, ...], name: str) -> list[Any] | None:
     return [None if o is None else get(o) for o in objs]
 
 
-def _dictionary(words: list[str | None], codes: np.ndarray) -> pa.DictionaryArray:
+def _dictionary(words: Sequence[str | None], codes: np.ndarray) -> pa.DictionaryArray:
     """Text as an Arrow dictionary array: row i holds words[codes[i]] (each distinct word stored once: a
     kernel's full name runs to hundreds of bytes, and a long trace launches the same few kernels 10^6 times).
     Built from buffers, not through `pa.array`, which imports pandas when it is installed (see
