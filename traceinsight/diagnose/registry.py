@@ -10,6 +10,7 @@ from types import ModuleType
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, sort_findings
+from traceinsight.diagnose.launch_table import release
 from traceinsight.diagnose.rule import NotApplicable, RuleResult, missing_reason
 from traceinsight.diagnose.rules import (
     codesign,
@@ -57,6 +58,13 @@ def run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...] = RULES) -> tupl
     """Run `rules` in order on `ctx`; return all findings (in rule order) and one result per rule. While a rule
     runs, `ctx.findings` holds the findings so far of the rules it declares in READS (none when it declares none):
     what a rule depends on is written down, and it cannot depend on anything else."""
+    try:
+        return _run_rules(ctx, rules)
+    finally:
+        release(ctx)  # the launch relation the rules selected from
+
+
+def _run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...]) -> tuple[list[Finding], list[RuleResult]]:
     findings: list[Finding] = []
     results: list[RuleResult] = []
     ctx.findings = findings

@@ -1,12 +1,11 @@
 """Convenient views of a TraceAnalysis for the rules: each attention launch with its step, threshold, batch,
-model and measurement; and a robust "typical" duration per kernel. Times in ns."""
+model and measurement. Times in ns. The per-kernel baselines (each kernel family's typical time) and the rules'
+candidate selections over these launches are named SQL (`traceinsight.diagnose.launch_table`)."""
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from traceinsight.diagnose.context import TraceAnalysis
@@ -97,19 +96,6 @@ def by_kernel(views: Iterable[LaunchView]) -> dict[str, list[LaunchView]]:
     return dict(out)
 
 
-def typical_ns(views: Iterable[LaunchView]) -> float:
-    """Median attention-kernel time of these launches (ns): what a launch of this kernel usually takes in
-    this trace, the reference when the batch composition is unknown."""
-    durs = [v.dur_ns for v in views]
-    return float(statistics.median(durs)) if durs else 0.0
-
-
-def split_on_typical_ns(views: list[LaunchView]) -> float | None:
-    """Median time of the launches whose split-KV was on (the planner balanced them), None when none was."""
-    on = [v.dur_ns for v in views if v.launch.split_kv is True]
-    return float(statistics.median(on)) if on else None
-
-
 def steps_of(views: Iterable[LaunchView]) -> list[int]:
     return sorted({v.step.index for v in views})
 
@@ -149,29 +135,6 @@ def kernel_family(v: LaunchView) -> str:
     return v.name
 
 
-def typical_reference_ns(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView]) -> tuple[float, str]:
-    """The kernel's typical balanced time in this trace (ns, source): the median of its launches whose split-KV
-    was on ('split-on median'), else of all its launches ('median')."""
-    key = ("typical", kernel_family(v))
-    s = ctx.schedule
-    cache: dict[object, object] = s.cache if s is not None else {}
-    if key not in cache:
-        on = split_on_typical_ns(same_kernel)
-        cache[key] = (on, "split-on median") if on is not None else (typical_ns(same_kernel), "median")
-    return cache[key]  # type: ignore[return-value]
-
-
-def balanced_reference_ns(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView]) -> tuple[float, str]:
-    """What this launch would take if its work were spread evenly over the SMs, and how that was estimated
-    (ns, source): 'model' — the schedule model's time for the same work at full-GPU throughput
-    (`LaunchModel.balanced_ns`), scaled by measured / predicted (needs the batch composition and a calibrated
-    cost); else `typical_reference_ns`."""
-    m = v.model
-    if m is not None and m.balanced_ns and m.predicted_ns:
-        return m.balanced_ns * v.dur_ns / m.predicted_ns, "model"
-    return typical_reference_ns(ctx, v, same_kernel)
-
-
 def findings_by_step(findings: Iterable[object]) -> dict[int, list[object]]:
     """Step index -> findings that name it."""
     out: dict[int, list[object]] = defaultdict(list)
@@ -179,68 +142,6 @@ def findings_by_step(findings: Iterable[object]) -> dict[int, list[object]]:
         for s in getattr(f, "steps", ()):
             out[s].append(f)
     return out
-
-
-@dataclass(frozen=True)
-class Slowdown:
-    """A launch against its balanced reference (ns); `reference` says how the reference was estimated;
-    typical_ns: the kernel's typical balanced time in the trace (a second, cruder check)."""
-
-    view: LaunchView
-    reference_ns: float
-    reference: str
-    typical_ns: float
-
-    def slow(self, ratio_min: float, excess_min_ns: float) -> bool:
-        """At least `ratio_min` times and `excess_min_ns` above both the reference and the kernel's typical time
-        in the trace (two independent estimates must agree)."""
-        return (self.ratio >= ratio_min and self.excess_ns >= excess_min_ns
-                and self.view.dur_ns >= ratio_min * self.typical_ns)
-
-    @property
-    def ratio(self) -> float:
-        return self.view.dur_ns / self.reference_ns if self.reference_ns > 0 else 0.0
-
-    @property
-    def excess_ns(self) -> float:
-        return max(0.0, self.view.dur_ns - self.reference_ns)
-
-
-def slowdown(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView]) -> Slowdown:
-    """`v` against `balanced_reference_ns` and `typical_reference_ns`."""
-    ref, how = balanced_reference_ns(ctx, v, same_kernel)
-    return Slowdown(v, ref, how, typical_reference_ns(ctx, v, same_kernel)[0])
-
-
-def below_typical(ctx: TraceAnalysis, v: LaunchView, same_kernel: list[LaunchView], ratio_min: float) -> bool:
-    """Whether `v` takes less than `ratio_min` times its kernel's typical time (`typical_reference_ns` over
-    `same_kernel`), so that it cannot be `Slowdown.slow`: checked first, since most launches are not slow and
-    pricing each one's reference is the costly part."""
-    return v.dur_ns < ratio_min * typical_reference_ns(ctx, v, same_kernel)[0]
-
-
-def slow_launches(
-    ctx: TraceAnalysis, backends: tuple[str, ...], split_kv: bool, ratio_min: float, excess_min_ns: float
-) -> list[list[Slowdown]]:
-    """Per attention kernel of `backends`, its launches whose split-KV state is `split_kv` and that are slow
-    against their balanced reference (`Slowdown.slow`); kernels without such a launch are left out."""
-    groups = []
-    mine = [v for v in launch_views(ctx) if v.backend in backends]
-    family: dict[str, list[LaunchView]] = defaultdict(list)
-    for v in mine:
-        family[kernel_family(v)].append(v)
-    for same in by_kernel(mine).values():
-        hits = [h for v in same if v.launch.split_kv is split_kv
-                and not below_typical(ctx, v, kin := family[kernel_family(v)], ratio_min)
-                and (h := slowdown(ctx, v, kin)).slow(ratio_min, excess_min_ns)]
-        if hits:
-            groups.append(hits)
-    return groups
-
-
-def worst(hits: list[Slowdown]) -> Slowdown:
-    """The hit with the largest excess time."""
-    return max(hits, key=lambda h: h.excess_ns)
 
 
 def spread_sample(items: list[LaunchView], n: int) -> list[LaunchView]:

@@ -3,6 +3,7 @@
 The shape comes from the sidecar (query and KV heads on this GPU, head_dim, KV dtype); the same functions as
 the `codesign` command judge it (`traceinsight.diagnose.codesign.checks`). A sidecar records heads per GPU,
 so the tensor-parallel degree is taken as 1 here: run `traceinsight codesign --tp N` for the TP checks.
+It selects no launches (the checks judge one shape), so it has no query.
 """
 
 from __future__ import annotations

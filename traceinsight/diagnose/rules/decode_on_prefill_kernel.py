@@ -4,6 +4,8 @@ FlashInfer's tensor-core decode path plans decode as a prefill with one query ro
 `BatchPrefillWithPagedKVCacheKernel` (FA2 backend) or `PrefillWithKVCacheKernel` (SM90 backend) in decode
 steps. The phase comes from the launch's context (the step's range name) or the kernel's template arguments
 (MaskMode 0 with a 16-row query tile), or, when neither tells, from a sidecar batch recorded for the step.
+The launches are selected in SQL (prefill_named_decode_launches.sql, the words from PREFILL_KERNEL_WORDS); the
+saving is a replay on the CUDA-core path, in Python.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import statistics
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.launch_table import select
 from traceinsight.diagnose.rule import Input
 from traceinsight.diagnose.savings import excess_over_reference_ns
-from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, spread_sample, steps_of
+from traceinsight.diagnose.views import LaunchView, spread_sample, steps_of
 from traceinsight.diagnose.whatif import path_alternative
 from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
 from traceinsight.units import fmt_ns
@@ -38,20 +41,22 @@ _SPLIT_POLICY = {
 }
 
 
-def _decode(v: LaunchView) -> tuple[bool, str]:
-    """Whether the launch is decode, and the evidence: its phase (range name or template arguments), or a
-    sidecar batch for its step (sidecars describe decode steps) when the phase is unknown."""
+def _decode_evidence(v: LaunchView) -> str:
+    """Why a launch prefill_named_decode_launches.sql selected is decode: its phase's evidence (range name or
+    template arguments), or the sidecar batch recorded for its step when the phase is unknown."""
     if v.launch.phase == "decode":
-        return True, v.launch.phase_evidence
-    if v.launch.phase == "unknown" and v.batch is not None and v.batch.source == "sidecar":
-        return True, f"the sidecar describes step {v.step.index} as a decode batch (key {v.batch.step_key!r})"
-    return False, ""
+        return v.launch.phase_evidence
+    step_key = v.batch.step_key if v.batch is not None else None
+    return f"the sidecar describes step {v.step.index} as a decode batch (key {step_key!r})"
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
-    views = [v for v in launch_views(ctx) if any(w in v.kernel for w in PREFILL_KERNEL_WORDS) and _decode(v)[0]]
+    rows, views = select(ctx, "prefill_named_decode_launches", words=list(PREFILL_KERNEL_WORDS))
+    groups: dict[int, list[LaunchView]] = {}  # per kernel name, in first-seen order
+    for pos, _, name_pos in rows:
+        groups.setdefault(name_pos, []).append(views[pos])
     out = []
-    for vs in by_kernel(views).values():
+    for vs in groups.values():
         v0 = vs[0]
         thr = v0.threshold
         saving = 0.0
@@ -72,7 +77,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             "kernel": v0.kernel,
             "backend": v0.backend,
             "launches": len(vs),
-            "phase_evidence": _decode(v0)[1],
+            "phase_evidence": _decode_evidence(v0),
             "grid": list(v0.launch.attention.grid),
             "median_dur_ns": median_dur_ns,
             "b_threshold": b_th,
@@ -89,7 +94,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             explanation=(
                 f"The kernel is called '{v0.kernel}', but these launches are decode steps: FlashInfer's tensor-core "
                 "decode path reuses its prefill kernel with one query row per request "
-                f"({_decode(v0)[1]}). It is not a mislabelled prefill. It matters because {policy}, "
+                f"({_decode_evidence(v0)}). It is not a mislabelled prefill. It matters because {policy}, "
                 "so with one long request in the batch this path loses its balance at much smaller batches than "
                 "the CUDA-core decode kernel (or never has it), and a decode step looks like prefill work in "
                 "every profiler."),

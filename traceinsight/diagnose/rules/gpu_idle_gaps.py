@@ -6,6 +6,9 @@ window, such as host work at the start of its range, belongs to the step and is 
 Short gaps are launch latency; the long ones are the GPU waiting for
 the CPU (scheduling, planning, Python, synchronisation). Gaps of a second or more are pauses of the
 workload, not step overhead: they are counted apart.
+
+Its selection is not over launches: the gaps are the model stage's IdleGaps arrays (gpu_gaps.sql finds them),
+filtered against the steps' windows with numpy.
 """
 
 from __future__ import annotations

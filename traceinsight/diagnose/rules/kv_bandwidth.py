@@ -4,6 +4,11 @@ Decode attention is memory-bound: a launch reads every KV byte of the batch once
 x bytes per element). Achieved bandwidth = those bytes / kernel time, against the GPU's peak. Launches already
 explained by load imbalance (split-KV off or starved, tails) are left out: this is about the kernel's
 streaming efficiency when the work is even.
+
+Not moved to SQL yet (issue 13): the bytes a launch reads come from its sidecar batch (tokens, heads, dtype),
+and the per-kernel cut is a median of float efficiencies, where DuckDB's interpolated median (lo + (hi - lo) / 2)
+may differ by an ulp from statistics.median's (lo + hi) / 2 at even counts: moving it needs those columns on the
+launch relation and the median kept in Python.
 """
 
 from __future__ import annotations

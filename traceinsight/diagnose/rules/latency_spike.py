@@ -16,6 +16,10 @@ Consecutive spikes with the same cause form one incident, which starts at its on
 in which the cause's component already jumped (SPIKE_RATIO times its own baseline), even if the step's total
 did not yet cross the threshold. A long trace can hold thousands of incidents: the MAX_INCIDENTS with the most
 excess time are findings of their own, the others are folded into one finding per cause.
+
+Its selection stays in numpy (`traceinsight.diagnose.baseline`, `attribution`): a step is a spike against a
+baseline fitted iteratively (Theil-Sen trend in tokens, rolling quantiles, refits without the spikes found),
+which is sequential arithmetic over the step series, not a set-based filter.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 The known slow paths are data (SLOW_PATHS): backend id -> the alternatives and the measured reason. With the
 batch composition known, each launch is replayed on the alternatives with the schedule model and the saving is
 the measured time above the fastest one; without it, the finding states the measured facts only.
+
+Not moved to SQL yet (issue 13): its launches are a filter by backend (a set-based selection that could join
+the launch relation), and the other backends' median times are per-backend baselines; its cost is the replays.
 """
 
 from __future__ import annotations

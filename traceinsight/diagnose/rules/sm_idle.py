@@ -2,7 +2,7 @@
 
 Measured by Nsight Compute when its CSV was matched to the launch (1 - avg/max of sm__cycles_active: the
 share of the busiest SM's active time the average SM sat idle), else simulated by the schedule model
-(1 - sum of per-SM busy time / (num_SM x makespan)).
+(1 - sum of per-SM busy time / (num_SM x makespan)). The launches are selected in SQL (idle_launches.sql).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import statistics
 from traceinsight.diagnose import remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.launch_table import select
 from traceinsight.diagnose.rule import Input, NotApplicable, has, limit
 from traceinsight.diagnose.savings import balanced_saving_ns
-from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, step_ranges, steps_of
+from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
 
 ID = "sm-idle"
 NAME = "SM idle fraction"
@@ -31,28 +32,17 @@ WARNING_FRACTION = 0.5
 KERNEL_MIN_NS = 20_000
 
 
-def _idle(v: LaunchView) -> tuple[float, str] | None:
-    if v.measured is not None and v.measured.sm_idle is not None:
-        return v.measured.sm_idle, "ncu"
-    if v.model is not None and v.model.sm_idle is not None:
-        return v.model.sm_idle, "model"
-    return None
-
-
 def apply(ctx: TraceAnalysis) -> list[Finding]:
     if not (has(ctx, Input.NCU) or has(ctx, Input.SCHEDULE)):
         raise NotApplicable("needs Nsight Compute metrics (--ncu CSV) or a simulated schedule (--meta SIDECAR)")
     idle_min = limit(ctx, ID, "IDLE_MIN_FRACTION", IDLE_MIN_FRACTION)
     ns_min = limit(ctx, ID, "KERNEL_MIN_NS", KERNEL_MIN_NS)
     out = []
-    for same in by_kernel(launch_views(ctx)).values():
-        hits = []
-        for v in same:
-            r = _idle(v)
-            if r is not None and r[0] >= idle_min and v.dur_ns >= ns_min:
-                hits.append((v, r[0], r[1]))
-        if not hits:
-            continue
+    rows, views = select(ctx, "idle_launches", idle_min=idle_min, min_ns=ns_min)
+    groups: dict[int, list[tuple[LaunchView, float, str]]] = {}  # per kernel name: view, idle fraction, source
+    for pos, _, name_id, idle, source in rows:
+        groups.setdefault(name_id, []).append((views[pos], idle, source))
+    for hits in groups.values():
         wv, w_idle, w_src = max(hits, key=lambda h: h[1])
         steps = steps_of(h[0] for h in hits)
         sources = sorted({h[2] for h in hits})

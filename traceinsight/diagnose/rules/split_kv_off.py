@@ -17,7 +17,8 @@ from traceinsight.diagnose import fa3, remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
-from traceinsight.diagnose.views import Slowdown, slow_launches, step_ranges, steps_of, worst
+from traceinsight.diagnose.slowdown import Slowdown, slow_launches, worst
+from traceinsight.diagnose.views import step_ranges, steps_of
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3, FA3_MAX_DYNAMIC_SPLIT_BATCH
 from traceinsight.units import fmt_ns
 

@@ -4,6 +4,9 @@ With the batch composition known, the schedule model simulates the launch and re
 fewer than half the SMs busy) and the work items that form it; the tail share is applied to the measured time.
 Without it, a launch much slower than the kernel's balanced launches is reported with the excess as an
 estimate of its tail. Launches already reported as split-KV off or starved are left to those findings.
+
+The candidates are selected in SQL (simulated_launches.sql, slow_launches.sql); the simulated ones are priced
+here in Python, since a simulation's per-SM segments and tail intervals are not relational.
 """
 
 from __future__ import annotations
@@ -14,17 +17,11 @@ from collections import Counter
 from traceinsight.diagnose import remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.launch_table import select
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import cap, tail_saving_ns
-from traceinsight.diagnose.views import (
-    LaunchView,
-    below_typical,
-    by_kernel,
-    launch_views,
-    slowdown,
-    step_ranges,
-    steps_of,
-)
+from traceinsight.diagnose.slowdown import Slowdown, slow_rows
+from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
 from traceinsight.units import fmt_ns
 
 ID = "tail-ctas"
@@ -74,24 +71,27 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     ratio_min = limit(ctx, ID, "SLOWDOWN_MIN_RATIO", SLOWDOWN_MIN_RATIO)
     covered = {s for f in ctx.findings if f.id in PARENTS for s in f.steps}
     out = []
-    for same in by_kernel(launch_views(ctx)).values():
-        hits: list[tuple[LaunchView, float, float, str, str]] = []  # view, share, saving, items, source
-        for v in same:
-            if v.step.index in covered:
-                continue
-            t = _tail(v)
-            if t is not None:
-                share, saving, items = t
-                if share >= frac_min and share * v.dur_ns >= ns_min:
-                    hits.append((v, share, saving, items, "model"))
-                continue
-            if below_typical(ctx, v, same, ratio_min):
-                continue
-            sd = slowdown(ctx, v, same)
-            if sd.slow(ratio_min, ns_min):
-                hits.append((v, sd.excess_ns / v.dur_ns, sd.excess_ns, "", f"durations ({sd.reference})"))
-        if not hits:
+    # The candidates, in SQL: every simulated launch (simulated_launches.sql; priced below by its simulation)
+    # and every other launch slow by durations (slow_launches.sql), per kernel name in first-seen order.
+    rows, views = select(ctx, "simulated_launches")
+    candidates: list[tuple[int, int, Slowdown | None]] = [(name_id, pos, None) for pos, _, name_id in rows]
+    candidates += slow_rows(ctx, None, None, ratio_min, ns_min, unsimulated=True)
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    groups: dict[int, list[tuple[LaunchView, float, float, str, str]]] = {}  # view, share, saving, items, source
+    for name_id, pos, sd in candidates:
+        v = views[pos]
+        if v.step.index in covered:
             continue
+        if sd is None:
+            t = _tail(v)
+            assert t is not None  # a simulated launch has a tail (possibly none long)
+            share, saving, items = t
+            if share >= frac_min and share * v.dur_ns >= ns_min:
+                groups.setdefault(name_id, []).append((v, share, saving, items, "model"))
+        else:
+            groups.setdefault(name_id, []).append(
+                (v, sd.excess_ns / v.dur_ns, sd.excess_ns, "", f"durations ({sd.reference})"))
+    for hits in groups.values():
         wv, share, _, items, source = max(hits, key=lambda h: h[1] * h[0].dur_ns)
         steps = steps_of(h[0] for h in hits)
         saving = sum(cap(h[2], h[0].dur_ns) or 0.0 for h in hits)

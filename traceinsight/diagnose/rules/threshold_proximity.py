@@ -3,6 +3,8 @@
 "N more requests and split-KV turns off": a step whose batch size B is within a small margin below B_th still
 splits, but a few more running requests would switch the planner to no split at all. With the batch
 composition known, the schedule model prices that step at B_th (the extra requests at the median KV length).
+The launches are selected in SQL (near_threshold_launches.sql); the pricing is a replay of the planner and the
+simulator, in Python.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from dataclasses import replace
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.launch_table import select
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
-from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, step_ranges, steps_of
+from traceinsight.diagnose.views import LaunchView, launch_views, step_ranges, steps_of
 from traceinsight.diagnose.whatif import cost_for, occupancy_for
 from traceinsight.model.batches import fa3_options, planner_batch
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
@@ -58,23 +61,22 @@ def _at_threshold_ns(ctx: TraceAnalysis, v: LaunchView, b_th: int) -> float | No
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
-    views = [v for v in launch_views(ctx) if v.backend in BACKENDS and v.threshold is not None
-             and v.threshold.b_threshold]
-    if not any(v.batch_size is not None and v.launch.split_kv is True for v in views):
+    if not any(v.batch_size is not None and v.launch.split_kv is True and v.backend in BACKENDS
+               and v.threshold is not None and v.threshold.b_threshold for v in launch_views(ctx)):
         raise NotApplicable("the batch size of split launches is unknown without a sidecar (--meta SIDECAR)")
     m_req = limit(ctx, ID, "MARGIN_MIN_REQUESTS", MARGIN_MIN_REQUESTS)
     m_frac = limit(ctx, ID, "MARGIN_FRACTION", MARGIN_FRACTION)
     risk = limit(ctx, ID, "RISK_MIN_RATIO", RISK_MIN_RATIO)
     out = []
-    for same in by_kernel(views).values():
-        thr = same[0].threshold
+    rows, views = select(ctx, "near_threshold_launches", backends=list(BACKENDS), margin_min=m_req,
+                             margin_fraction=m_frac)
+    groups: dict[int, list[LaunchView]] = {}  # per kernel name, in first-seen order
+    for pos, _, name_id, _, _ in rows:
+        groups.setdefault(name_id, []).append(views[pos])
+    for hits in groups.values():
+        thr = hits[0].threshold
         assert thr is not None and thr.b_threshold is not None
         b_th = thr.b_threshold
-        margin = max(m_req, m_frac * b_th)
-        hits = [v for v in same if v.launch.split_kv is True and v.batch_size is not None
-                and 0 < b_th - v.batch_size <= margin]
-        if not hits:
-            continue
         priced = [(v, _at_threshold_ns(ctx, v, b_th)) for v in hits]
         risky = [(v, t) for v, t in priced if t is not None and t >= risk * v.dur_ns]
         wv, wt = max(priced, key=lambda p: ((p[1] or 0) / p[0].dur_ns, p[0].batch_size or 0))

@@ -5,6 +5,10 @@ A non-persistent grid runs in waves of num_SM x occupancy CTAs. With waves = CTA
 integer, the last partial wave keeps few SMs busy. The loss is priced with the schedule model: the simulated
 time against the time the same work takes at full-GPU throughput, applied to the measured time (memory-bound
 CTAs speed up when they run alone, so the naive ceil(waves) / waves overstates it).
+
+Its selection stays in Python: a launch qualifies by its planned CTA count, its work items' evenness and the
+loss the calibrated cost model prices (`throughput_floor_ns` over the plan), all functions of the model stage's
+objects rather than columns of the launch relation.
 """
 
 from __future__ import annotations
