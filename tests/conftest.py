@@ -27,6 +27,9 @@ EXAMPLES = REPO / "examples"
 
 # Tests never read or write the user's cache (~/.cache/traceinsight): each run gets a fresh one.
 os.environ["TRACEINSIGHT_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceinsight-test-cache-")
+# Text reports are laid out as in a pipe (120 columns) unless a test says otherwise: pytest-xdist sets $COLUMNS in
+# its workers (to the controller's terminal width), and a user's exported $COLUMNS would do the same.
+os.environ.pop("COLUMNS", None)
 
 
 def read_json(path: Path) -> Any:
