@@ -156,5 +156,9 @@ def test_no_cache_and_small_traces_keep_nothing(cache_dir: Path, monkeypatch: py
     run(SMALL)
     assert kept(cache_dir) == []
     monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", "0")
+    monkeypatch.setenv("TRACEINSIGHT_ANALYSIS_CACHE", "0")  # this cache alone off
+    run(SMALL)
+    assert kept(cache_dir) == []
+    monkeypatch.delenv("TRACEINSIGHT_ANALYSIS_CACHE")
     run(SMALL, "--format", "perfetto", "--out", str(cache_dir.parent / "t.json"))  # perfetto needs the trace itself
     assert len(kept(cache_dir)) == 1

@@ -269,3 +269,24 @@ def test_attention_launches_holds_every_launch_view(case: str) -> None:
         assert any(want["simulated"]) and any(x is not None for x in want["balanced_ns"])
     else:
         assert len(set(want["name"])) > len(set(want["family_key"]))
+
+
+# ---------------------------------------------------------------- slow_path_launches, backend_medians
+
+def test_slow_path_launches_are_the_decode_launches_of_the_slow_backends_by_name() -> None:
+    con = launches({"name": "sm90", "backend": "sm90"}, {"name": "cc", "backend": "cc"},
+                   {"name": "sm90b", "backend": "sm90"}, {"name": "sm90", "backend": "sm90", "phase": "prefill"},
+                   {"name": "sm90", "backend": "sm90", "phase": None}, {"name": "none", "backend": None})
+    assert run(con, "slow_path_launches", backends=["sm90"]) == [(0, "sm90", 0), (4, "sm90", 0), (2, "sm90b", 2)]
+    assert run(con, "slow_path_launches", backends=["sm90", "cc"]) == [
+        (0, "sm90", 0), (4, "sm90", 0), (1, "cc", 1), (2, "sm90b", 2)]
+    assert run(con, "slow_path_launches", backends=["fa3"]) == []
+
+
+def test_backend_medians_in_the_order_asked_and_as_statistics_median() -> None:
+    con = launches({"backend": "fa2", "dur_ns": 100}, {"backend": "cc", "dur_ns": 7},
+                   {"backend": "fa2", "dur_ns": 300}, {"backend": "fa2", "dur_ns": 301},
+                   {"backend": "fa2", "dur_ns": 5}, {"backend": None, "dur_ns": 1})
+    got = run(con, "backend_medians", backends=["fa2", "sm90", "cc"])
+    assert got == [("fa2", 4, statistics.median([100, 300, 301, 5])), ("cc", 1, 7.0)]  # no sm90 launch: no row
+    assert run(con, "backend_medians", backends=["cc", "fa2"])[0][0] == "cc"

@@ -12,7 +12,8 @@ An entry is a DuckDB file holding the analysis tables (`report/tables.py`) of on
 - the code: traceinsight's version and every source, query and data file of the package (path, size, modification
   time), and DuckDB's version.
 Any of them changed misses. Only inputs worth the ingest cache (`cache.worth_caching`, together) are kept, and the
-cache obeys `--no-cache` / $TRACEINSIGHT_CACHE like the ingest cache. Entries are written to a temporary file and
+cache obeys `--no-cache` / $TRACEINSIGHT_CACHE like the ingest cache; $TRACEINSIGHT_ANALYSIS_CACHE=0 turns off this
+cache alone (benchmarks that time the analysis with the ingest cache filled). Entries are written to a temporary file and
 renamed into place; a damaged one is deleted and the traces analyzed again; least-recently-used entries go
 beyond $TRACEINSIGHT_CACHE_MAX_BYTES (with the ingest cache's own, each folder on its own).
 """
@@ -35,8 +36,9 @@ if TYPE_CHECKING:
 # $TRACEINSIGHT_* variables that cannot change an analysis's result (the cache's own, memory, threads).
 ENV_NOT_IN_KEY = frozenset({
     "TRACEINSIGHT_CACHE", "TRACEINSIGHT_CACHE_DIR", "TRACEINSIGHT_CACHE_MIN_BYTES", "TRACEINSIGHT_CACHE_MAX_BYTES",
-    "TRACEINSIGHT_MEMORY_LIMIT", "TRACEINSIGHT_WORKERS",
+    "TRACEINSIGHT_MEMORY_LIMIT", "TRACEINSIGHT_WORKERS", "TRACEINSIGHT_ANALYSIS_CACHE",
 })
+OFF_ENV = "TRACEINSIGHT_ANALYSIS_CACHE"
 RULES_ENV = "TRACEINSIGHT_RULES"
 # Files of the package whose change may change an analysis.
 CODE_SUFFIXES = (".py", ".sql", ".toml")
@@ -71,6 +73,8 @@ def entry_path(traces: list[Path], meta: list[Path], ncu: list[Path], step_patte
     """Where the analysis of these inputs with these options is (or would be) kept; None when it is not cached
     (the cache is off, an input is not a file, or the traces are too small to be worth it)."""
     if not ingest_cache.enabled(enabled) or not traces:
+        return None
+    if os.environ.get(OFF_ENV, "1").strip().lower() in ("0", "off", "no", "false"):
         return None
     try:
         if sum(os.stat(t).st_size for t in traces) < ingest_cache.min_bytes():

@@ -4,8 +4,8 @@ The known slow paths are data (SLOW_PATHS): backend id -> the alternatives and t
 batch composition known, each launch is replayed on the alternatives with the schedule model and the saving is
 the measured time above the fastest one; without it, the finding states the measured facts only.
 
-Not moved to SQL yet (issue 13): its launches are a filter by backend (a set-based selection that could join
-the launch relation), and the other backends' median times are per-backend baselines; its cost is the replays.
+Its launches are selected in SQL (slow_path_launches.sql), and the alternatives' median times in this trace are
+per-backend baselines (backend_medians.sql); its cost is the replays.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.launch_table import select
 from traceinsight.diagnose.rule import Input
 from traceinsight.diagnose.savings import excess_over_reference_ns
-from traceinsight.diagnose.views import by_kernel, launch_views, spread_sample, step_ranges, steps_of
+from traceinsight.diagnose.views import LaunchView, spread_sample, step_ranges, steps_of
 from traceinsight.diagnose.whatif import path_alternative
 from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
 from traceinsight.units import fmt_ns
@@ -56,10 +57,12 @@ SLOW_PATHS: dict[str, SlowPath] = {
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
-    views = [v for v in launch_views(ctx) if v.backend in SLOW_PATHS and v.launch.phase != "prefill"]
-    all_views = launch_views(ctx)
+    rows, views = select(ctx, "slow_path_launches", backends=list(SLOW_PATHS))
+    groups: dict[int, list[LaunchView]] = {}  # per kernel name, in the order the names first appear
+    for pos, _, name_id in rows:
+        groups.setdefault(name_id, []).append(views[pos])
     out = []
-    for same in by_kernel(views).values():
+    for same in groups.values():
         v0 = same[0]
         path = SLOW_PATHS[v0.backend or ""]
         saving = 0.0
@@ -79,8 +82,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 best_alt[best.backend] = best_alt.get(best.backend, 0) + 1
         if compared:
             saving *= len(known) / compared
-        others = {b: statistics.median(x.dur_ns for x in all_views if x.backend == b)
-                  for b in path.alternatives if any(x.backend == b for x in all_views)}
+        others = _medians(ctx, path.alternatives)
         steps = steps_of(same)
         med = statistics.median(v.dur_ns for v in same)
         evidence = {
@@ -106,3 +108,10 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             saving_ns=round(saving) if compared else None,
         ))
     return out
+
+
+def _medians(ctx: TraceAnalysis, backends: tuple[str, ...]) -> dict[str, float]:
+    """The median attention-kernel time (ns) of each of `backends` that has launches in this trace, in the order
+    given (backend_medians.sql)."""
+    rows, _ = select(ctx, "backend_medians", backends=list(backends))
+    return {b: m for b, _, m in rows}
