@@ -13,8 +13,8 @@ An entry is a DuckDB file holding the analysis tables (`report/tables.py`) of on
   time), and DuckDB's version.
 Any of them changed misses. Only inputs worth the ingest cache (`cache.worth_caching`, together) are kept, and the
 cache obeys `--no-cache` / $TRACEINSIGHT_CACHE like the ingest cache; $TRACEINSIGHT_ANALYSIS_CACHE=0 turns off this
-cache alone (benchmarks that time the analysis with the ingest cache filled). Entries are written to a temporary file and
-renamed into place; a damaged one is deleted and the traces analyzed again; least-recently-used entries go
+cache alone (benchmarks that time the analysis with the ingest cache filled). Entries are written to a temporary
+file and renamed into place; a damaged one is deleted and the traces analyzed again; least-recently-used entries go
 beyond $TRACEINSIGHT_CACHE_MAX_BYTES (with the ingest cache's own, each folder on its own).
 """
 
