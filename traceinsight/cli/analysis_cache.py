@@ -1,6 +1,11 @@
 """A cache of analyses: `analyze` run again on unchanged inputs with the same options renders its report from the
-analysis tables it kept the first time (`traceinsight.report.saved`, as `traceinsight report` does), without
-reading or analyzing the traces again: the same bytes on stdout and stderr, for text, JSON, Markdown and HTML.
+analysis tables it kept (`traceinsight.report.saved`, as `traceinsight report` does), without reading or analyzing
+the traces again: the same bytes on stdout and stderr, for text, JSON, Markdown and HTML.
+
+An analysis is kept the second time the same inputs are analyzed: the first run leaves only an empty marker
+named by its key. Writing the tables can cost a third of the analysis's time on a long trace (the 1M-kernel
+export: 42 s without, 57 s with, one run each; docs/SCALE.md), which a one-off run (a CI gate) should not pay;
+from the third run on, that export's JSON takes 1.5 s.
 
 An entry is a DuckDB file holding the analysis tables (`report/tables.py`) of one `analyze` call, under
 `<cache folder>/analysis/` (the cache folder of `traceinsight.ingest.cache`). It is named by a key of:
@@ -20,6 +25,7 @@ beyond $TRACEINSIGHT_CACHE_MAX_BYTES (with the ingest cache's own, each folder o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from functools import cache
@@ -40,6 +46,8 @@ ENV_NOT_IN_KEY = frozenset({
 })
 OFF_ENV = "TRACEINSIGHT_ANALYSIS_CACHE"
 RULES_ENV = "TRACEINSIGHT_RULES"
+# The marker of inputs analyzed once, beside where their entry would be.
+SEEN_SUFFIX = ".seen"
 # Files of the package whose change may change an analysis.
 CODE_SUFFIXES = (".py", ".sql", ".toml")
 
@@ -106,31 +114,47 @@ def lookup(entry: Path) -> Saved | None:
         return saved
     except Exception:  # a damaged or unreadable entry (any error of DuckDB's or the reader's): analyze again
         ingest_cache.discard(entry)
+        with contextlib.suppress(OSError):
+            entry.with_suffix(SEEN_SUFFIX).touch()  # these inputs were analyzed before: keep the new analysis
         return None
 
 
 def store(db: TraceDB, analyses: list[Any], entry: Path) -> None:
-    """Keep these analyses' tables at `entry` (best effort: a full disk or a read-only cache folder keeps
-    nothing and says nothing)."""
+    """Keep these analyses' tables at `entry` when they were analyzed before (a marker beside it says so; else
+    leave the marker). Best effort: a full disk or a read-only cache folder keeps nothing and says nothing."""
     import duckdb
 
-    from traceinsight.ingest.schema import analysis_table_names
+    seen = entry.with_suffix(SEEN_SUFFIX)
+    if not seen.exists():
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            seen.touch()
+        except OSError:
+            pass
+        return
+
+    from traceinsight.ingest.schema import analysis_schema_sql
     from traceinsight.report.tables import write_tables
 
     tmp = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = ingest_cache.temp_path(entry)
-        write_tables(db, analyses)
-        ids = ", ".join(str(a.trace_id) for a in analyses)
+        (current,) = db.con.execute("SELECT current_database()").fetchone() or ("memory",)
         db.con.execute(f"ATTACH '{_quote(tmp)}' AS analysis_cache")
         try:
-            for table in analysis_table_names():
-                db.con.execute(f"CREATE TABLE analysis_cache.{table} AS SELECT * FROM {table} "
-                               f"WHERE trace_id IN ({ids})")  # in the order written: the readers rely on it
+            db.con.execute("USE analysis_cache")
+            try:
+                db.con.execute(analysis_schema_sql())  # the analysis tables, typed
+            finally:
+                db.con.execute(f'USE "{current}"')
+            # Straight into the file, a table at a time: written into the in-memory database first and copied,
+            # the 1M-kernel export's analysis peaked 0.35 GB higher.
+            write_tables(db, analyses, into="analysis_cache")
         finally:
             db.con.execute("DETACH analysis_cache")
         ingest_cache.commit(tmp, entry)
+        seen.unlink(missing_ok=True)
     except (OSError, duckdb.Error):
         if tmp is not None:
             ingest_cache.discard(tmp)

@@ -134,8 +134,8 @@ def discard(path: Path) -> None:
 
 def prune(limit: int | None = None, folder: Path | None = None) -> list[Path]:
     """Delete least-recently-used entries of `folder` (default: the databases' `db_dir()`) until their total is
-    at most `limit` bytes; return those deleted. Temporary files older than a day (left by killed processes) are
-    deleted too."""
+    at most `limit` bytes; return those deleted. Temporary files older than a day (left by killed processes) and
+    the analysis cache's markers of runs older than a day are deleted too."""
     limit = max_bytes() if limit is None else limit
     folder = db_dir() if folder is None else folder
     try:
@@ -147,7 +147,8 @@ def prune(limit: int | None = None, folder: Path | None = None) -> list[Path]:
     now = time.time()
     removed = []
     for p, st in entries:
-        if p.name.startswith(".") and p.name.endswith((".tmp", ".tmp.wal")) and now - st.st_mtime > 86400:
+        stale = (p.name.startswith(".") and p.name.endswith((".tmp", ".tmp.wal"))) or p.suffix == ".seen"
+        if stale and now - st.st_mtime > 86400:
             discard(p)
             removed.append(p)
     live = sorted(((p, st) for p, st in entries if p.suffix == SUFFIX), key=lambda e: e[1].st_mtime)

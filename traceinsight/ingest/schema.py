@@ -26,3 +26,8 @@ def table_names() -> tuple[str, ...]:
 def analysis_table_names() -> tuple[str, ...]:
     """The analysis tables of `schema.sql` (steps, findings, ...; `traceinsight.report.tables` fills them)."""
     return tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql().split(ANALYSIS_MARKER)[1]))
+
+
+def analysis_schema_sql() -> str:
+    """The statements of schema.sql that create the analysis tables (from its ANALYSIS_MARKER line on)."""
+    return ANALYSIS_MARKER + schema_sql().split(ANALYSIS_MARKER)[1]

@@ -168,16 +168,18 @@ BUILDERS = {"steps": _step_rows, "step_breakdown": _breakdown_rows, "attention_l
             "analyses": _analysis_rows}
 
 
-def write_tables(db: TraceDB, analyses: Iterable[TraceAnalysis]) -> None:
-    """Write (or rewrite) the analysis tables of these analyses into `db`, typed by schema.sql."""
+def write_tables(db: TraceDB, analyses: Iterable[TraceAnalysis], into: str | None = None) -> None:
+    """Write (or rewrite) the analysis tables of these analyses into `db`, typed by schema.sql; `into`: into the
+    tables of that attached database instead (which must have them), one table at a time."""
+    prefix = f"{into}." if into else ""
     for a in analyses:
         for name in ANALYSIS_TABLES:
-            db.con.execute(f"DELETE FROM {name} WHERE trace_id = ?", [a.trace_id])
+            db.con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
             cols = BUILDERS[name](a)
             if not cols["trace_id"]:
                 continue
             rows = pa.table(cols)  # noqa: F841 (scanned by name below)
-            db.con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM rows")
+            db.con.execute(f"INSERT INTO {prefix}{name} BY NAME SELECT * FROM rows")
 
 
 def mentions_analysis(query: str) -> bool:
