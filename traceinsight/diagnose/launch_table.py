@@ -174,6 +174,16 @@ def release(ctx: TraceAnalysis) -> None:
         got[0].close()
 
 
+def select_groups(ctx: TraceAnalysis, query: str, **params: Any) -> list[list[tuple[LaunchView, tuple[Any, ...]]]]:
+    """Rows of the named query `query` (whose first columns are pos, name, name_id) per kernel name, in the order
+    the names first appear: each row as its launch's view and the row's further columns."""
+    rows, views = select(ctx, query, **params)
+    groups: dict[int, list[tuple[LaunchView, tuple[Any, ...]]]] = {}
+    for row in rows:
+        groups.setdefault(row[2], []).append((views[row[0]], row[3:]))
+    return list(groups.values())
+
+
 def select(ctx: TraceAnalysis, query: str, **params: Any) -> tuple[list[tuple[Any, ...]], list[LaunchView]]:
     """Rows of the named query `query` over the analysis's launch relation, and the views their `pos` indexes."""
     con, views = launch_db(ctx)

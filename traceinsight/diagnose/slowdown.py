@@ -4,10 +4,10 @@ analysis's launch relation (`traceinsight.diagnose.launch_table`); the rules pri
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.diagnose.launch_table import select
+from traceinsight.diagnose.launch_table import select, select_groups
 from traceinsight.diagnose.views import LaunchView
 
 
@@ -24,13 +24,18 @@ class Slowdown(NamedTuple):
     excess_ns: float
 
 
+def _params(backends: tuple[str, ...] | None, split_kv: bool | None, ratio_min: float, excess_min_ns: float,
+            unsimulated: bool = False) -> dict[str, Any]:
+    """slow_launches.sql's parameters."""
+    return {"backends": list(backends) if backends is not None else None, "split_kv": split_kv,
+            "unsimulated": unsimulated, "ratio_min": float(ratio_min), "excess_min": float(excess_min_ns)}
+
+
 def slow_rows(ctx: TraceAnalysis, backends: tuple[str, ...] | None, split_kv: bool | None, ratio_min: float,
               excess_min_ns: float, unsimulated: bool = False) -> Iterator[tuple[int, int, Slowdown]]:
     """(the number of the launch's kernel name, its position, hit) for every launch slow_launches.sql selects, in
     its order (per kernel name in first-seen order, which its number follows; then launch order)."""
-    rows, views = select(ctx, "slow_launches", backends=list(backends) if backends is not None else None,
-                         split_kv=split_kv, unsimulated=unsimulated, ratio_min=float(ratio_min),
-                         excess_min=float(excess_min_ns))
+    rows, views = select(ctx, "slow_launches", **_params(backends, split_kv, ratio_min, excess_min_ns, unsimulated))
     for pos, _, name_id, ref, how, typical, ratio, excess in rows:
         yield name_id, pos, Slowdown(views[pos], ref, how, typical, ratio, excess)
 
@@ -41,14 +46,8 @@ def slow_launches(
     """Per attention kernel of `backends` (first-seen order), its launches whose split-KV state is `split_kv` and
     that are slow against their balanced reference (slow_launches.sql); kernels without such a launch are left
     out."""
-    groups: list[list[Slowdown]] = []
-    last = None
-    for name_id, _, hit in slow_rows(ctx, backends, split_kv, ratio_min, excess_min_ns):
-        if name_id != last:
-            groups.append([])
-            last = name_id
-        groups[-1].append(hit)
-    return groups
+    return [[Slowdown(v, *rest) for v, rest in group]
+            for group in select_groups(ctx, "slow_launches", **_params(backends, split_kv, ratio_min, excess_min_ns))]
 
 
 def worst(hits: list[Slowdown]) -> Slowdown:

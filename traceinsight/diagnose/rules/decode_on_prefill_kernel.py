@@ -14,7 +14,7 @@ import statistics
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
-from traceinsight.diagnose.launch_table import select
+from traceinsight.diagnose.launch_table import select_groups
 from traceinsight.diagnose.rule import Input
 from traceinsight.diagnose.savings import excess_over_reference_ns
 from traceinsight.diagnose.views import LaunchView, spread_sample, steps_of
@@ -51,12 +51,9 @@ def _decode_evidence(v: LaunchView) -> str:
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
-    rows, views = select(ctx, "prefill_named_decode_launches", words=list(PREFILL_KERNEL_WORDS))
-    groups: dict[int, list[LaunchView]] = {}  # per kernel name, in first-seen order
-    for pos, _, name_pos in rows:
-        groups.setdefault(name_pos, []).append(views[pos])
     out = []
-    for vs in groups.values():
+    for group in select_groups(ctx, "prefill_named_decode_launches", words=list(PREFILL_KERNEL_WORDS)):
+        vs = [v for v, _ in group]
         v0 = vs[0]
         thr = v0.threshold
         saving = 0.0

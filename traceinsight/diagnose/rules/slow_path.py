@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
-from traceinsight.diagnose.launch_table import select
+from traceinsight.diagnose.launch_table import select, select_groups
 from traceinsight.diagnose.rule import Input
 from traceinsight.diagnose.savings import excess_over_reference_ns
-from traceinsight.diagnose.views import LaunchView, spread_sample, step_ranges, steps_of
+from traceinsight.diagnose.views import spread_sample, step_ranges, steps_of
 from traceinsight.diagnose.whatif import path_alternative
 from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
 from traceinsight.units import fmt_ns
@@ -57,12 +57,9 @@ SLOW_PATHS: dict[str, SlowPath] = {
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
-    rows, views = select(ctx, "slow_path_launches", backends=list(SLOW_PATHS))
-    groups: dict[int, list[LaunchView]] = {}  # per kernel name, in the order the names first appear
-    for pos, _, name_id in rows:
-        groups.setdefault(name_id, []).append(views[pos])
     out = []
-    for same in groups.values():
+    for group in select_groups(ctx, "slow_path_launches", backends=list(SLOW_PATHS)):
+        same = [v for v, _ in group]
         v0 = same[0]
         path = SLOW_PATHS[v0.backend or ""]
         saving = 0.0

@@ -12,7 +12,7 @@ import statistics
 from traceinsight.diagnose import remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
-from traceinsight.diagnose.launch_table import select
+from traceinsight.diagnose.launch_table import select_groups
 from traceinsight.diagnose.rule import Input, NotApplicable, has, limit
 from traceinsight.diagnose.savings import balanced_saving_ns
 from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
@@ -38,11 +38,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     idle_min = limit(ctx, ID, "IDLE_MIN_FRACTION", IDLE_MIN_FRACTION)
     ns_min = limit(ctx, ID, "KERNEL_MIN_NS", KERNEL_MIN_NS)
     out = []
-    rows, views = select(ctx, "idle_launches", idle_min=idle_min, min_ns=ns_min)
-    groups: dict[int, list[tuple[LaunchView, float, str]]] = {}  # per kernel name: view, idle fraction, source
-    for pos, _, name_id, idle, source in rows:
-        groups.setdefault(name_id, []).append((views[pos], idle, source))
-    for hits in groups.values():
+    for group in select_groups(ctx, "idle_launches", idle_min=idle_min, min_ns=ns_min):
+        hits: list[tuple[LaunchView, float, str]] = [(v, idle, source) for v, (idle, source) in group]
         wv, w_idle, w_src = max(hits, key=lambda h: h[1])
         steps = steps_of(h[0] for h in hits)
         sources = sorted({h[2] for h in hits})

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
-from traceinsight.diagnose.launch_table import select
+from traceinsight.diagnose.launch_table import select_groups
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
 from traceinsight.diagnose.views import LaunchView, launch_views, step_ranges, steps_of
 from traceinsight.diagnose.whatif import cost_for, occupancy_for
@@ -68,12 +68,9 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     m_frac = limit(ctx, ID, "MARGIN_FRACTION", MARGIN_FRACTION)
     risk = limit(ctx, ID, "RISK_MIN_RATIO", RISK_MIN_RATIO)
     out = []
-    rows, views = select(ctx, "near_threshold_launches", backends=list(BACKENDS), margin_min=m_req,
-                             margin_fraction=m_frac)
-    groups: dict[int, list[LaunchView]] = {}  # per kernel name, in first-seen order
-    for pos, _, name_id, _, _ in rows:
-        groups.setdefault(name_id, []).append(views[pos])
-    for hits in groups.values():
+    for group in select_groups(ctx, "near_threshold_launches", backends=list(BACKENDS), margin_min=m_req,
+                               margin_fraction=m_frac):
+        hits = [v for v, _ in group]
         thr = hits[0].threshold
         assert thr is not None and thr.b_threshold is not None
         b_th = thr.b_threshold
