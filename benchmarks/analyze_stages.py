@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 import traceinsight.pipeline as pipeline
+from traceinsight.ingest.store import resident_bytes
 from traceinsight.report.json_doc import write_documents
 
 STAGES = {"load": "ingest", "ensure_labels": "labels", "group_steps": "steps", "attach": "schedule model",
@@ -47,20 +48,13 @@ def _peak_mb() -> float:
 
 def _rss_mb() -> float:
     """Resident memory now (MiB), from /proc (0 where there is none)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-    except OSError:
-        return 0.0
+    return (resident_bytes() or 0) / 2**20
 
 
 def _duckdb_mb() -> float:
-    """What DuckDB's buffer manager holds now (MiB), summed over `duckdb_memory()`."""
+    """What DuckDB's buffer manager holds now (MiB)."""
     db = pipeline.__dict__.get("_stages_db")
-    if db is None:
-        return 0.0
-    held = db.con.cursor().sql("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()[0][0]
-    return float(held) / 2**20
+    return db.duckdb_bytes() / 2**20 if db is not None else 0.0
 
 
 def _python_mb() -> float:

@@ -82,7 +82,7 @@ def entry_path(traces: list[Path], meta: list[Path], ncu: list[Path], step_patte
     (the cache is off, an input is not a file, or the traces are too small to be worth it)."""
     if not ingest_cache.enabled(enabled) or not traces:
         return None
-    if os.environ.get(OFF_ENV, "1").strip().lower() in ("0", "off", "no", "false"):
+    if ingest_cache.switched_off(OFF_ENV):
         return None
     try:
         if sum(os.stat(t).st_size for t in traces) < ingest_cache.min_bytes():
@@ -134,20 +134,17 @@ def store(db: TraceDB, analyses: list[Any], entry: Path) -> None:
         return
 
     from traceinsight.ingest.schema import analysis_schema_sql
+    from traceinsight.ingest.store import quote_path
     from traceinsight.report.tables import write_tables
 
     tmp = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = ingest_cache.temp_path(entry)
-        (current,) = db.con.execute("SELECT current_database()").fetchone() or ("memory",)
-        db.con.execute(f"ATTACH '{_quote(tmp)}' AS analysis_cache")
+        with duckdb.connect(str(tmp)) as con:  # the analysis tables, typed (as TraceDB.save_trace makes its file)
+            con.execute(analysis_schema_sql())
+        db.con.execute(f"ATTACH '{quote_path(tmp)}' AS analysis_cache")
         try:
-            db.con.execute("USE analysis_cache")
-            try:
-                db.con.execute(analysis_schema_sql())  # the analysis tables, typed
-            finally:
-                db.con.execute(f'USE "{current}"')
             # Straight into the file, a table at a time: written into the in-memory database first and copied,
             # the 1M-kernel export's analysis peaked 0.35 GB higher.
             write_tables(db, analyses, into="analysis_cache")
@@ -158,10 +155,6 @@ def store(db: TraceDB, analyses: list[Any], entry: Path) -> None:
     except (OSError, duckdb.Error):
         if tmp is not None:
             ingest_cache.discard(tmp)
-
-
-def _quote(p: Path) -> str:
-    return str(p).replace("'", "''")
 
 
 def warnings(saved: Saved) -> list[tuple[str, str]]:

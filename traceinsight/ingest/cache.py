@@ -53,7 +53,12 @@ def enabled(cache: bool | None) -> bool:
     """`cache` if given, else on unless $TRACEINSIGHT_CACHE is 0/off/no/false."""
     if cache is not None:
         return cache
-    return os.environ.get("TRACEINSIGHT_CACHE", "1").strip().lower() not in ("0", "off", "no", "false")
+    return not switched_off("TRACEINSIGHT_CACHE")
+
+
+def switched_off(variable: str) -> bool:
+    """Whether the environment variable `variable` says off (0/off/no/false); unset is on."""
+    return os.environ.get(variable, "1").strip().lower() in ("0", "off", "no", "false")
 
 
 def min_bytes() -> int:

@@ -30,7 +30,7 @@ from typing import Any
 from traceinsight import __version__
 from traceinsight.ingest.paths import trace_stem
 from traceinsight.ingest.schema import analysis_table_names, schema_sql, table_names
-from traceinsight.ingest.store import TraceDB
+from traceinsight.ingest.store import TraceDB, quote_path
 
 MANIFEST = "manifest.json"
 SCHEMA = "traceinsight.parquet/1"
@@ -153,7 +153,7 @@ def _copy(db: TraceDB, query: str, dest: Path) -> int:
     """Write the result of `query` to the Parquet file `dest` (atomically); return its row count."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
-    target = str(tmp).replace("'", "''")
+    target = quote_path(tmp)
     try:
         n = db.con.execute(f"COPY ({query}) TO '{target}' (FORMAT parquet, COMPRESSION zstd)").fetchone()
         os.replace(tmp, dest)

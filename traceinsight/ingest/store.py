@@ -35,7 +35,8 @@ MEMORY_DB = "traceinsight"
 
 # The environment variable (set by `--memory-limit` too) that caps DuckDB's memory, e.g. '8GB'.
 MEMORY_LIMIT_ENV = "TRACEINSIGHT_MEMORY_LIMIT"
-_MEMORY = re.compile(r"^\s*\d+(?:\.\d+)?\s*(?:[KMGT]i?B|B)\s*$", re.IGNORECASE)
+# A size as DuckDB writes and reads it: a number and, for a limit, a unit ('6.3 GiB', '512MB', '8GB').
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 
 
 def memory_limit() -> str | None:
@@ -44,7 +45,8 @@ def memory_limit() -> str | None:
     value = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
     if not value:
         return None
-    if not _MEMORY.match(value):
+    m = _SIZE.match(value)
+    if not m or not m.group(2):
         from traceinsight.errors import InputError
 
         raise InputError(f"memory limit {value!r}: expected a size such as 8GB, 512MB or 16GiB")
@@ -61,11 +63,10 @@ _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
 
 def parse_size(text: str) -> int | None:
     """Bytes of a size as DuckDB writes and reads them ('6.3 GiB', '512MB', '8GB'); None when it is not one."""
-    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B|B)?\s*$", text, re.IGNORECASE)
+    m = _SIZE.match(text)
     if not m:
         return None
-    unit = (m.group(2) or "").upper()
-    return int(float(m.group(1)) * _UNITS[unit]) if unit in _UNITS else None
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
 
 
 def resident_bytes() -> int | None:
@@ -127,7 +128,7 @@ class TraceDB:
         if limit is None:
             row = self.con.execute("SELECT current_setting('memory_limit')").fetchone()
             self.budget_bytes = parse_size(str(row[0])) if row else None
-        self.con.execute(f"SET temp_directory = '{_quote(spill_dir())}'")
+        self.con.execute(f"SET temp_directory = '{quote_path(spill_dir())}'")
         # DuckDB's allocator (jemalloc on Linux) keeps what a query freed until a later allocation purges it: on
         # the 1M-kernel export the step breakdown's query left 350 MB resident while Python built the next stage's
         # objects. Its background thread gives it back within a second or two.
@@ -142,6 +143,13 @@ class TraceDB:
     def close(self) -> None:
         self.con.close()
 
+    def duckdb_bytes(self) -> int:
+        """What DuckDB's buffer manager holds now (bytes, summed over `duckdb_memory()`; its own cursor, so that
+        an unfinished result of `con` stays as it is)."""
+        with self.con.cursor() as cursor:
+            row = cursor.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchone()
+        return int(row[0]) if row else 0
+
     def fit_memory(self) -> None:
         """Without a limit from the user: DuckDB's limit = its default budget less what the rest of the process
         holds now (resident memory less DuckDB's own), at least MIN_FITTED_LIMIT_BYTES. DuckDB's default budget
@@ -153,8 +161,7 @@ class TraceDB:
         rss = resident_bytes()
         if rss is None:
             return
-        row = self.con.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchone()
-        held = max(0, rss - int(row[0] if row else 0))
+        held = max(0, rss - self.duckdb_bytes())
         limit = max(MIN_FITTED_LIMIT_BYTES, self.budget_bytes - held)
         try:
             self.con.execute(f"SET memory_limit = '{limit // 2**20}MiB'")
@@ -264,7 +271,7 @@ class TraceDB:
         finally:
             con.close()
         alias = "_ti_save"
-        self.con.execute(f"ATTACH '{_quote(dest)}' AS {alias}")
+        self.con.execute(f"ATTACH '{quote_path(dest)}' AS {alias}")
         try:
             for table in table_names():
                 self.con.execute(
@@ -280,7 +287,7 @@ class TraceDB:
         `source_path` when given) and the current size of `path`. Returns the new trace_id."""
         trace_id = self.next_trace_id()
         alias = "_ti_saved"
-        self.con.execute(f"ATTACH '{_quote(src)}' AS {alias} (READ_ONLY)")
+        self.con.execute(f"ATTACH '{quote_path(src)}' AS {alias} (READ_ONLY)")
         try:
             n = self.con.execute(f"SELECT count(*) FROM {alias}.traces").fetchone()
             if not n or n[0] != 1:
@@ -375,6 +382,6 @@ def _text_bytes(table: pa.Table) -> int:
     return int(total)
 
 
-def _quote(path: Path) -> str:
+def quote_path(path: Path) -> str:
     """A path as the body of a SQL string literal."""
     return str(path).replace("'", "''")
