@@ -84,8 +84,7 @@ def kept_texts(path: Path) -> list[bytes]:
     out = []
     for batch, kept in kineto._prepare(stream.batches()):
         if batch.sep is not None:
-            pieces = kept[0] if kept is not None else kineto._kept_pieces(batch.data, batch.sep)
-            out.append(b"[{" + b"},{".join(pieces) + b"}]")
+            out.append(kineto.joined(kineto.kept_elements(batch, kept)[0]))
     return out
 
 

@@ -401,12 +401,9 @@ def _batch_events(batch: Batch, path: Path, repairs: Repairs, kept: _Kept = None
     `kept`: the batch's kept elements when they were found already (`_prepare`), else found from the batch alone."""
     data = batch.data
     if batch.sep is not None:
-        if kept is None:
-            pieces, count = _kept_pieces(data, batch.sep), None
-        else:
-            pieces, count = kept
+        pieces, count = kept_elements(batch, kept)
         try:
-            events = orjson.loads(b"[{" + b"},{".join(pieces) + b"}]")
+            events = orjson.loads(joined(pieces))
         except orjson.JSONDecodeError:
             events = None
         if events is not None and len(events) == len(pieces):
@@ -424,6 +421,18 @@ def _batch_events(batch: Batch, path: Path, repairs: Repairs, kept: _Kept = None
     if trailing or type(events) is not list:
         raise FormatError(f"{path}: not valid JSON near byte {batch.offset}: traceEvents is not a list of values")
     return events, _element_count(batch, events)
+
+
+def kept_elements(batch: Batch, kept: _Kept = None) -> tuple[list[bytes], int | None]:
+    """The kept elements of a batch whose separator is known (`kept` when `_prepare` found them, else found from the
+    batch alone), and the batch's element count when `_prepare` counted it."""
+    assert batch.sep is not None
+    return (_kept_pieces(batch.data, batch.sep), None) if kept is None else kept
+
+
+def joined(pieces: list[bytes]) -> bytes:
+    """Kept elements (each an object's text without its braces) as the text of a JSON array of them."""
+    return b"[{" + b"},{".join(pieces) + b"}]"
 
 
 def _kept_pieces(data: bytes, sep: bytes, known: dict[bytes, bool] | None = None) -> list[bytes]:
