@@ -12,6 +12,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from traceinsight.diagnose import launch_table
 from traceinsight.diagnose.launch_table import SCHEMA, connect
 from traceinsight.queries import sql
 
@@ -42,7 +43,14 @@ def launches(*rows: dict[str, Any]) -> duckdb.DuckDBPyConnection:
 
 
 def run(con: duckdb.DuckDBPyConnection, query: str, **params: Any) -> list[tuple[Any, ...]]:
-    return con.execute(sql(query), params).fetchall()
+    """The query's rows; those of a launch query (its first column pos) with the launch's kernel name put after pos,
+    for reading (the queries leave the name to the rules' views)."""
+    cursor = con.execute(sql(query), params)
+    rows = cursor.fetchall()
+    if cursor.description[0][0] != "pos":
+        return rows
+    names = dict(con.execute("SELECT pos, name FROM attention_launches").fetchall())
+    return [(r[0], names[r[0]], *r[1:]) for r in rows]
 
 
 def baselines(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[Any, ...]]:
@@ -290,3 +298,18 @@ def test_backend_medians_in_the_order_asked_and_as_statistics_median() -> None:
     got = run(con, "backend_medians", backends=["fa2", "sm90", "cc"])
     assert got == [("fa2", 4, statistics.median([100, 300, 301, 5])), ("cc", 1, 7.0)]  # no sm90 launch: no row
     assert run(con, "backend_medians", backends=["cc", "fa2"])[0][0] == "cc"
+
+
+def test_select_rows_are_python_values_batch_after_batch() -> None:
+    """`launch_table._rows` gives a result's rows as tuples of Python values (None for NULL) over batches, each
+    distinct text one object; the same rows as DuckDB's own fetchall."""
+    n = launch_table._BATCH_ROWS + 5  # two batches
+    con = duckdb.connect()
+    query = ("SELECT range AS pos, (range % 3)::INT AS name_id,"
+             " CASE WHEN range % 7 = 0 THEN NULL ELSE range * 0.5::DOUBLE END AS x,"
+             " CASE WHEN range % 2 = 0 THEN 'even' WHEN range % 5 = 0 THEN NULL ELSE 'odd' END AS word,"
+             " range % 4 = 0 AS flag FROM range($n) ORDER BY range")
+    rows = list(launch_table._rows(con.sql(query, params={"n": n}).to_arrow_table()))
+    assert rows == con.execute(query, {"n": n}).fetchall()
+    assert {type(v) for r in rows for v in r} == {int, float, str, bool, type(None)}
+    assert len({id(r[3]) for r in rows if r[3] == "even"}) <= 2  # one object per batch, not one per row

@@ -12,8 +12,8 @@ Arrow table is registered, not copied. `release(ctx)` closes the connection when
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from operator import attrgetter
+import functools
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import duckdb
@@ -22,7 +22,6 @@ import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.views import LaunchView, kernel_family, launch_views
-from traceinsight.ingest.store import arrow_table
 from traceinsight.queries import sql
 
 # The columns of `attention_launches` (one row per launch of `launch_views`, in its order) and their types (text
@@ -67,13 +66,40 @@ def _int64(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(values), [validity, pa.py_buffer(values.astype(np.int64))])
 
 
-def _attr(objs: tuple[Any, ...], name: str) -> list[Any] | None:
-    """Each object's attribute `name` (None for a None object); None for the whole column when every object is
-    None (a trace without a sidecar or Nsight Compute: a column of NULLs, at no cost per launch)."""
-    if objs.count(None) == len(objs):
-        return None
-    get = attrgetter(name)
-    return [None if o is None else get(o) for o in objs]
+_NULL_INT = np.iinfo(np.int64).min  # where an int column holds None while it is built (no launch's value)
+# Where a float column holds None while it is built: a quiet NaN of a payload no value has (a NaN value stays NaN).
+_NULL_FLOAT_BITS = 0x7FF8_0000_0000_0BAD
+_NULL_FLOAT = float(np.array(_NULL_FLOAT_BITS, np.int64).view(np.float64))
+
+
+def _ints(values: Iterable[int | None], n: int) -> pa.Array:
+    """n integers or None as an int64 Arrow array with NULLs, built in one numpy pass (no Python list)."""
+    got = np.fromiter((_NULL_INT if x is None else x for x in values), np.int64, n)
+    return _int64(got, got != _NULL_INT)
+
+
+def _floats(values: Iterable[float | None], n: int) -> pa.Array:
+    """n floats or None as a float64 Arrow array with NULLs, in one numpy pass: None is held as a NaN of a payload
+    no arithmetic makes (`_NULL_FLOAT`) while it is built, so a NaN value stays a NaN."""
+    got = np.fromiter((_NULL_FLOAT if x is None else x for x in values), np.float64, n)
+    valid = got.view(np.int64) != _NULL_FLOAT_BITS
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.float64(), n, [validity, pa.py_buffer(got)])
+
+
+def _text(values: Iterable[str | None], n: int) -> pa.DictionaryArray:
+    """n texts or None (a few distinct ones) as an Arrow dictionary array, numbered in one numpy pass."""
+    index: dict[str | None, int] = {}
+    codes = np.fromiter((index.setdefault(w, len(index)) for w in values), np.int64, n)
+    return _dictionary(list(index), codes)
+
+
+def _bools(values: Iterable[bool | None], n: int) -> pa.Array:
+    """n booleans or None as a bool Arrow array with NULLs (0 / 1 / 2 for False / True / None while built)."""
+    got = np.fromiter((2 if x is None else 1 if x else 0 for x in values), np.int8, n)
+    valid = got != 2
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), n, [validity, pa.py_buffer(np.packbits(got == 1, bitorder="little"))])
 
 
 def _dictionary(words: Sequence[str | None], codes: np.ndarray) -> pa.DictionaryArray:
@@ -98,52 +124,53 @@ def _dictionary(words: Sequence[str | None], codes: np.ndarray) -> pa.Dictionary
 
 
 def build(views: Sequence[LaunchView]) -> pa.Table:
-    """`views` as the Arrow table of `SCHEMA`: a column at a time (10^6 launches), text dictionary-encoded; what
-    a kernel's label decides (base name, backend, family, threshold) read once per kernel name."""
+    """`views` as the Arrow table of `SCHEMA`: a column at a time, each in one numpy pass over the views with no
+    Python list or tuple per launch (10^6-10^7 launches: a list of a column's values costs ~40 bytes a launch), text
+    dictionary-encoded; what a kernel's label decides (base name, backend, family, threshold) read once per kernel
+    name."""
     n = len(views)
     if not n:
         return SCHEMA.empty_table()
-    steps, launches, _, batches, models, measured, graphs = zip(*views, strict=True)
-    kernels = list(map(attrgetter("attention"), launches))
-    names, name_codes = _codes(list(map(attrgetter("name"), kernels)))
-    _, first = np.unique(name_codes, return_index=True)  # codes count up from 0 in first-seen order
-    per_name = [views[i] for i in first.tolist()]  # the first view of each name, in name-code order
-    families = [kernel_family(v) for v in per_name]
+    names: dict[str, int] = {}  # kernel name -> its number, in first-seen order
+    first: list[LaunchView] = []  # the first view of each name, in number order
+
+    def number(v: LaunchView) -> int:
+        code = names.get(name := v.launch.attention.name)
+        if code is None:
+            code = names[name] = len(first)
+            first.append(v)
+        return code
+
+    name_codes = np.fromiter(map(number, views), np.int64, n)
+    families = [kernel_family(v) for v in first]
     family_of_name = _codes(families)[1]
-    b_th = [v.threshold.b_threshold if v.threshold is not None else None for v in per_name]
-    sources = _attr(batches, "source")
-    out: dict[str, Any] = {
+    b_th = [v.threshold.b_threshold if v.threshold is not None else None for v in first]
+    per_name = functools.partial(_dictionary, codes=name_codes)
+    out: dict[str, pa.Array] = {
         "pos": _int64(np.arange(n)),
-        "launch_id": _int64(np.fromiter(map(attrgetter("kernel_id"), kernels), np.int64, n)),
-        "step": _int64(np.fromiter(map(attrgetter("index"), steps), np.int64, n)),
-        "name": _dictionary(names, name_codes),
-        "kernel": _dictionary([v.kernel for v in per_name], name_codes),
+        "launch_id": _ints((v.launch.attention.kernel_id for v in views), n),
+        "step": _ints((v.step.index for v in views), n),
+        "name": per_name(list(names)),
         "name_id": _int64(name_codes),
-        "family_key": _dictionary(families, name_codes),
-        "family_id": _int64(family_of_name[name_codes]),
-        "backend": _dictionary([v.backend for v in per_name], name_codes),
-        "phase": _dictionary(*_codes(list(map(attrgetter("phase"), launches)))),
-        "dur_ns": _int64(np.fromiter(map(attrgetter("dur_ns"), kernels), np.int64, n)),
-        "batch_source": _dictionary(*_codes(sources if sources is not None else [None] * n)),
+        "kernel": per_name([v.kernel for v in first]),
+        "family_key": per_name(families),
+        "family_id": _int64(family_of_name[name_codes].astype(np.int64)),
+        "backend": per_name([v.backend for v in first]),
+        "phase": _text((v.launch.phase for v in views), n),
+        "split_kv": _bools((v.launch.split_kv for v in views), n),
+        "dur_ns": _ints((v.launch.attention.dur_ns for v in views), n),
+        "predicted_ns": _ints((None if v.model is None else v.model.predicted_ns for v in views), n),
+        "balanced_ns": _ints((None if v.model is None else v.model.balanced_ns for v in views), n),
+        "simulated": _bools((v.model is not None and v.model.sim is not None and bool(v.model.predicted_ns)
+                             for v in views), n),
+        "sm_idle_measured": _floats((None if v.measured is None else v.measured.sm_idle for v in views), n),
+        "sm_idle_model": _floats((None if v.model is None else v.model.sm_idle for v in views), n),
+        "batch_size": _ints((None if v.batch is None else v.batch.batch_size for v in views), n),
+        "batch_source": _text((None if v.batch is None else v.batch.source for v in views), n),
         "b_threshold": _int64(np.array([b or 0 for b in b_th], np.int64)[name_codes],
                               np.array([b is not None for b in b_th], bool)[name_codes]),
+        "cuda_graph": _bools((v.cuda_graph for v in views), n),
     }
-    cols: dict[str, list[Any] | None] = {
-        "split_kv": list(map(attrgetter("split_kv"), launches)),
-        "predicted_ns": _attr(models, "predicted_ns"),
-        "balanced_ns": _attr(models, "balanced_ns"),
-        "simulated": ([m is not None and m.sim is not None and bool(m.predicted_ns) for m in models]
-                      if models.count(None) < n else [False] * n),
-        "sm_idle_measured": _attr(measured, "sm_idle"),
-        "sm_idle_model": _attr(models, "sm_idle"),
-        "batch_size": _attr(batches, "batch_size"),
-        "cuda_graph": list(graphs),
-    }
-    with duckdb.connect() as con:
-        table = arrow_table(con, {k: v for k, v in cols.items() if v is not None})
-    for f in SCHEMA:
-        if f.name in cols:
-            out[f.name] = pa.nulls(n, f.type) if cols[f.name] is None else table.column(f.name).cast(f.type)
     return pa.table({f.name: out[f.name] for f in SCHEMA})  # text stays dictionaries (SCHEMA: their value type)
 
 
@@ -156,15 +183,15 @@ def connect(table: pa.Table) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def launch_db(ctx: TraceAnalysis) -> tuple[duckdb.DuckDBPyConnection, list[LaunchView]]:
+def launch_db(ctx: TraceAnalysis) -> tuple[duckdb.DuckDBPyConnection, Sequence[LaunchView]]:
     """The analysis's launch relation (built on first use, then shared by the rules) and the views its `pos`
     column indexes."""
-    views = launch_views(ctx)
     got = ctx.cache.get(_KEY)
-    if got is None or got[1] is not ctx.steps or got[2] != len(views) or got[3] is not ctx.schedule:
+    if got is None or got[2] is not ctx.steps or got[3] != len(ctx.steps) or got[4] is not ctx.schedule:
         release(ctx)
-        got = ctx.cache[_KEY] = (connect(build(views)), ctx.steps, len(views), ctx.schedule)
-    return got[0], views
+        views = tuple(launch_views(ctx))
+        got = ctx.cache[_KEY] = (connect(build(views)), views, ctx.steps, len(ctx.steps), ctx.schedule)
+    return got[0], got[1]
 
 
 def release(ctx: TraceAnalysis) -> None:
@@ -175,17 +202,62 @@ def release(ctx: TraceAnalysis) -> None:
 
 
 def select_groups(ctx: TraceAnalysis, query: str, **params: Any) -> list[list[tuple[LaunchView, tuple[Any, ...]]]]:
-    """Rows of the named query `query` (whose first columns are pos, name, name_id) per kernel name, in the order
-    the names first appear: each row as its launch's view and the row's further columns."""
+    """Rows of the named query `query` (whose first columns are pos and the number of the launch's kernel name,
+    e.g. name_id) per kernel name, in the order of that number: each row as its launch's view and the row's
+    further columns."""
     rows, views = select(ctx, query, **params)
     groups: dict[int, list[tuple[LaunchView, tuple[Any, ...]]]] = {}
     for row in rows:
-        groups.setdefault(row[2], []).append((views[row[0]], row[3:]))
+        groups.setdefault(row[1], []).append((views[row[0]], row[2:]))
     return list(groups.values())
 
 
-def select(ctx: TraceAnalysis, query: str, **params: Any) -> tuple[list[tuple[Any, ...]], list[LaunchView]]:
-    """Rows of the named query `query` over the analysis's launch relation, and the views their `pos` indexes."""
+def select(ctx: TraceAnalysis, query: str, **params: Any) -> tuple[Iterator[tuple[Any, ...]], Sequence[LaunchView]]:
+    """Rows of the named query `query` over the analysis's launch relation, as tuples in the query's order, and the
+    views their `pos` indexes. The result is held as Arrow columns and the rows made a batch at a time as they
+    are read: a query may select every launch, and 10^7 rows as Python tuples would take gigabytes."""
     con, views = launch_db(ctx)
-    got = con.execute(sql(query), params).fetchnumpy()  # by column: 10^5 rows convert twice as fast
-    return list(zip(*(column.tolist() for column in got.values()), strict=True)), views
+    return _rows(con.sql(sql(query), params=params).to_arrow_table()), views
+
+
+# Rows of a result made into Python tuples at a time.
+_BATCH_ROWS = 1 << 16
+
+
+def _rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
+    for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
+        yield from zip(*map(_values, batch.columns), strict=True)
+
+
+def _values(column: pa.Array) -> list[Any]:
+    """One batch of a result column as Python values: numbers through numpy; text through a dictionary, so each
+    distinct text is one Python object however many rows hold it."""
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        encoded = column.dictionary_encode()
+        words = np.array([*encoded.dictionary.to_pylist(), None], dtype=object)
+        indices = encoded.indices
+        at = _numpy(indices)  # what a NULL row holds is undefined: the None at the end of words
+        return list(words[np.where(_bits(indices, 0), at, len(words) - 1) if indices.null_count else at])
+    if not column.null_count and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                                  or pa.types.is_boolean(kind)):
+        values: list[Any] = _numpy(column).tolist()
+        return values
+    return list(column.to_pylist())
+
+
+def _numpy(column: pa.Array) -> np.ndarray:
+    """A number or boolean Arrow array without NULLs as numpy, from its data buffer (pyarrow's `to_numpy` imports
+    pandas when it is installed: see `traceinsight.ingest.store.arrow_table`)."""
+    if pa.types.is_boolean(column.type):
+        return _bits(column, 1)
+    n, data = len(column), column.buffers()[1]
+    width = column.type.bit_width // 8
+    code = "f" if pa.types.is_floating(column.type) else "i" if pa.types.is_signed_integer(column.type) else "u"
+    return np.frombuffer(data, np.dtype(f"{code}{width}"), n, column.offset * width)
+
+
+def _bits(column: pa.Array, buffer: int) -> np.ndarray:
+    """A bit-packed buffer of an Arrow array (0: validity, 1: a boolean's values) as numpy booleans."""
+    bits = np.unpackbits(np.frombuffer(column.buffers()[buffer], np.uint8), bitorder="little")
+    return bits[column.offset:column.offset + len(column)].astype(bool)

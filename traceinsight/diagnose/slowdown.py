@@ -36,7 +36,7 @@ def slow_rows(ctx: TraceAnalysis, backends: tuple[str, ...] | None, split_kv: bo
     """(the number of the launch's kernel name, its position, hit) for every launch slow_launches.sql selects, in
     its order (per kernel name in first-seen order, which its number follows; then launch order)."""
     rows, views = select(ctx, "slow_launches", **_params(backends, split_kv, ratio_min, excess_min_ns, unsimulated))
-    for pos, _, name_id, ref, how, typical, ratio, excess in rows:
+    for pos, name_id, ref, how, typical, ratio, excess in rows:
         yield name_id, pos, Slowdown(views[pos], ref, how, typical, ratio, excess)
 
 

@@ -3,10 +3,10 @@
 -- $margin_fraction x B_th), for launches of $backends with split-KV on and B known.
 -- Parameters: $backends (list of backends); $margin_min (requests); $margin_fraction (of B_th).
 -- Inputs: attention_launches (diagnose/launch_table.py).
--- Columns: pos (the launch's position in attention_launches); name; name_id (the names numbered in the order
---          they first appear); b_threshold; batch_size.
+-- Columns: pos (the launch's position in attention_launches); name_id (its kernel's
+--          name, numbered in the order the names first appear); b_threshold; batch_size.
 -- Order: name_id (per kernel name, in the order the names first appear), then pos.
-SELECT pos, name, name_id, b_threshold, batch_size
+SELECT pos, name_id, b_threshold, batch_size
 FROM attention_launches
 WHERE list_contains($backends, backend) AND b_threshold <> 0
   AND split_kv AND batch_size IS NOT NULL

@@ -4,12 +4,12 @@
 -- step (sidecars describe decode steps).
 -- Parameters: $words (list of words that mark a prefill kernel's short name, case-sensitive).
 -- Inputs: attention_launches (diagnose/launch_table.py).
--- Columns: pos (the launch's position in attention_launches); name; name_pos (the first pos of that name among
---          the launches selected).
+-- Columns: pos (the launch's position in attention_launches); name_pos (the first pos of its
+--          kernel's name among the launches selected).
 -- Order: name_pos (per kernel name, in the order the names first appear), then pos.
 WITH chosen AS (
-    SELECT pos, name, name_id FROM attention_launches
+    SELECT pos, name_id FROM attention_launches
     WHERE len(list_filter($words, lambda w: contains(kernel, w))) > 0
       AND (phase = 'decode' OR (phase = 'unknown' AND batch_source = 'sidecar'))
 )
-SELECT pos, name, min(pos) OVER (PARTITION BY name_id) AS name_pos FROM chosen ORDER BY name_pos, pos
+SELECT pos, min(pos) OVER (PARTITION BY name_id) AS name_pos FROM chosen ORDER BY name_pos, pos

@@ -9,13 +9,13 @@
 --             split state; NULL: any state, unknown included); $unsimulated (TRUE: only launches without a
 --             simulated schedule); $ratio_min; $excess_min (ns).
 -- Inputs: attention_launches (diagnose/launch_table.py), kernel_baselines (kernel_baselines.sql).
--- Columns: pos (the launch's position in attention_launches); name; name_id (the names numbered in the order
---          they first appear); reference_ns; reference ('model' or the
+-- Columns: pos (the launch's position in attention_launches); name_id (its kernel's
+--          name, numbered in the order the names first appear); reference_ns; reference ('model' or the
 --          typical_source); typical_ns; ratio (dur_ns / reference_ns, 0 without a reference); excess_ns
 --          (dur_ns - reference_ns, at least 0).
 -- Order: name_id (per kernel name, in the order the names first appear), then pos.
 WITH priced AS (
-    SELECT l.pos, l.name, l.name_id, l.dur_ns, b.typical_ns,
+    SELECT l.pos, l.name_id, l.dur_ns, b.typical_ns,
            CASE WHEN l.balanced_ns <> 0 AND l.predicted_ns <> 0 THEN l.balanced_ns * l.dur_ns / l.predicted_ns
                 ELSE b.typical_ns END AS reference_ns,
            CASE WHEN l.balanced_ns <> 0 AND l.predicted_ns <> 0 THEN 'model' ELSE b.typical_source END AS reference
@@ -29,7 +29,7 @@ WITH priced AS (
            greatest(0.0::DOUBLE, dur_ns - reference_ns) AS excess_ns
     FROM priced
 )
-SELECT pos, name, name_id, reference_ns, reference, typical_ns, ratio, excess_ns
+SELECT pos, name_id, reference_ns, reference, typical_ns, ratio, excess_ns
 FROM judged
 WHERE ratio >= $ratio_min AND excess_ns >= $excess_min
 ORDER BY name_id, pos

@@ -12,7 +12,9 @@ here in Python, since a simulation's per-SM segments and tail intervals are not 
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import Counter
+from collections.abc import Iterator
 
 from traceinsight.diagnose import remedies
 from traceinsight.diagnose.context import TraceAnalysis
@@ -73,10 +75,11 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     out = []
     # The candidates, in SQL: every simulated launch (simulated_launches.sql; priced below by its simulation)
     # and every other launch slow by durations (slow_launches.sql), per kernel name in first-seen order.
+    # Both come in that order; merged as they are read (either may hold every launch of a long trace).
     rows, views = select(ctx, "simulated_launches")
-    candidates: list[tuple[int, int, Slowdown | None]] = [(name_id, pos, None) for pos, _, name_id in rows]
-    candidates += slow_rows(ctx, None, None, ratio_min, ns_min, unsimulated=True)
-    candidates.sort(key=lambda c: (c[0], c[1]))
+    simulated: Iterator[tuple[int, int, Slowdown | None]] = ((name_id, pos, None) for pos, name_id in rows)
+    candidates = heapq.merge(simulated, slow_rows(ctx, None, None, ratio_min, ns_min, unsimulated=True),
+                             key=lambda c: (c[0], c[1]))
     groups: dict[int, list[tuple[LaunchView, float, float, str, str]]] = {}  # view, share, saving, items, source
     for name_id, pos, sd in candidates:
         v = views[pos]
