@@ -12,7 +12,7 @@ Arrow table is registered, not copied. `release(ctx)` closes the connection when
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -174,18 +174,34 @@ def release(ctx: TraceAnalysis) -> None:
         got[0].close()
 
 
-def select_groups(ctx: TraceAnalysis, query: str, **params: Any) -> list[list[tuple[LaunchView, tuple[Any, ...]]]]:
+def select_groups(ctx: TraceAnalysis, query: str, relations: Mapping[str, pa.Table] | None = None,
+                  **params: Any) -> list[list[tuple[LaunchView, tuple[Any, ...]]]]:
     """Rows of the named query `query` (whose first columns are pos, name, name_id) per kernel name, in the order
     the names first appear: each row as its launch's view and the row's further columns."""
-    rows, views = select(ctx, query, **params)
+    rows, views = select(ctx, query, relations, **params)
     groups: dict[int, list[tuple[LaunchView, tuple[Any, ...]]]] = {}
     for row in rows:
         groups.setdefault(row[2], []).append((views[row[0]], row[3:]))
     return list(groups.values())
 
 
-def select(ctx: TraceAnalysis, query: str, **params: Any) -> tuple[list[tuple[Any, ...]], list[LaunchView]]:
-    """Rows of the named query `query` over the analysis's launch relation, and the views their `pos` indexes."""
+def select(ctx: TraceAnalysis, query: str, relations: Mapping[str, pa.Table] | None = None,
+           **params: Any) -> tuple[list[tuple[Any, ...]], list[LaunchView]]:
+    """Rows of the named query `query` over the analysis's launch relation, and the views their `pos` indexes.
+    `relations`: further Arrow tables the query reads (a rule's own per-launch inputs, keyed by pos), registered
+    under their names while it runs."""
     con, views = launch_db(ctx)
-    got = con.execute(sql(query), params).fetchnumpy()  # by column: 10^5 rows convert twice as fast
+    for name, table in (relations or {}).items():
+        con.register(name, table)
+    try:
+        got = con.execute(sql(query), params).fetchnumpy()  # by column: 10^5 rows convert twice as fast
+    finally:
+        for name in relations or {}:
+            con.unregister(name)
     return list(zip(*(column.tolist() for column in got.values()), strict=True)), views
+
+
+def int64_relation(**columns: np.ndarray) -> pa.Table:
+    """Int64 numpy arrays (of one length, without NULLs) as an Arrow table of those columns, from their buffers:
+    a rule's own per-launch input to `select` (e.g. pos and a value)."""
+    return pa.table({name: _int64(values) for name, values in columns.items()})
