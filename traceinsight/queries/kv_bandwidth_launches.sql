@@ -3,7 +3,8 @@
 -- time and its step is not among $explained (steps whose time another finding already explains: imbalance);
 -- its efficiency is kv_bytes / (dur_ns x 1e-9) / $peak, computed as the rule's Python did, operation for
 -- operation in DOUBLE. Per kernel name, the median of its rated launches' efficiencies is Python's
--- statistics.median, written out: the middle value, or (a + b) / 2 of the two middle ones (not DuckDB's
+-- statistics.median, written out over the sorted list: the middle value, or (a + b) / 2 of the two middle ones
+-- (a sorted list per kernel, not row_number over a window: 1.3 s against 2.0 s for 10^6 launches; not DuckDB's
 -- interpolating median, which is free to compute it otherwise: for two values near the largest DOUBLE it gives a
 -- finite value where (a + b) / 2 overflows). A kernel is selected when that median is below $eff_min, and its
 -- rows are its rated launches below $eff_min (a median below the bar implies at least one).
@@ -23,18 +24,15 @@ WITH explained AS (
     JOIN launch_kv_bytes b USING (pos)
     ANTI JOIN explained x ON x.step = l.step
     WHERE b.kv_bytes IS NOT NULL AND l.dur_ns > 0
-), ranked AS (
-    SELECT *, row_number() OVER (PARTITION BY name_id ORDER BY efficiency) AS nth,
-           count(*) OVER (PARTITION BY name_id) AS n
+), sorted AS (
+    SELECT name_id, list_sort(list(efficiency)) AS e, max(efficiency) AS best_efficiency
     FROM rated
-), kernels AS (
-    SELECT name_id,
-           CASE WHEN any_value(n) % 2 = 1 THEN any_value(efficiency) FILTER (WHERE nth = n // 2 + 1)
-                ELSE (any_value(efficiency) FILTER (WHERE nth = n // 2)
-                      + any_value(efficiency) FILTER (WHERE nth = n // 2 + 1)) / 2 END AS median_efficiency,
-           max(efficiency) AS best_efficiency
-    FROM ranked
     GROUP BY name_id
+), kernels AS (
+    SELECT name_id, best_efficiency,
+           CASE WHEN len(e) % 2 = 1 THEN e[len(e) // 2 + 1]
+                ELSE (e[len(e) // 2] + e[len(e) // 2 + 1]) / 2 END AS median_efficiency
+    FROM sorted
 )
 SELECT r.pos, r.name, r.name_id, r.kv_bytes, r.efficiency, k.median_efficiency, k.best_efficiency
 FROM rated r JOIN kernels k USING (name_id)
