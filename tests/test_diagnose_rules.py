@@ -149,11 +149,22 @@ def test_rules_declare_the_rules_they_read_and_read_nothing_else() -> None:
     for i, r in enumerate(RULES):
         for dep in getattr(r, "READS", ()):
             assert dep in order[:i], (r.ID, dep)
+    import ast
     import inspect
 
     for r in RULES:
         if "ctx.findings" in inspect.getsource(r) or "attributions(ctx)" in inspect.getsource(r):
             assert getattr(r, "READS", ()), f"{r.ID} reads other rules' findings without declaring READS"
+    # Nor through a helper: the diagnose modules the rules call read no findings (a rule's READS is its own).
+    helpers = {m for r in RULES for v in vars(r).values() if (m := inspect.getmodule(v)) is not None
+               and m.__name__.startswith("traceinsight.diagnose.") and not m.__name__.startswith(
+                   "traceinsight.diagnose.rules")}
+    assert {m.__name__ for m in helpers} >= {"traceinsight.diagnose.attribution", "traceinsight.diagnose.launch_table"}
+    for m in helpers:
+        reads = [n.lineno for n in ast.walk(ast.parse(inspect.getsource(m)))
+                 if isinstance(n, ast.Attribute) and n.attr == "findings" and isinstance(n.ctx, ast.Load)
+                 and not (isinstance(n.value, ast.Name) and n.value.id == "self")]  # RuleResult's count
+        assert not reads, (m.__name__, reads)
 
 
 def test_step_ranges_and_steps_by_index_hold_no_object_per_step() -> None:

@@ -4,8 +4,10 @@ each rule's candidate selection. Each table is written out here, so each test re
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
+import struct
 from typing import Any
 
 import duckdb
@@ -298,6 +300,99 @@ def test_backend_medians_in_the_order_asked_and_as_statistics_median() -> None:
     got = run(con, "backend_medians", backends=["fa2", "sm90", "cc"])
     assert got == [("fa2", 4, statistics.median([100, 300, 301, 5])), ("cc", 1, 7.0)]  # no sm90 launch: no row
     assert run(con, "backend_medians", backends=["cc", "fa2"])[0][0] == "cc"
+
+
+# ---------------------------------------------------------------- kv_bandwidth_launches
+
+KV = {"peak": 1e9, "eff_min": 0.5, "explained": []}
+
+
+def _kv(con: duckdb.DuckDBPyConnection, kv_bytes: dict[int, int | None], **params: Any) -> list[tuple[Any, ...]]:
+    """kv_bandwidth_launches with launch_kv_bytes = {pos: bytes} (the relation kv-bandwidth registers)."""
+    con.register("launch_kv_bytes", pa.table({"pos": pa.array(list(kv_bytes), pa.int64()),
+                                              "kv_bytes": pa.array(list(kv_bytes.values()), pa.int64())}))
+    return run(con, "kv_bandwidth_launches", **{**KV, **params})
+
+
+def _eff(kv_bytes: int, dur_ns: int, peak: float) -> float:
+    """A launch's efficiency as kv-bandwidth computed it in Python."""
+    return kv_bytes / (dur_ns * 1e-9) / peak
+
+
+def test_kv_bandwidth_launches_selects_the_low_launches_of_kernels_with_a_low_median() -> None:
+    con = launches({"dur_ns": 1000}, {"dur_ns": 1000}, {"dur_ns": 1000},  # k: 0.2, 0.3, 0.9 -> median 0.3
+                   {"dur_ns": 1000}, {"dur_ns": 1000}, {"dur_ns": 0},  # k: bytes NULL, no row, no time
+                   {"dur_ns": 1000, "step": 100},  # k: explained (its step's time is imbalance): not rated
+                   {"name": "ok", "dur_ns": 1000}, {"name": "ok", "dur_ns": 1000},  # ok: 0.1, 0.6, 0.7 -> 0.6
+                   {"name": "ok", "dur_ns": 1000})
+    kv = {0: 200, 1: 300, 2: 900, 3: None, 5: 100, 6: 10, 7: 100, 8: 600, 9: 700}
+    m = _eff(300, 1000, 1e9)
+    assert _kv(con, kv, explained=[100, 100, 7000]) == [
+        (0, "k", 0, 200, _eff(200, 1000, 1e9), m, _eff(900, 1000, 1e9)),
+        (1, "k", 0, 300, m, m, _eff(900, 1000, 1e9))]
+    # Step 100 not explained: k's launches are 0.01, 0.2, 0.3, 0.9, median (0.2 + 0.3) / 2, all three low.
+    got = _kv(con, kv)
+    assert [r[0] for r in got] == [0, 1, 6]
+    assert got[0][5] == (_eff(200, 1000, 1e9) + _eff(300, 1000, 1e9)) / 2
+    # 'ok' is selected once the bar is above its median: its launches below the bar, in position order.
+    assert [r[:3] for r in _kv(con, kv, eff_min=0.65) if r[1] == "ok"] == [(7, "ok", 1), (8, "ok", 1)]
+
+
+def test_kv_bandwidth_launches_median_below_the_bar_strictly_and_ties() -> None:
+    # An even count with ties at the middle: 0.2, 0.4, 0.4, 0.8 -> median 0.4 (the two middle ones are equal).
+    con = launches(*({"dur_ns": 1000} for _ in range(4)))
+    kv = {0: 800, 1: 400, 2: 200, 3: 400}
+    median = statistics.median(_eff(b, 1000, 1e9) for b in kv.values())
+    assert median == _eff(400, 1000, 1e9)
+    assert _kv(con, kv, eff_min=median) == []  # a median at the bar is not below it
+    above = math.nextafter(median, math.inf)
+    assert [(r[0], r[5]) for r in _kv(con, kv, eff_min=above)] == [(1, median), (2, median), (3, median)]
+
+
+def test_kv_bandwidth_launches_without_launches_or_bytes() -> None:
+    assert _kv(launches(), {}) == []
+    con = launches({"dur_ns": 1000}, {"dur_ns": 1000})
+    assert _kv(con, {}) == []
+    assert _kv(con, {0: None, 1: None}) == []
+    assert _kv(con, {0: 1}, explained=[0]) == []  # its one rated launch is explained
+
+
+def test_kv_bandwidth_launches_median_is_pythons_statistics_median_to_the_bit() -> None:
+    # Efficiencies across magnitudes, odd and even counts per kernel: the query's median is the very DOUBLE
+    # statistics.median gives, and each efficiency the very DOUBLE the rule's Python computed.
+    rng = random.Random(13)
+    peak = 4.8e12
+    rows: list[dict[str, Any]] = []
+    kv: dict[int, int | None] = {}
+    want: dict[str, list[float]] = {}
+    for n in (1, 2, 3, 4, 5, 6, 7, 10, 101):
+        for _ in range(n):
+            b, d = rng.randrange(1, 10**rng.randint(3, 13)), rng.randrange(1, 10**rng.randint(1, 8))
+            kv[len(rows)] = b
+            rows.append({"name": f"n{n}", "dur_ns": d})
+            want.setdefault(f"n{n}", []).append(_eff(b, d, peak))
+    got = _kv(launches(*rows), kv, peak=peak, eff_min=math.inf)  # every rated launch of every kernel
+    assert len(got) == len(rows)
+    for r in got:
+        assert r[4] == _eff(kv[r[0]], rows[r[0]]["dur_ns"], peak)
+        effs = want[r[1]]
+        assert (struct.pack("<d", r[5]), r[6]) == (struct.pack("<d", statistics.median(effs)), max(effs)), r[1]
+
+
+def test_kv_bandwidth_launches_median_where_duckdbs_would_differ() -> None:
+    # Two launches near the largest DOUBLE: statistics.median's (a + b) / 2 overflows to inf, so the kernel's
+    # median is not below any bar and nothing is selected; DuckDB's median(efficiency) here is finite (it computes
+    # the midpoint otherwise) and would have selected both.
+    peak = 1e21 / 1.7e308  # 10^12 bytes in 1 ns: an efficiency of 1.7e308
+    con = launches({"dur_ns": 1}, {"dur_ns": 1})
+    kv = {0: 10**12, 1: 10**12}
+    assert statistics.median([_eff(10**12, 1, peak)] * 2) == math.inf
+    assert _kv(con, kv, peak=peak, eff_min=math.inf) == []
+    # With a third launch the median is the middle one, finite: both launches below the bar are rows.
+    con = launches({"dur_ns": 1}, {"dur_ns": 1}, {"dur_ns": 2})
+    got = _kv(con, {**kv, 2: 10**12}, peak=peak, eff_min=math.inf)
+    assert [(r[0], r[5]) for r in got] == [(0, _eff(10**12, 1, peak)), (1, _eff(10**12, 1, peak)),
+                                          (2, _eff(10**12, 1, peak))]
 
 
 def test_select_rows_are_python_values_batch_after_batch() -> None:

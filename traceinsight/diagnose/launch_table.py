@@ -13,7 +13,7 @@ Arrow table is registered, not copied. `release(ctx)` closes the connection when
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -201,23 +201,40 @@ def release(ctx: TraceAnalysis) -> None:
         got[0].close()
 
 
-def select_groups(ctx: TraceAnalysis, query: str, **params: Any) -> list[list[tuple[LaunchView, tuple[Any, ...]]]]:
+def select_groups(ctx: TraceAnalysis, query: str, relations: Mapping[str, pa.Table] | None = None,
+                  **params: Any) -> list[list[tuple[LaunchView, tuple[Any, ...]]]]:
     """Rows of the named query `query` (whose first columns are pos and the number of the launch's kernel name,
     e.g. name_id) per kernel name, in the order of that number: each row as its launch's view and the row's
     further columns."""
-    rows, views = select(ctx, query, **params)
+    rows, views = select(ctx, query, relations, **params)
     groups: dict[int, list[tuple[LaunchView, tuple[Any, ...]]]] = {}
     for row in rows:
         groups.setdefault(row[1], []).append((views[row[0]], row[2:]))
     return list(groups.values())
 
 
-def select(ctx: TraceAnalysis, query: str, **params: Any) -> tuple[Iterator[tuple[Any, ...]], Sequence[LaunchView]]:
+def select(ctx: TraceAnalysis, query: str, relations: Mapping[str, pa.Table] | None = None,
+           **params: Any) -> tuple[Iterator[tuple[Any, ...]], Sequence[LaunchView]]:
     """Rows of the named query `query` over the analysis's launch relation, as tuples in the query's order, and the
     views their `pos` indexes. The result is held as Arrow columns and the rows made a batch at a time as they
-    are read: a query may select every launch, and 10^7 rows as Python tuples would take gigabytes."""
+    are read: a query may select every launch, and 10^7 rows as Python tuples would take gigabytes.
+    `relations`: further Arrow tables the query reads (a rule's own per-launch inputs, keyed by pos), registered
+    under their names while it runs."""
     con, views = launch_db(ctx)
-    return _rows(con.sql(sql(query), params=params).to_arrow_table()), views
+    for name, table in (relations or {}).items():
+        con.register(name, table)
+    try:
+        result = con.sql(sql(query), params=params).to_arrow_table()
+    finally:
+        for name in relations or {}:
+            con.unregister(name)
+    return _rows(result), views
+
+
+def int64_relation(**columns: np.ndarray) -> pa.Table:
+    """Int64 numpy arrays (of one length, without NULLs) as an Arrow table of those columns, from their buffers:
+    a rule's own per-launch input to `select` (e.g. pos and a value)."""
+    return pa.table({name: _int64(values) for name, values in columns.items()})
 
 
 # Rows of a result made into Python tuples at a time.

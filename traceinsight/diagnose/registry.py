@@ -1,7 +1,9 @@
 """The diagnostics catalogue, in the order the rules run, and `diagnose()` which runs them.
 
-Order matters only for `latency-spike`, which links each spike to the findings of the rules before it, so it
-runs last. Each entry is a rule module (see `traceinsight.diagnose.rule`).
+Order matters where a rule reads others' findings (its READS, which must run before it): `tail-ctas` leaves
+out what the split-KV rules reported, `kv-bandwidth` what those and `tail-ctas` explain, and `latency-spike`,
+which links each spike to the attention findings, runs last. Each entry is a rule module (see
+`traceinsight.diagnose.rule`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,11 @@
 A rule is one module under `traceinsight.diagnose.rules` with:
 - `ID` (stable, kebab-case), `NAME` (human), `DESCRIPTION` (one line), `PASSED` (what "nothing found" means);
 - `NEEDS`: the inputs it cannot work without (`Input`); `OPTIONAL`: inputs it uses when present;
-- `apply(ctx) -> list[Finding]`, where ctx is the `TraceAnalysis` (its `findings` hold what the rules before
-  this one found). A rule may raise `NotApplicable(reason)` when it finds at run time that it cannot judge;
+- `apply(ctx) -> list[Finding]`, where ctx is the `TraceAnalysis`. A rule may raise `NotApplicable(reason)` when
+  it finds at run time that it cannot judge;
+- optionally `READS`: the ids of the rules whose findings it reads (rules that run before it). While it runs,
+  `ctx.findings` holds the findings of those rules and no others (none for a rule that declares none), so what
+  a rule depends on is written down (`registry.run_rules`);
 - optionally `SAVING_BASIS`: what reports express its saving as a share of — "steps" (the default: the
   steps' time) or "span" (the time from the first step to the last, for savings that lie between steps).
 Thresholds are module constants with units in their names; `limit(ctx, ID, "NAME", DEFAULT)` lets

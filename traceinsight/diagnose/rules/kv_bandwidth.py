@@ -5,21 +5,26 @@ x bytes per element). Achieved bandwidth = those bytes / kernel time, against th
 explained by load imbalance (split-KV off or starved, tails) are left out: this is about the kernel's
 streaming efficiency when the work is even.
 
-Not moved to SQL yet (issue 13): the bytes a launch reads come from its sidecar batch (tokens, heads, dtype),
-and the per-kernel cut is a median of float efficiencies, where DuckDB's interpolated median (lo + (hi - lo) / 2)
-may differ by an ulp from statistics.median's (lo + hi) / 2 at even counts: moving it needs those columns on the
-launch relation and the median kept in Python.
+Its selection is SQL (kv_bandwidth_launches.sql): the launches rated, their efficiency, each kernel's median
+efficiency (statistics.median's, written out in the query) and the launches below the bar. The KV bytes a launch
+reads come from its step's sidecar batch (tokens, heads, head_dim, dtype), not from the launch relation: the
+rule computes them (`kv_bytes`) and hands them to the query as a relation of its own (launch_kv_bytes).
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.diagnose.launch_table import int64_relation, launch_db, select_groups
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import bandwidth_saving_ns
-from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, step_ranges, steps_of
+from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
 from traceinsight.model.batches import KV_DTYPE_BYTES
 
 ID = "kv-bandwidth"
@@ -53,27 +58,32 @@ def kv_bytes(v: LaunchView) -> int | None:
     return b.total_kv_tokens * 2 * int(head_dim) * b.kv_heads * elem
 
 
+def launch_kv_bytes(views: Sequence[LaunchView]) -> pa.Table:
+    """The launch_kv_bytes relation of kv_bandwidth_launches.sql: (pos, kv_bytes) of the launches whose KV bytes
+    are known, pos indexing `views` (launch_table.launch_db's)."""
+    pos: list[int] = []
+    nbytes: list[int] = []
+    for i, v in enumerate(views):
+        b = kv_bytes(v)
+        if b is not None:
+            pos.append(i)
+            nbytes.append(b)
+    return int64_relation(pos=np.array(pos, np.int64), kv_bytes=np.array(nbytes, np.int64))
+
+
 def apply(ctx: TraceAnalysis) -> list[Finding]:
     assert ctx.schedule is not None and ctx.schedule.gpu is not None
     peak = float(ctx.schedule.gpu.hbm_bandwidth_bytes_per_s or 0)
     eff_min = limit(ctx, ID, "EFFICIENCY_MIN", EFFICIENCY_MIN)
     target = limit(ctx, ID, "EFFICIENCY_TARGET", EFFICIENCY_TARGET)
-    explained = {s for f in ctx.findings if f.id in EXPLAINED_BY for s in f.steps}
+    explained = sorted({s for f in ctx.findings if f.id in EXPLAINED_BY for s in f.steps})
+    _, views = launch_db(ctx)
     out = []
-    for same in by_kernel(launch_views(ctx)).values():
-        rated = []
-        for v in same:
-            nbytes = kv_bytes(v)
-            if nbytes is None or v.dur_ns <= 0 or v.step.index in explained:
-                continue
-            rated.append((v, nbytes, nbytes / (v.dur_ns * 1e-9) / peak))
-        if not rated:
-            continue
-        median_eff = statistics.median(r[2] for r in rated)
-        if median_eff >= eff_min:
-            continue
-        low = [r for r in rated if r[2] < eff_min]
-        best = max(rated, key=lambda r: r[2])
+    for group in select_groups(ctx, "kv_bandwidth_launches", {"launch_kv_bytes": launch_kv_bytes(views)},
+                               peak=peak, eff_min=eff_min, explained=explained):
+        # Each row: the launch's view, (kv_bytes, efficiency, the kernel's median and best efficiency).
+        low = [(v, row[0], row[1]) for v, row in group]
+        median_eff, best_eff = group[0][1][2], group[0][1][3]
         v0 = low[0][0]
         steps = steps_of(r[0] for r in low)
         median_rate = round(statistics.median(r[1] / (r[0].dur_ns * 1e-9) for r in low))
@@ -82,7 +92,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             "backend": v0.backend,
             "launches": len(low),
             "median_efficiency": round(median_eff, 3),
-            "best_efficiency": round(best[2], 3),
+            "best_efficiency": round(best_eff, 3),
             "median_bytes_per_s": median_rate,
             "peak_bytes_per_s": peak,
             "median_kv_bytes": round(statistics.median(r[1] for r in low)),
@@ -99,7 +109,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             explanation=(
                 "A decode step must read the whole KV cache of its batch once, so its floor is KV bytes / HBM "
                 "bandwidth. These launches were not slowed by load imbalance (no other finding explains them), yet "
-                f"moved their KV at only {median_eff:.0%} of the GPU's peak (best launch {best[2]:.0%}): fixed "
+                f"moved their KV at only {median_eff:.0%} of the GPU's peak (best launch {best_eff:.0%}): fixed "
                 "per-launch costs, too few bytes in flight per SM, or the split/merge overhead dominate at this "
                 "batch and length."),
             remedy=("Compare attention backends on this shape with `traceinsight whatif`; larger batches or longer "

@@ -17,9 +17,12 @@ in which the cause's component already jumped (SPIKE_RATIO times its own baselin
 did not yet cross the threshold. A long trace can hold thousands of incidents: the MAX_INCIDENTS with the most
 excess time are findings of their own, the others are folded into one finding per cause.
 
-Its selection stays in numpy (`traceinsight.diagnose.baseline`, `attribution`): a step is a spike against a
-baseline fitted iteratively (Theil-Sen trend in tokens, rolling quantiles, refits without the spikes found),
-which is sequential arithmetic over the step series, not a set-based filter.
+Its selection stays in Python and numpy (`traceinsight.diagnose.baseline.fit_spikes`, `attribution`): the test
+itself is one line (step >= SPIKE_RATIO x baseline and >= EXCESS_MIN_NS above it), but the baseline it reads is
+fitted on the steps not yet flagged (Theil-Sen trend in tokens, or rolling quantiles over step order), refitted
+without the spikes each round finds until the flags stop changing: the flags are an input of the statistic, so
+the selection cannot be a filter over a baseline column computed first. What follows it (runs of spikes with one
+cause, each cause from the attention findings and the component that grew) is wording, not selection.
 """
 
 from __future__ import annotations

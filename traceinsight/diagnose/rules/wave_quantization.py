@@ -8,7 +8,9 @@ CTAs speed up when they run alone, so the naive ceil(waves) / waves overstates i
 
 Its selection stays in Python: a launch qualifies by its planned CTA count, its work items' evenness and the
 loss the calibrated cost model prices (`throughput_floor_ns` over the plan), all functions of the model stage's
-objects rather than columns of the launch relation.
+objects rather than columns of the launch relation. Only a prefilter could be SQL (backend, waves and last-wave
+fill, evenness), and it would need the plan's CTA count, the occupancy and the imbalance as new columns of the
+relation while leaving the deciding test, the priced loss, to Python.
 """
 
 from __future__ import annotations
