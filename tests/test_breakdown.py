@@ -99,12 +99,16 @@ def test_idle_at_the_end_of_a_host_range_is_the_hosts() -> None:
     assert _split(w, 0, 300)[1] == [(IDLE_UNKNOWN, 100, 200)]
 
 
+@pytest.mark.parametrize("chunk", [1 << 20, 5])
 @pytest.mark.parametrize("name", ["flashinfer_decode_sweep.pt.trace.json.gz", "flashinfer_decode.sqlite"])
-def test_idle_gaps_between_steps_leave_out_the_steps_windows(h200: Path, name: str) -> None:
-    """gpu-idle-gaps counts only idle time outside every step's window: the vectorised cut equals cutting
-    each gap by every window."""
+def test_idle_gaps_between_steps_leave_out_the_steps_windows(h200: Path, name: str, chunk: int,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu-idle-gaps counts only idle time outside every step's window: the vectorised cut (whole, and `chunk`
+    gaps at a time) equals cutting each gap by every window."""
+    from traceinsight.diagnose.rules import gpu_idle_gaps
     from traceinsight.diagnose.rules.gpu_idle_gaps import outside_windows
 
+    monkeypatch.setattr(gpu_idle_gaps, "CHUNK_GAPS", chunk)
     _, (a,) = analyze([h200 / name], cache=False)
     gaps = a.schedule.idle_gaps
     windows = [(s.breakdown.start_ns, s.breakdown.end_ns) for s in a.steps]
@@ -116,6 +120,9 @@ def test_idle_gaps_between_steps_leave_out_the_steps_windows(h200: Path, name: s
     assert int((hi - lo).sum()) == want
     assert all(not any(w0 < e and s < w1 for w0, w1 in windows) for s, e in zip(lo.tolist(), hi.tolist(), strict=True))
     assert want < sum(g.dur_ns for g in gaps)  # the host time at the start of a step's range is the step's
+    found = gpu_idle_gaps.apply(a)  # and the rule, which reduces the cut chunk by chunk, finds the same
+    monkeypatch.setattr(gpu_idle_gaps, "CHUNK_GAPS", len(gaps) + 1)
+    assert [f.to_json() for f in found] == [f.to_json() for f in gpu_idle_gaps.apply(a)]
 
 
 @pytest.mark.parametrize("trace", [

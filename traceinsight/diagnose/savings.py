@@ -7,6 +7,9 @@ All times are nanoseconds; results are never negative. A child estimate is cappe
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+
+import numpy as np
 
 
 def cap(saving_ns: float | None, limit_ns: float | None) -> float | None:
@@ -56,10 +59,11 @@ def bandwidth_saving_ns(kernel_ns: float, kv_bytes: float, peak_bytes_per_s: flo
     return max(0.0, float(kernel_ns) - floor_ns)
 
 
-def idle_gap_saving_ns(gaps_ns: list[int] | tuple[int, ...], min_gap_ns: int) -> float:
+def idle_gap_saving_ns(gaps_ns: Sequence[int] | np.ndarray, min_gap_ns: int) -> float:
     """GPU time lost to idle gaps between steps: the sum of the gaps at least `min_gap_ns` long (shorter ones
-    are launch latency that no change removes)."""
-    return float(sum(g for g in gaps_ns if g >= min_gap_ns))
+    are launch latency that no change removes). Summed as int64 (exact: ns of idle time stay far below 2^63)."""
+    gaps = np.asarray(gaps_ns, np.int64)
+    return float(gaps[gaps >= min_gap_ns].sum())
 
 
 def roofline_floor_ns(kv_bytes: float, peak_bytes_per_s: float) -> float:

@@ -17,6 +17,8 @@ sorted pass with window functions was slower still. So it stays here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from traceinsight.diagnose.context import TraceAnalysis
@@ -46,27 +48,42 @@ WARNING_FRACTION = 0.3
 SAVING_BASIS = "span"
 
 
+# Gaps cut against the windows at a time (a 10M-kernel trace has ~25M gaps: each temporary array of the cut would
+# be 200 MB at once).
+CHUNK_GAPS = 1 << 20
+
+
 def outside_windows(gaps: IdleGaps, ctx: TraceAnalysis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The part of each gap outside every step's window, as arrays (start_ns, end_ns, before_step) of the gaps
-    with something left. A gap lies between two steps' GPU work, so a window can only cover its head (the next
-    step's range opened before its first kernel) or its tail (the previous step's range stayed open after its
-    GPU work): what remains is one stretch, or nothing. Vectorised: a long trace has a gap between most of its
-    kernels."""
+    with something left (`outside_window_chunks`, joined)."""
+    lo, hi, before = zip(*outside_window_chunks(gaps, ctx), strict=True)  # at least one chunk
+    return np.concatenate(lo), np.concatenate(hi), np.concatenate(before)
+
+
+def outside_window_chunks(gaps: IdleGaps, ctx: TraceAnalysis) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The part of each gap outside every step's window, as arrays (start_ns, end_ns, before_step) of the gaps
+    with something left, CHUNK_GAPS gaps at a time, in order (nothing when there is no gap or no window). A gap
+    lies between two steps' GPU work, so a window can only cover its head (the next step's range opened before its
+    first kernel) or its tail (the previous step's range stayed open after its GPU work): what remains is one
+    stretch, or nothing. Vectorised: a long trace has a gap between most of its kernels."""
     n = len(gaps)
-    g0, g1, before = gaps.start_ns, gaps.end_ns, gaps.before_step
-    ws = np.array([(st.breakdown.start_ns, st.breakdown.end_ns) for st in ctx.steps if st.breakdown is not None],
-                  np.int64).reshape(-1, 2)
-    if not n or not len(ws):
-        return g0, g1, before
-    ws = ws[np.argsort(ws[:, 0], kind="stable")]
-    w0 = ws[:, 0]
-    w1 = np.maximum.accumulate(ws[:, 1])
-    i = np.searchsorted(w0, g0, side="right") - 1  # the last window starting at or before the gap
-    lo = np.where((i >= 0) & (w1[np.maximum(i, 0)] > g0), w1[np.maximum(i, 0)], g0)
-    k = np.searchsorted(w0, g1, side="left") - 1  # the last window starting before the gap's end
-    hi = np.minimum(np.where((k >= 0) & (w0[np.maximum(k, 0)] > lo), w0[np.maximum(k, 0)], g1), g1)
-    keep = hi > lo
-    return lo[keep], hi[keep], before[keep]
+    windowed = [st.breakdown for st in ctx.steps if st.breakdown is not None]
+    if not n or not windowed:
+        yield gaps.start_ns, gaps.end_ns, gaps.before_step
+        return
+    starts = np.fromiter((b.start_ns for b in windowed), np.int64, len(windowed))
+    order = np.argsort(starts, kind="stable")
+    w0 = starts[order]
+    w1 = np.maximum.accumulate(np.fromiter((b.end_ns for b in windowed), np.int64, len(windowed))[order])
+    del windowed, starts, order
+    for at in range(0, n, CHUNK_GAPS):
+        g0, g1 = gaps.start_ns[at:at + CHUNK_GAPS], gaps.end_ns[at:at + CHUNK_GAPS]
+        i = np.searchsorted(w0, g0, side="right") - 1  # the last window starting at or before the gap
+        lo = np.where((i >= 0) & (w1[np.maximum(i, 0)] > g0), w1[np.maximum(i, 0)], g0)
+        k = np.searchsorted(w0, g1, side="left") - 1  # the last window starting before the gap's end
+        hi = np.minimum(np.where((k >= 0) & (w0[np.maximum(k, 0)] > lo), w0[np.maximum(k, 0)], g1), g1)
+        keep = hi > lo
+        yield lo[keep], hi[keep], gaps.before_step[at:at + CHUNK_GAPS][keep]
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
@@ -77,20 +94,26 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         raise NotApplicable("fewer than two steps")
     gap_min = limit(ctx, ID, "GAP_MIN_NS", GAP_MIN_NS)
     pause_min = limit(ctx, ID, "PAUSE_MIN_NS", PAUSE_MIN_NS)
-    lo, hi, before = outside_windows(s.idle_gaps, ctx)
-    dur = hi - lo
-    paused = dur >= pause_min
-    counted = (dur >= gap_min) & ~paused
-    span = (max(st.end_ns for st in ctx.steps) - min(st.start_ns for st in ctx.steps) - int(dur[paused].sum()))
-    gap_durs = dur[counted]
-    total = idle_gap_saving_ns(gap_durs.tolist(), int(gap_min))
+    pauses = pause_ns = 0
+    counted_durs, counted_before = [], []  # of the gaps counted (between gap_min and pause_min), per chunk
+    for lo, hi, before in outside_window_chunks(s.idle_gaps, ctx):
+        dur = hi - lo
+        paused = dur >= pause_min
+        counted = (dur >= gap_min) & ~paused
+        pauses += int(paused.sum())
+        pause_ns += int(dur[paused].sum())
+        counted_durs.append(dur[counted])
+        counted_before.append(before[counted])
+    gap_durs, gap_before = np.concatenate(counted_durs), np.concatenate(counted_before)
+    span = max(st.end_ns for st in ctx.steps) - min(st.start_ns for st in ctx.steps) - pause_ns
+    total = idle_gap_saving_ns(gap_durs, int(gap_min))
     frac = total / span if span > 0 else 0.0
     if not len(gap_durs) or frac < limit(ctx, ID, "IDLE_MIN_FRACTION", IDLE_MIN_FRACTION):
         return []
     j = int(np.argmax(gap_durs))
-    longest_ns, longest_before = int(gap_durs[j]), int(before[counted][j])
+    longest_ns, longest_before = int(gap_durs[j]), int(gap_before[j])
     evidence = {
-        "gaps": int(counted.sum()),
+        "gaps": len(gap_durs),
         "idle_ns": round(total),
         "span_ns": span,
         "idle_fraction": round(frac, 3),
@@ -98,13 +121,13 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         "longest_gap_ns": longest_ns,
         "longest_gap_before_step": longest_before,
         "gap_min_ns": int(gap_min),
-        "pauses": int(paused.sum()),
-        "pause_ns": int(dur[paused].sum()),
+        "pauses": pauses,
+        "pause_ns": pause_ns,
     }
     return [Finding(
         id=ID,
         severity=Severity.WARNING if frac >= WARNING_FRACTION else Severity.INFO,
-        steps=tuple(np.unique(before[counted]).tolist()),
+        steps=tuple(np.unique(gap_before).tolist()),
         summary=(f"GPU idle between steps {frac:.0%} of the time from the first step to the last: "
                  f"{evidence['gaps']} gaps >= {fmt_ns(gap_min)}, "
                  f"{fmt_ns(total)} in all, longest {fmt_ns(longest_ns)} before step {longest_before}"),
