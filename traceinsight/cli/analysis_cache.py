@@ -21,6 +21,12 @@ cache obeys `--no-cache` / $TRACEINSIGHT_CACHE like the ingest cache; $TRACEINSI
 cache alone (benchmarks that time the analysis with the ingest cache filled). Entries are written to a temporary
 file and renamed into place; a damaged one is deleted and the traces analyzed again; least-recently-used entries go
 beyond $TRACEINSIGHT_CACHE_MAX_BYTES (with the ingest cache's own, each folder on its own).
+
+`traceinsight sql PATHS QUERY` shares the entries of `analyze PATHS` (same key, default options): a query that
+reads only the analysis tables (`safe_sql.tables_read`) is answered from a kept entry, which holds no trace table
+(kernels, launches, ...); any other query, or one the parse tree cannot vouch for, runs on the analyzed traces as
+before, and that analysis is kept as `analyze`'s is (a marker first). The dashboard reads a kept entry too
+(dashboards/app.py).
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ OFF_ENV = "TRACEINSIGHT_ANALYSIS_CACHE"
 RULES_ENV = "TRACEINSIGHT_RULES"
 # The marker of inputs analyzed once, beside where their entry would be.
 SEEN_SUFFIX = ".seen"
+# How safe_sql.readonly_query says the database could not be copied or opened.
+SNAPSHOT_ERROR = "SQL error: cannot prepare the read-only snapshot"
 # Files of the package whose change may change an analysis.
 CODE_SUFFIXES = (".py", ".sql", ".toml")
 
@@ -117,6 +125,34 @@ def lookup(entry: Path) -> Saved | None:
         with contextlib.suppress(OSError):
             entry.with_suffix(SEEN_SUFFIX).touch()  # these inputs were analyzed before: keep the new analysis
         return None
+
+
+def answer(entry: Path, query: str) -> tuple[list[str], list[tuple[Any, ...]]] | None:
+    """`traceinsight sql`'s answer to `query` from the kept analysis at `entry` (its file copied into the sandbox
+    of `safe_sql.readonly_query`); None when there is none, when the query may read a table it does not hold (it
+    holds the analysis tables only: then the traces are analyzed), or when it cannot be read (then it is deleted).
+    The user's own SQL errors are raised as the analyzed traces would raise them."""
+    from traceinsight.errors import QueryError
+    from traceinsight.ingest.safe_sql import CATALOG_ERROR, readonly_query, tables_read
+    from traceinsight.ingest.schema import analysis_table_names
+
+    read = tables_read(query)
+    if read is None or not read <= set(analysis_table_names()) or not entry.is_file():
+        return None
+    try:
+        result = readonly_query(entry, query)
+    except QueryError as exc:
+        if str(exc).startswith(CATALOG_ERROR):  # a name the parse tree hid (a CTE's scope): the traces answer
+            return None
+        if str(exc).startswith(SNAPSHOT_ERROR):  # damaged or gone: analyze again, and keep that analysis
+            ingest_cache.discard(entry)
+            with contextlib.suppress(OSError):
+                entry.with_suffix(SEEN_SUFFIX).touch()
+            return None
+        raise
+    with contextlib.suppress(OSError):
+        os.utime(entry)  # least-recently-used order for pruning
+    return result
 
 
 def store(db: TraceDB, analyses: list[Any], entry: Path) -> None:
