@@ -119,6 +119,7 @@ def test_what_may_change_the_analysis_misses(tmp_path: Path, monkeypatch: pytest
     assert key(pattern="^step") != base
     monkeypatch.setenv("TRACEINSIGHT_MEMORY_LIMIT", "2GB")  # memory and threads do not change a result
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", "1")
+    monkeypatch.setenv("TRACEINSIGHT_DASHBOARD_PATHS", str(trace))  # the dashboard looks its traces up with it set
     assert key() == base
     monkeypatch.setenv("TRACEINSIGHT_MAX_DECOMPRESSED_BYTES", "1000")  # a limit may cut the file
     assert key() != base

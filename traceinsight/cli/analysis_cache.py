@@ -45,10 +45,13 @@ if TYPE_CHECKING:
     from traceinsight.ingest.store import TraceDB
     from traceinsight.report.saved import Saved
 
-# $TRACEINSIGHT_* variables that cannot change an analysis's result (the cache's own, memory, threads).
+# $TRACEINSIGHT_* variables that cannot change an analysis's result (the cache's own, memory, threads, and those
+# `traceinsight dashboard` passes its app: the dashboard looks its traces up with them set).
 ENV_NOT_IN_KEY = frozenset({
     "TRACEINSIGHT_CACHE", "TRACEINSIGHT_CACHE_DIR", "TRACEINSIGHT_CACHE_MIN_BYTES", "TRACEINSIGHT_CACHE_MAX_BYTES",
     "TRACEINSIGHT_MEMORY_LIMIT", "TRACEINSIGHT_WORKERS", "TRACEINSIGHT_ANALYSIS_CACHE",
+    "TRACEINSIGHT_DASHBOARD_PATHS", "TRACEINSIGHT_DASHBOARD_META", "TRACEINSIGHT_DASHBOARD_FLEET",
+    "TRACEINSIGHT_MAX_UPLOAD_MB",
 })
 OFF_ENV = "TRACEINSIGHT_ANALYSIS_CACHE"
 RULES_ENV = "TRACEINSIGHT_RULES"
