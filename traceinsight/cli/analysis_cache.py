@@ -15,7 +15,7 @@ An entry is a DuckDB file holding the analysis tables (`report/tables.py`) of on
 - the environment variables that may change it ($TRACEINSIGHT_*, except those that only tune the cache, memory
   and threads), and the user's kernel rules file ($TRACEINSIGHT_RULES) as found;
 - the code: traceinsight's version and every source, query and data file of the package (path, size, modification
-  time), and DuckDB's version.
+  time: `ingest_cache.code_version("package")`), and DuckDB's version.
 Any of them changed misses. Only inputs worth the ingest cache (`cache.worth_caching`, together) are kept, and the
 cache obeys `--no-cache` / $TRACEINSIGHT_CACHE like the ingest cache; $TRACEINSIGHT_ANALYSIS_CACHE=0 turns off this
 cache alone (benchmarks that time the analysis with the ingest cache filled). Entries are written to a temporary
@@ -34,11 +34,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceinsight import __version__
 from traceinsight.ingest import cache as ingest_cache  # stdlib and DuckDB's version only (no pyarrow)
 
 if TYPE_CHECKING:
@@ -59,27 +57,9 @@ RULES_ENV = "TRACEINSIGHT_RULES"
 SEEN_SUFFIX = ".seen"
 # How safe_sql.readonly_query says the database could not be copied or opened.
 SNAPSHOT_ERROR = "SQL error: cannot prepare the read-only snapshot"
-# Files of the package whose change may change an analysis.
-CODE_SUFFIXES = (".py", ".sql", ".toml")
-
 
 def folder() -> Path:
     return ingest_cache.cache_root() / "analysis"
-
-
-@cache
-def code_key() -> str:
-    """traceinsight's version, DuckDB's, and every source, query and data file of the package (path, size,
-    modification time: a stat per file, ~140 files)."""
-    import duckdb
-
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256(f"{__version__}|{duckdb.__version__}".encode())
-    for p in sorted(root.rglob("*")):
-        if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts:
-            st = p.stat()
-            h.update(f"{p.relative_to(root)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
 
 
 def _found(path: Path) -> str:
@@ -98,7 +78,7 @@ def entry_path(traces: list[Path], meta: list[Path], ncu: list[Path], step_patte
     try:
         if sum(os.stat(t).st_size for t in traces) < ingest_cache.min_bytes():
             return None
-        parts = [code_key(), f"step_pattern={step_pattern!r}"]
+        parts = [ingest_cache.code_version("package"), f"step_pattern={step_pattern!r}"]
         parts += [f"{kind}:{_found(p)}" for kind, paths in (("trace", traces), ("meta", meta), ("ncu", ncu))
                   for p in paths]
         env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRACEINSIGHT_") and k not in ENV_NOT_IN_KEY)
