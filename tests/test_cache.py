@@ -137,8 +137,6 @@ def test_code_version_scopes() -> None:
     """The ingest cache's code version hashes the ingest package's contents only: a file touched elsewhere in the
     package (same bytes, new modification time) leaves it as it is, while the analysis cache's ("package", by
     stat) changes."""
-    import os
-
     outside = Path(cache.__file__).resolve().parents[1] / "diagnose" / "remedies.toml"
     st = outside.stat()
     before = (cache.code_version("ingest"), cache.code_version("package"))
