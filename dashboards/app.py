@@ -5,7 +5,10 @@ the split-KV threshold chart and the simulated per-SM schedule of a launch.
 Start it with `traceinsight dashboard [PATH...]` (paths reach the app in TRACEINSIGHT_DASHBOARD_PATHS); with
 `--fleet DIR` it opens on the fleet report of that dataset (fleet_view.py, TRACEINSIGHT_DASHBOARD_FLEET). It
 calls the library exactly as the CLI does (`traceinsight.pipeline.analyze`, `report.json_doc.to_json`,
-`report.sections`, `report.gantt`), and caches one analysis per distinct file content (SHA-256).
+`report.sections`, `report.gantt`), and caches one analysis per distinct file content (SHA-256). A trace given on
+the command line or bundled that `traceinsight analyze` analyzed and kept (cli/analysis_cache.py: same files, same
+sidecars, default options) opens from the kept tables, nothing analyzed, until "Analyze again" asks for what
+only the analysis object gives (every launch's schedule, why a step took its time).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Loaded:
     doc: dict[str, Any]
     analysis: Any
     gantt: Gantt | str | None = None
+    # What the page says where the analysis object is missing (a saved or a kept analysis).
+    only: str = ""
 
     def report_gantt(self) -> Gantt | str:
         from traceinsight.report.gantt import gantt_for
@@ -51,6 +56,8 @@ class Loaded:
 
 SAVED_ONLY = ("not in a saved analysis: it keeps the report's launch only (analyze the trace for every launch's "
               "schedule and the per-step explanation)")
+KEPT_ONLY = ("not in the kept analysis: it keeps the report's launch only (switch on \"Analyze again\" in the "
+             "sidebar for every launch's schedule and the per-step explanation)")
 
 
 @st.cache_resource(show_spinner=False, max_entries=6)
@@ -72,7 +79,39 @@ def saved_cached(digest: str, _folder: str, _key: str) -> Loaded:
 
     src = saved.open_saved(Path(_folder), (_key,))
     doc = saved.document(src, 0, STEPS_ALL)
-    return Loaded(doc, None, saved.gantt(src, 0, doc))
+    return Loaded(doc, None, saved.gantt(src, 0, doc), SAVED_ONLY)
+
+
+@st.cache_resource(show_spinner=False, max_entries=6)
+def kept_cached(entry: str) -> Loaded | None:
+    """A trace's document and report Gantt from the analysis `traceinsight analyze` kept at `entry` (its name is
+    the key of the inputs as found), None when it cannot be read (then it is deleted: analyze)."""
+    from traceinsight.cli import analysis_cache
+    from traceinsight.report import saved
+    from traceinsight.report.json_doc import STEPS_ALL
+
+    src = analysis_cache.lookup(Path(entry))
+    if src is None:
+        return None
+    doc = saved.document(src, 0, STEPS_ALL)
+    return Loaded(doc, None, saved.gantt(src, 0, doc), KEPT_ONLY)
+
+
+def kept_entry(src: sources.Source) -> Path | None:
+    """The kept analysis of `analyze TRACE [--meta SIDECAR ...]` (cli/analysis_cache.py) when there is one: the
+    files as the dashboard names them (absolute), or relative to the folder it started in, as typed there."""
+    from traceinsight.cli import analysis_cache
+
+    files = [src.trace, *src.meta]
+    spellings = [files]
+    relative = [Path(os.path.relpath(p)) if p.is_absolute() else p for p in files]
+    if relative != files and not any(p.parts[:1] == ("..",) for p in relative):
+        spellings.append(relative)
+    for trace, *meta in spellings:
+        entry = analysis_cache.entry_path([trace], meta, [], None, None)
+        if entry is not None and entry.is_file():
+            return entry
+    return None
 
 
 def _analyze_source(src: sources.Source) -> Loaded:
@@ -82,6 +121,15 @@ def _analyze_source(src: sources.Source) -> Loaded:
     for p in files:
         if not p.is_file():
             raise TraceInsightError(f"{p}: no such file")
+    entry = kept_entry(src)
+    if entry is not None:
+        st.sidebar.caption("analyzed before (`traceinsight analyze`): read from the analysis it kept")
+        if not st.sidebar.toggle("Analyze again (every launch's schedule, why each step took its time)",
+                                 key="analyze_kept"):
+            kept = kept_cached(str(entry))
+            if kept is not None:
+                return kept
+            kept_cached.clear()  # damaged and deleted: not remembered as missing
     return analyze_cached(sources.digest_files(files), str(src.trace), tuple(str(m) for m in src.meta))
 
 
@@ -255,7 +303,7 @@ def why(loaded: Loaded, step: int | None) -> None:
     """Why the selected step took what it took (`traceinsight explain`): its breakdown against the steps around
     it, what grew, the cause and the remedy."""
     if step is not None and loaded.analysis is None:
-        st.caption(f"Why step {step} took what it took: {SAVED_ONLY}.")
+        st.caption(f"Why step {step} took what it took: {loaded.only}.")
         return
     if step is None or loaded.analysis is None or not loaded.analysis.findings and not loaded.analysis.checks:
         return
@@ -351,7 +399,7 @@ def schedule(loaded: Loaded, step: int | None) -> None:
     if target is None:
         g = loaded.report_gantt()
     else:
-        g = f"Launch {target[1]} of step {target[0]}: {SAVED_ONLY}." if loaded.analysis is None else \
+        g = f"Launch {target[1]} of step {target[0]}: {loaded.only}." if loaded.analysis is None else \
             gantt_for_launch(loaded.analysis, *target)
     if not isinstance(g, Gantt):
         st.info(g)

@@ -5,6 +5,7 @@ entry is analyzed again; --no-cache and small traces keep nothing."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -118,6 +119,7 @@ def test_what_may_change_the_analysis_misses(tmp_path: Path, monkeypatch: pytest
     assert key(pattern="^step") != base
     monkeypatch.setenv("TRACEINSIGHT_MEMORY_LIMIT", "2GB")  # memory and threads do not change a result
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", "1")
+    monkeypatch.setenv("TRACEINSIGHT_DASHBOARD_PATHS", str(trace))  # the dashboard looks its traces up with it set
     assert key() == base
     monkeypatch.setenv("TRACEINSIGHT_MAX_DECOMPRESSED_BYTES", "1000")  # a limit may cut the file
     assert key() != base
@@ -167,3 +169,82 @@ def test_no_cache_and_small_traces_keep_nothing(cache_dir: Path, monkeypatch: py
     for _ in range(2):
         run(SMALL, "--format", "perfetto", "--out", str(cache_dir.parent / "t.json"))  # it needs the trace itself
     assert len(kept(cache_dir)) == 1
+
+
+# `traceinsight sql` on the analysis tables: answered from the kept analysis (the first six), or by analyzing the
+# traces when the query reads a trace table or its tables cannot be told (the rest). Row order is pinned by ORDER BY.
+KEPT_QUERIES = (
+    "select count(*) n, sum(wall_ns) wall, min(step), max(step) from steps",
+    "select trace_id, finding, rule_id, severity, steps, saving_ns, evidence_json from findings order by all",
+    "select trace_id, path, format, warnings, summary_json from analyses order by trace_id",
+    "with s as (select * from steps where wall_ns > 0) select s.trace_id, s.step, l.launch, l.kernel, m.predicted_ns "
+    "from s join attention_launches l using (trace_id, step) left join launch_models m using (trace_id, kernel_id) "
+    "order by all limit 40",
+    "select rule_id, status, count(*) from rule_checks group by all order by all",
+    "with kernels as (select 1 x) select count(*) from steps, (select count(*) from kernels)",  # the CTE's name
+)
+TRACE_QUERIES = (
+    "select a.trace_id, count(*), sum(k.dur_ns) from kernels k join attention_launches a using (trace_id, kernel_id) "
+    "group by all order by all",
+    # `kernels` in the first subquery is the trace table, in the second the CTE: the kept tables' catalog error
+    "select (select count(*) from kernels), (with kernels as (select 1 x) select count(*) from kernels), count(*) "
+    "from steps",
+    "describe findings",
+    "select table_name from information_schema.tables where table_name in ('steps', 'kernels') order by all",
+)
+
+
+def sql(*args: str | Path) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, ["sql", *map(str, args), "--format", "csv"])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("inputs", [pytest.param((SMALL, SWEEP), id="two-traces"),
+                                    pytest.param((SMALL, SWEEP_META), id="trace-and-sidecar")])
+def test_sql_answers_from_the_kept_analysis(inputs: tuple[Path, ...], cache_dir: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sql PATHS QUERY` answers as the analyzed traces do whether `analyze PATHS` kept its analysis or not; a
+    query reading only the analysis tables does not analyze when it did, one reading a trace table does."""
+    cli = importlib.import_module("traceinsight.cli.main")  # the module (the package's `main` is the command)
+
+    monkeypatch.setenv("TRACEINSIGHT_ANALYSIS_CACHE", "0")
+    analyzed = {q: sql(*inputs, q) for q in KEPT_QUERIES + TRACE_QUERIES + ("select nope from steps",)}
+    assert all(code == 0 and out for code, out, _ in list(analyzed.values())[:-1])
+    assert analyzed["select nope from steps"][0] == 2  # the user's SQL error, one line
+    assert kept(cache_dir) == []
+    monkeypatch.delenv("TRACEINSIGHT_ANALYSIS_CACHE")
+    run(*inputs)
+    run(*inputs)  # analyzed again: kept
+    assert len(kept(cache_dir)) == 1
+    calls: list[str] = []
+    real = cli._sql_analyzed
+    monkeypatch.setattr(cli, "_sql_analyzed", lambda traces, query, entry: calls.append(query) or real(
+        traces, query, entry))
+    for q, expected in analyzed.items():
+        assert sql(*inputs, q) == expected, q
+    assert calls == list(TRACE_QUERIES)  # the kept analysis answered the rest, the SQL error included
+
+
+def test_sql_keeps_its_analysis_for_analyze(cache_dir: Path) -> None:
+    """Two `sql` runs on the analysis tables keep the analysis `analyze PATHS` then renders (the same bytes)."""
+    query = "select count(*) from findings"
+    first = sql(SMALL, query)
+    assert kept(cache_dir) == []
+    assert sql(SMALL, query) == first
+    assert len(kept(cache_dir)) == 1
+    assert run(SMALL, "--format", "json") == run(SMALL, "--format", "json", "--no-cache")
+
+
+def test_tables_read() -> None:
+    from traceinsight.ingest.safe_sql import tables_read
+
+    assert tables_read("select * from Steps join main.findings using (trace_id)") == {"steps", "findings"}
+    assert tables_read("with x as (select * from steps) select (select count(*) from kernels) from x "
+                       "union all select 1 from rule_checks order by 1") == {"steps", "kernels", "rule_checks"}
+    assert tables_read("select * from (values (1)) v(x)") == frozenset()
+    for unknown in ("describe steps", "show tables", "summarize steps", "explain select * from steps",
+                    "pragma show_tables", "select * from duckdb_tables()", "select * from steps, unnest([1])",
+                    "select * from information_schema.tables", "select * from other.main.steps", "not sql"):
+        assert tables_read(unknown) is None, unknown

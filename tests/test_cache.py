@@ -131,3 +131,24 @@ def test_prune_keeps_the_most_recently_used(cache_dir: Path, h200: Path, tmp_pat
     os.utime(ea, ns=(st.st_atime_ns, st.st_mtime_ns - 10**10))  # a used longest ago
     removed = cache.prune(limit=eb.stat().st_size)
     assert removed == [ea] and entries(cache_dir) == [eb]
+
+
+def test_code_version_scopes() -> None:
+    """The ingest cache's code version hashes the ingest package's contents only: a file touched elsewhere in the
+    package (same bytes, new modification time) leaves it as it is, while the analysis cache's ("package", by
+    stat) changes."""
+    outside = Path(cache.__file__).resolve().parents[1] / "diagnose" / "remedies.toml"
+    st = outside.stat()
+    before = (cache.code_version("ingest"), cache.code_version("package"))
+    assert cache.code_version() == before[0] and len(before[1]) == 16
+    try:
+        os.utime(outside, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        cache.code_version.cache_clear()
+        assert cache.code_version("ingest") == before[0]
+        assert cache.code_version("package") != before[1]
+    finally:
+        os.utime(outside, ns=(st.st_atime_ns, st.st_mtime_ns))
+        cache.code_version.cache_clear()
+    assert (cache.code_version("ingest"), cache.code_version("package")) == before
+    with pytest.raises(ValueError, match="code scope"):
+        cache.code_version("everything")  # type: ignore[arg-type]

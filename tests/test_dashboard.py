@@ -161,3 +161,47 @@ def test_a_saved_analysis_opens_from_its_tables(tmp_path: Path, monkeypatch: pyt
     at.selectbox(key="schedule_launch").set_value(labels[1]).run()
     assert not at.exception
     assert any("not in a saved analysis" in i.value for i in at.info)
+
+
+def test_a_kept_analysis_opens_without_analyzing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace `traceinsight analyze` kept (analyzed twice, here as typed in its folder: a relative path) opens
+    from the kept tables: the same findings and steps as its analysis, nothing analyzed; "Analyze again" gives
+    what needs the analysis object (the per-step explanation)."""
+    from click.testing import CliRunner
+
+    from traceinsight.cli.main import main
+
+    examples = APP.parents[1] / "examples" / "h200"
+    trace = tmp_path / "t.pt.trace.json.gz"
+    trace.write_bytes((examples / "flashinfer_decode_sweep.pt.trace.json.gz").read_bytes())
+    (tmp_path / "t.meta.json.gz").write_bytes((examples / "flashinfer_decode_sweep.meta.json.gz").read_bytes())
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", "0")  # the example is small: keep it anyway
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):  # analyzed; analyzed and kept
+        r = CliRunner().invoke(main, ["analyze", trace.name, "--meta", "t.meta.json.gz", "--format", "json"])
+        assert r.exit_code == 0, r.output
+    assert len(list((tmp_path / "cache" / "analysis").glob("*.duckdb"))) == 1
+    monkeypatch.setenv("TRACEINSIGHT_DASHBOARD_PATHS", str(trace))  # as `traceinsight dashboard` passes it
+
+    import traceinsight.pipeline
+
+    def no_analysis(*args: object, **kwargs: object) -> None:
+        raise AssertionError("analyzed")
+
+    with monkeypatch.context() as m:
+        m.setattr(traceinsight.pipeline, "analyze", no_analysis)
+        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT_S)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+    text = _texts(at)
+    assert "read from the analysis it kept" in text and "not in the kept analysis" in text
+    assert at.metric[0].value == "390"
+    assert any("split-kv-off" in e.value for e in at.error)
+    kept_steps = _table(at, "split evidence")
+    assert not [h.value for h in at.subheader if h.value.startswith("Why step")]
+    at.toggle(key="analyze_kept").set_value(True).run()  # the analysis itself: the same page, and why
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.metric[0].value == "390"
+    assert _table(at, "split evidence").equals(kept_steps)
+    assert [h.value for h in at.subheader if h.value.startswith("Why step")]

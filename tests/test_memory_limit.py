@@ -98,3 +98,40 @@ def test_a_limit_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
         assert db.budget_bytes is None
         db.fit_memory()
         assert _limit_bytes(db) == pytest.approx(700e6, rel=0.01)
+
+
+def test_pool_workers_share_the_default_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fleet pool's worker (`fleet.runners._init_worker`, no limit from the user) gets its share of DuckDB's
+    default budget, fitted to what it holds as a lone analysis's is; a limit the user set stays one per worker."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from traceinsight.fleet import runners
+    from traceinsight.ingest.store import MEMORY_SHARE_ENV, MIN_FITTED_LIMIT_BYTES, resident_bytes
+
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "")  # both restored as they were, whatever _init_worker sets below
+    monkeypatch.delenv(MEMORY_LIMIT_ENV)
+    monkeypatch.setenv(MEMORY_SHARE_ENV, "1")
+    with TraceDB() as db:
+        whole = db.budget_bytes
+    assert whole is not None
+    monkeypatch.delenv(MEMORY_SHARE_ENV)
+    runners._init_worker(None, 4)
+    assert os.environ[MEMORY_SHARE_ENV] == "4" and MEMORY_LIMIT_ENV not in os.environ
+    with TraceDB() as db:
+        assert db.budget_bytes == max(MIN_FITTED_LIMIT_BYTES, whole // 4)
+        assert _limit_bytes(db) == pytest.approx(db.budget_bytes, rel=0.03)  # in force before the first fit
+        db.fit_memory()
+        rss = resident_bytes()
+        assert rss is not None and db.budget_bytes - rss - 2**30 // 10 <= _limit_bytes(db) < db.budget_bytes
+    monkeypatch.setenv(MEMORY_SHARE_ENV, "many")  # not a number: no share
+    with TraceDB() as db:
+        assert db.budget_bytes == whole
+    runners._init_worker("700MB", 4)  # the user's limit: as it is in every worker
+    with TraceDB() as db:
+        assert db.budget_bytes is None and _limit_bytes(db) == pytest.approx(700e6, rel=0.01)
+    monkeypatch.delenv(MEMORY_LIMIT_ENV)
+    ctx = multiprocessing.get_context("forkserver")  # as runners._pool starts its workers
+    with ProcessPoolExecutor(2, mp_context=ctx, initializer=runners._init_worker, initargs=(None, 2)) as pool:
+        assert pool.submit(os.getenv, MEMORY_SHARE_ENV).result() == "2"

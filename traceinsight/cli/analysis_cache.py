@@ -15,12 +15,18 @@ An entry is a DuckDB file holding the analysis tables (`report/tables.py`) of on
 - the environment variables that may change it ($TRACEINSIGHT_*, except those that only tune the cache, memory
   and threads), and the user's kernel rules file ($TRACEINSIGHT_RULES) as found;
 - the code: traceinsight's version and every source, query and data file of the package (path, size, modification
-  time), and DuckDB's version.
+  time: `ingest_cache.code_version("package")`), and DuckDB's version.
 Any of them changed misses. Only inputs worth the ingest cache (`cache.worth_caching`, together) are kept, and the
 cache obeys `--no-cache` / $TRACEINSIGHT_CACHE like the ingest cache; $TRACEINSIGHT_ANALYSIS_CACHE=0 turns off this
 cache alone (benchmarks that time the analysis with the ingest cache filled). Entries are written to a temporary
 file and renamed into place; a damaged one is deleted and the traces analyzed again; least-recently-used entries go
 beyond $TRACEINSIGHT_CACHE_MAX_BYTES (with the ingest cache's own, each folder on its own).
+
+`traceinsight sql PATHS QUERY` shares the entries of `analyze PATHS` (same key, default options): a query that
+reads only the analysis tables (`safe_sql.tables_read`) is answered from a kept entry, which holds no trace table
+(kernels, launches, ...); any other query, or one the parse tree cannot vouch for, runs on the analyzed traces as
+before, and that analysis is kept as `analyze`'s is (a marker first). The dashboard reads a kept entry too
+(dashboards/app.py).
 """
 
 from __future__ import annotations
@@ -28,47 +34,32 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceinsight import __version__
 from traceinsight.ingest import cache as ingest_cache  # stdlib and DuckDB's version only (no pyarrow)
 
 if TYPE_CHECKING:
     from traceinsight.ingest.store import TraceDB
     from traceinsight.report.saved import Saved
 
-# $TRACEINSIGHT_* variables that cannot change an analysis's result (the cache's own, memory, threads).
+# $TRACEINSIGHT_* variables that cannot change an analysis's result (the cache's own, memory, threads, and those
+# `traceinsight dashboard` passes its app: the dashboard looks its traces up with them set).
 ENV_NOT_IN_KEY = frozenset({
     "TRACEINSIGHT_CACHE", "TRACEINSIGHT_CACHE_DIR", "TRACEINSIGHT_CACHE_MIN_BYTES", "TRACEINSIGHT_CACHE_MAX_BYTES",
-    "TRACEINSIGHT_MEMORY_LIMIT", "TRACEINSIGHT_WORKERS", "TRACEINSIGHT_ANALYSIS_CACHE",
+    "TRACEINSIGHT_MEMORY_LIMIT", "TRACEINSIGHT_MEMORY_SHARE", "TRACEINSIGHT_WORKERS", "TRACEINSIGHT_ANALYSIS_CACHE",
+    "TRACEINSIGHT_DASHBOARD_PATHS", "TRACEINSIGHT_DASHBOARD_META", "TRACEINSIGHT_DASHBOARD_FLEET",
+    "TRACEINSIGHT_MAX_UPLOAD_MB",
 })
 OFF_ENV = "TRACEINSIGHT_ANALYSIS_CACHE"
 RULES_ENV = "TRACEINSIGHT_RULES"
 # The marker of inputs analyzed once, beside where their entry would be.
 SEEN_SUFFIX = ".seen"
-# Files of the package whose change may change an analysis.
-CODE_SUFFIXES = (".py", ".sql", ".toml")
-
+# How safe_sql.readonly_query says the database could not be copied or opened.
+SNAPSHOT_ERROR = "SQL error: cannot prepare the read-only snapshot"
 
 def folder() -> Path:
     return ingest_cache.cache_root() / "analysis"
-
-
-@cache
-def code_key() -> str:
-    """traceinsight's version, DuckDB's, and every source, query and data file of the package (path, size,
-    modification time: a stat per file, ~140 files)."""
-    import duckdb
-
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256(f"{__version__}|{duckdb.__version__}".encode())
-    for p in sorted(root.rglob("*")):
-        if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts:
-            st = p.stat()
-            h.update(f"{p.relative_to(root)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
 
 
 def _found(path: Path) -> str:
@@ -87,7 +78,7 @@ def entry_path(traces: list[Path], meta: list[Path], ncu: list[Path], step_patte
     try:
         if sum(os.stat(t).st_size for t in traces) < ingest_cache.min_bytes():
             return None
-        parts = [code_key(), f"step_pattern={step_pattern!r}"]
+        parts = [ingest_cache.code_version("package"), f"step_pattern={step_pattern!r}"]
         parts += [f"{kind}:{_found(p)}" for kind, paths in (("trace", traces), ("meta", meta), ("ncu", ncu))
                   for p in paths]
         env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRACEINSIGHT_") and k not in ENV_NOT_IN_KEY)
@@ -117,6 +108,34 @@ def lookup(entry: Path) -> Saved | None:
         with contextlib.suppress(OSError):
             entry.with_suffix(SEEN_SUFFIX).touch()  # these inputs were analyzed before: keep the new analysis
         return None
+
+
+def answer(entry: Path, query: str) -> tuple[list[str], list[tuple[Any, ...]]] | None:
+    """`traceinsight sql`'s answer to `query` from the kept analysis at `entry` (its file copied into the sandbox
+    of `safe_sql.readonly_query`); None when there is none, when the query may read a table it does not hold (it
+    holds the analysis tables only: then the traces are analyzed), or when it cannot be read (then it is deleted).
+    The user's own SQL errors are raised as the analyzed traces would raise them."""
+    from traceinsight.errors import QueryError
+    from traceinsight.ingest.safe_sql import CATALOG_ERROR, readonly_query, tables_read
+    from traceinsight.ingest.schema import analysis_table_names
+
+    read = tables_read(query)
+    if read is None or not read <= set(analysis_table_names()) or not entry.is_file():
+        return None
+    try:
+        result = readonly_query(entry, query)
+    except QueryError as exc:
+        if str(exc).startswith(CATALOG_ERROR):  # a name the parse tree hid (a CTE's scope): the traces answer
+            return None
+        if str(exc).startswith(SNAPSHOT_ERROR):  # damaged or gone: analyze again, and keep that analysis
+            ingest_cache.discard(entry)
+            with contextlib.suppress(OSError):
+                entry.with_suffix(SEEN_SUFFIX).touch()
+            return None
+        raise
+    with contextlib.suppress(OSError):
+        os.utime(entry)  # least-recently-used order for pruning
+    return result
 
 
 def store(db: TraceDB, analyses: list[Any], entry: Path) -> None:

@@ -336,23 +336,26 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
     """Run QUERY on the normalized tables of the traces (see docs/SCHEMA.md): traces, devices, kernels,
     kernel_labels, launches, ranges, memops, ncu_kernels, ncu_metrics, batches; and on the analysis when the
     query names its tables: steps, step_breakdown, attention_launches, launch_models, findings, rule_checks
-    (the traces are then analyzed first; sidecars and ncu CSVs given among PATHS attach to the first trace)."""
-    from traceinsight.ingest import load
+    (the traces are then analyzed first; sidecars and ncu CSVs given among PATHS attach to the first trace). A
+    query that reads only those tables is answered from the analysis `analyze PATHS` kept, when it kept one."""
     from traceinsight.ingest.paths import expand_paths
-    from traceinsight.model.kernel_table import ensure_labels
-    from traceinsight.report.tables import mentions_analysis, write_tables
+    from traceinsight.ingest.schema import mentions_analysis
 
+    traces = expand_paths(paths)
     if mentions_analysis(query):
-        from traceinsight.pipeline import analyze as run_analysis
+        from traceinsight.cli import analysis_cache
 
-        db, analyses = run_analysis(expand_paths(paths))
-        write_tables(db, analyses)
+        kept = analysis_cache.entry_path(traces, [], [], None, None)  # `analyze PATHS`'s entry
+        answer = analysis_cache.answer(kept, query) if kept is not None else None
+        names, rows = answer if answer is not None else _sql_analyzed(traces, query, kept)
     else:
-        db, _ = load(expand_paths(paths))
-    ensure_labels(db)
-    from traceinsight.ingest.safe_sql import readonly_query
+        from traceinsight.ingest import load
+        from traceinsight.ingest.safe_sql import readonly_query
+        from traceinsight.model.kernel_table import ensure_labels
 
-    names, rows = readonly_query(db, query)
+        db, _ = load(traces)
+        ensure_labels(db)
+        names, rows = readonly_query(db, query)
     if fmt == "json":
         sys.stdout.buffer.write(orjson.dumps([dict(zip(names, r, strict=True)) for r in rows],
                                              option=orjson.OPT_INDENT_2, default=str) + b"\n")
@@ -371,6 +374,24 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
         from traceinsight.report.text import make_console
 
         make_console().print(t)
+
+
+def _sql_analyzed(traces: list[Path], query: str, kept: Path | None) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """`sql`'s answer from the traces analyzed now (with their analysis tables), that analysis kept as `analyze`
+    keeps its own (at `kept`: a marker the first time)."""
+    from traceinsight.cli import analysis_cache
+    from traceinsight.ingest.safe_sql import readonly_query
+    from traceinsight.model.kernel_table import ensure_labels
+    from traceinsight.pipeline import analyze as run_analysis
+    from traceinsight.report.tables import write_tables
+
+    db, analyses = run_analysis(traces)
+    write_tables(db, analyses)
+    ensure_labels(db)
+    answer = readonly_query(db, query)
+    if kept is not None:
+        analysis_cache.store(db, analyses, kept)
+    return answer
 
 
 def _register_commands() -> None:

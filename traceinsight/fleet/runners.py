@@ -32,7 +32,7 @@ class RunnerSpec:
 
     workers: int = 1
     ray: str | None = None
-    memory_limit: str | None = None  # DuckDB's limit in each worker (default: the machine's RAM shared out)
+    memory_limit: str | None = None  # DuckDB's limit in each worker (default: its share of the default, fitted)
 
     def describe(self) -> str:
         if self.ray:
@@ -66,15 +66,6 @@ def _serial(tasks: Iterable[Task]) -> Iterator[Outcome]:
     return (run_task(t) for t in tasks)
 
 
-def worker_memory_limit(workers: int) -> str:
-    """DuckDB's memory limit per worker when none is set: 80% of the machine's memory shared among them."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return "4GB"
-    return f"{max(256, int(total * 0.8 / max(workers, 1) / 2**20))}MB"
-
-
 def user_memory_limit(spec: RunnerSpec) -> str | None:
     """DuckDB's limit the user set for each worker: --memory-limit / $TRACEINSIGHT_MEMORY_LIMIT, else None."""
     from traceinsight.ingest.store import MEMORY_LIMIT_ENV
@@ -82,21 +73,27 @@ def user_memory_limit(spec: RunnerSpec) -> str | None:
     return spec.memory_limit or os.environ.get(MEMORY_LIMIT_ENV)
 
 
-def _init_worker(memory_limit: str | None) -> None:
-    from traceinsight.ingest.store import MEMORY_LIMIT_ENV
+def _init_worker(memory_limit: str | None, workers: int) -> None:
+    """A pool worker's memory: the limit the user set, else its share of DuckDB's default budget (80 % of the
+    machine's or container's memory, divided among the workers), fitted to what the worker holds as a lone
+    analysis's is (`TraceDB.fit_memory`). A fixed 80 % of the machine's RAM / workers counted neither a
+    container's limit nor the analysis's Python objects, which on a long trace hold as much as DuckDB."""
+    from traceinsight.ingest.store import MEMORY_LIMIT_ENV, MEMORY_SHARE_ENV
 
     if memory_limit:
         os.environ[MEMORY_LIMIT_ENV] = memory_limit
+    else:
+        os.environ[MEMORY_SHARE_ENV] = str(max(workers, 1))
 
 
 def _pool(tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]:
-    limit = user_memory_limit(spec) or worker_memory_limit(spec.workers)
+    limit = user_memory_limit(spec)
     # forkserver: workers start from a clean process, not a fork of one that holds DuckDB's threads.
     ctx = multiprocessing.get_context("forkserver")
     queue: deque[tuple[Task, int]] = deque((t, 1) for t in tasks)
     while queue:
         with ProcessPoolExecutor(spec.workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(limit,)) as pool:
+                                 initargs=(limit, spec.workers)) as pool:
             running: dict[Future[Outcome], tuple[Task, int]] = {}
             broken = False
             while (queue or running) and not broken:

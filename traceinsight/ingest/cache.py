@@ -4,10 +4,10 @@ reading it.
 Each entry is a DuckDB file holding the normalized tables of one trace (trace_id 0), in the cache folder
 (`$TRACEINSIGHT_CACHE_DIR`, else `$XDG_CACHE_HOME/traceinsight`, else `~/.cache/traceinsight`) under `db/`,
 never beside the user's files. An entry is named by a key of the input's real path, size, modification time
-(ns) and inode, and of the reader code (a hash of the ingest package's sources and schema), the traceinsight
-and DuckDB versions: a changed file, or a changed reader, misses. The file's content is not hashed (reading a
-4 GB trace to hash it costs a good part of ingesting it); `load(..., cache=False)` or `TRACEINSIGHT_CACHE=0`
-bypasses the cache.
+(ns) and inode, and of the reader code (`code_version("ingest")`: a hash of the ingest package's sources and
+schema, the traceinsight and DuckDB versions): a changed file, or a changed reader, misses. The file's content is
+not hashed (reading a 4 GB trace to hash it costs a good part of ingesting it); `load(..., cache=False)` or
+`TRACEINSIGHT_CACHE=0` bypasses the cache.
 
 Entries are written to a temporary file in the same folder and renamed into place (atomic); a damaged entry is
 deleted and the trace read again. Files smaller than `CACHE_MIN_BYTES` are not cached (reading them is about
@@ -22,8 +22,8 @@ import os
 import re
 import uuid
 from functools import cache
-from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 from traceinsight import __version__
 
@@ -69,18 +69,39 @@ def max_bytes() -> int:
     return int(os.environ.get("TRACEINSIGHT_CACHE_MAX_BYTES", CACHE_MAX_BYTES))
 
 
+# Files whose change may change what a cache holds: sources, queries and data (rules, remedies).
+CODE_SUFFIXES = (".py", ".sql", ".toml")
+CodeScope = Literal["ingest", "package"]
+
+
 @cache
-def code_version() -> str:
-    """Hash of what decides a cached database's content: the ingest package's sources and schema, the
-    traceinsight and DuckDB versions."""
+def code_version(scope: CodeScope = "ingest") -> str:
+    """Hash of the code that decides a cache's content, with the traceinsight and DuckDB versions (CODE_SUFFIXES
+    files only; once per process):
+    - "ingest", the normalized databases of this cache: the ingest package's own files (readers, schema), by
+      content (~20 files, ~1.5 ms). A change elsewhere in traceinsight leaves these entries valid, and so does a
+      reinstall or checkout that rewrites unchanged files: re-reading a multi-GB trace is the dearest miss there is.
+    - "package", the analysis cache (cli/analysis_cache.py; its key holds this cache's `key` of each input, so
+      the ingest content too): every file of the traceinsight package, by path, size and modification time (a
+      stat each, ~150 files, ~3 ms; reading them all would be the dearer part of a kept analysis's start). A
+      touched but unchanged file costs one analysis."""
     import duckdb
 
+    ingest = Path(__file__).resolve().parent
     h = hashlib.sha256(f"{__version__}|{duckdb.__version__}".encode())
-    pkg = resources.files("traceinsight.ingest")
-    for entry in sorted(pkg.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith((".py", ".sql")):
-            h.update(entry.name.encode())
-            h.update(entry.read_bytes())
+    if scope == "ingest":
+        for p in sorted(ingest.iterdir(), key=lambda e: e.name):
+            if p.suffix in CODE_SUFFIXES:
+                h.update(p.name.encode())
+                h.update(p.read_bytes())
+    elif scope == "package":
+        root = ingest.parent
+        for p in sorted(root.rglob("*")):
+            if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts:
+                st = p.stat()
+                h.update(f"{p.relative_to(root)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    else:
+        raise ValueError(f"code scope {scope!r}: expected 'ingest' or 'package'")
     return h.hexdigest()[:16]
 
 

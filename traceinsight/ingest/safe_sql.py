@@ -11,11 +11,16 @@ Three fences, each enough on its own for writes:
    download), extension autoloading off, and `lock_configuration = true` (no SET can undo any of it).
 
 A query still running after `timeout_s` is interrupted. The snapshot is deleted when the query returns.
-Cost: one copy of the database per call (DuckDB's COPY FROM DATABASE), a small fraction of the ingest time.
+Cost: one copy of the database per call (DuckDB's COPY FROM DATABASE, or a file copy of a database file such as a
+kept analysis's), a small fraction of the ingest time.
+
+`tables_read` tells which tables a query reads (from DuckDB's parse tree), when that can be told: `traceinsight sql`
+answers a query that reads only the analysis tables from a kept analysis (cli/analysis_cache.py).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import threading
@@ -39,6 +44,8 @@ READONLY_CONFIG: dict[str, Any] = {
     "lock_configuration": True,
 }
 DEFAULT_TIMEOUT_S = 300.0
+# How a QueryError for a table (or another catalog entry) the database does not hold starts.
+CATALOG_ERROR = "SQL error: Catalog Error"
 
 
 def check_statements(query: str) -> None:
@@ -70,9 +77,10 @@ def snapshot(db: TraceDB, dest: Path) -> None:
 
 
 def readonly_query(
-    db: TraceDB, query: str, timeout_s: float | None = DEFAULT_TIMEOUT_S
+    db: TraceDB | Path, query: str, timeout_s: float | None = DEFAULT_TIMEOUT_S
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run a user's SQL on a read-only, sandboxed snapshot of `db`; return column names and rows.
+    """Run a user's SQL on a read-only, sandboxed snapshot of `db` (a TraceDB, or a DuckDB database file, copied
+    as it is); return column names and rows.
 
     Errors (refused statements, SQL errors, a timeout) become one-line QueryErrors starting with 'SQL error:'."""
     check_statements(query)
@@ -80,9 +88,12 @@ def readonly_query(
     try:
         path = folder / "snapshot.duckdb"
         try:
-            snapshot(db, path)
+            if isinstance(db, Path):
+                shutil.copyfile(db, path)
+            else:
+                snapshot(db, path)
             con = duckdb.connect(str(path), read_only=True, config=dict(READONLY_CONFIG))
-        except duckdb.Error as exc:
+        except (duckdb.Error, OSError) as exc:
             raise QueryError(f"SQL error: cannot prepare the read-only snapshot ({_first_line(exc)})") from None
         timer = threading.Timer(timeout_s, con.interrupt) if timeout_s else None
         try:
@@ -103,6 +114,50 @@ def readonly_query(
             con.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# Nodes of DuckDB's parse tree (json_serialize_sql) that read no table: query nodes (*_NODE), result modifiers
+# (*_MODIFIER), orders, and the table references that only combine others or read literals.
+_NO_TABLE = frozenset({"ORDER_DEFAULT", "ASCENDING", "DESCENDING", "JOIN", "SUBQUERY", "EMPTY", "EXPRESSION_LIST",
+                       "PIVOT"})
+
+
+def tables_read(query: str) -> frozenset[str] | None:
+    """The tables `query` reads (lower case; names of its own CTEs left out), or None when that cannot be told
+    for sure: a statement other than SELECT (EXPLAIN, PRAGMA), DESCRIBE / SHOW / SUMMARIZE, a table function
+    (`duckdb_tables()`, `unnest`, ...), a table named with its schema or catalog other than `main`, or any node
+    of the parse tree not known to read no table."""
+    try:
+        with duckdb.connect() as con:
+            row = con.execute("SELECT json_serialize_sql(?)", [query]).fetchone()
+        tree = json.loads(row[0]) if row else None
+    except (duckdb.Error, ValueError):
+        return None
+    if not isinstance(tree, dict) or tree.get("error") is not False:
+        return None
+    read: set[str] = set()
+    ctes: set[str] = set()
+    todo: list[Any] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        kind = node.get("type")
+        if isinstance(kind, str) and "class" not in node:  # a query node, modifier, order or table reference
+            if kind == "BASE_TABLE":
+                if node.get("catalog_name") or node.get("schema_name") not in ("", "main", None):
+                    return None
+                read.add(str(node.get("table_name", "")).lower())
+            elif not (kind in _NO_TABLE or kind.endswith(("_NODE", "_MODIFIER"))):
+                return None
+        cte_map = node.get("cte_map")
+        if isinstance(cte_map, dict):
+            ctes.update(str(e.get("key", "")).lower() for e in cte_map.get("map") or [] if isinstance(e, dict))
+        todo.extend(node.values())
+    return frozenset(read - ctes)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -31,3 +31,9 @@ def analysis_table_names() -> tuple[str, ...]:
 def analysis_schema_sql() -> str:
     """The statements of schema.sql that create the analysis tables (from its ANALYSIS_MARKER line on)."""
     return ANALYSIS_MARKER + schema_sql().split(ANALYSIS_MARKER)[1]
+
+
+def mentions_analysis(query: str) -> bool:
+    """Whether a user's SQL names one of the analysis tables (then the traces must be analyzed first, or their
+    analysis kept)."""
+    return re.search(r"\b(" + "|".join(analysis_table_names()) + r")\b", query, re.IGNORECASE) is not None

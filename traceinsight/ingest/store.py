@@ -57,6 +57,9 @@ def memory_limit() -> str | None:
 # container's: DuckDB reads the cgroup limit) less what the rest of the process holds, re-fitted between stages
 # (TraceDB.fit_memory); never less than this (bytes): below it, spill files instead of an error.
 MIN_FITTED_LIMIT_BYTES = 256 * 2**20
+# Set in each worker of a local fleet pool (fleet/runners.py) to the number of workers: they share that default
+# budget, each its part of it less what it holds itself.
+MEMORY_SHARE_ENV = "TRACEINSIGHT_MEMORY_SHARE"
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
@@ -67,6 +70,14 @@ def parse_size(text: str) -> int | None:
     if not m:
         return None
     return int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
+
+
+def memory_share() -> int:
+    """How many processes share DuckDB's default budget ($TRACEINSIGHT_MEMORY_SHARE, at least 1)."""
+    try:
+        return max(1, int(os.environ.get(MEMORY_SHARE_ENV, "1")))
+    except ValueError:
+        return 1
 
 
 def resident_bytes() -> int | None:
@@ -123,11 +134,16 @@ class TraceDB:
         limit = memory_limit()
         if limit is not None:
             self.con.execute(f"SET memory_limit = '{limit}'")
-        # DuckDB's default limit (the budget fit_memory shares with Python), None when the user set one.
+        # DuckDB's default limit (the budget fit_memory shares with Python), None when the user set one; this
+        # process's part of it when workers share it (memory_share).
         self.budget_bytes: int | None = None
         if limit is None:
             row = self.con.execute("SELECT current_setting('memory_limit')").fetchone()
             self.budget_bytes = parse_size(str(row[0])) if row else None
+            share = memory_share()
+            if self.budget_bytes is not None and share > 1:
+                self.budget_bytes = max(MIN_FITTED_LIMIT_BYTES, self.budget_bytes // share)
+                self.con.execute(f"SET memory_limit = '{self.budget_bytes // 2**20}MiB'")
         self.con.execute(f"SET temp_directory = '{quote_path(spill_dir())}'")
         # DuckDB's allocator (jemalloc on Linux) keeps what a query freed until a later allocation purges it: on
         # the 1M-kernel export the step breakdown's query left 350 MB resident while Python built the next stage's

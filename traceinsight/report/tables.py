@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.ingest.schema import analysis_table_names
+from traceinsight.ingest.schema import mentions_analysis as mentions_analysis  # `sql` asks it without pyarrow
 from traceinsight.ingest.store import TraceDB
 from traceinsight.report import json_doc
 
@@ -180,10 +181,3 @@ def write_tables(db: TraceDB, analyses: Iterable[TraceAnalysis], into: str | Non
                 continue
             rows = pa.table(cols)  # noqa: F841 (scanned by name below)
             db.con.execute(f"INSERT INTO {prefix}{name} BY NAME SELECT * FROM rows")
-
-
-def mentions_analysis(query: str) -> bool:
-    """Whether a user's SQL names one of the analysis tables (then the traces must be analyzed first)."""
-    import re
-
-    return re.search(r"\b(" + "|".join(ANALYSIS_TABLES) + r")\b", query, re.IGNORECASE) is not None
