@@ -59,7 +59,7 @@ def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | No
     kept: dict[str, list[np.ndarray]] = {"start": [], "end": [], "before": []}
     # In record batches, each filtered at once: the 10M-kernel export has 25M gaps, of which those between steps
     # are kept. Read from the Arrow buffers: pyarrow's conversions import pandas (a third of a second).
-    for batch in db.con.sql(sql("gpu_gaps"), params=params).to_arrow_reader(GAP_BATCH_ROWS):
+    for batch in db.stream(db.con.sql(sql("gpu_gaps"), params=params), GAP_BATCH_ROWS):
         if not batch.num_rows:
             continue
         g0 = _not_null_int64(batch.column(0))

@@ -224,7 +224,7 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
     families: dict[str, int] = {}  # family -> its number, in the order the families first occur in the rows
     chunks: dict[str, list[np.ndarray]] = {c: [] for c in ("dev", "start", "end", "launch", "family")}
     result = db.con.sql(sql("step_gpu_work"), params={"trace": trace_id})
-    for batch in result.to_arrow_reader(GPU_WORK_BATCH_ROWS):
+    for batch in db.stream(result, GPU_WORK_BATCH_ROWS):
         if not batch.num_rows:
             continue
         col = dict(zip(batch.schema.names, batch.columns, strict=True))

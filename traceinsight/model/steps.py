@@ -321,7 +321,7 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     launches: dict[tuple[int, int], Launch] = {}
     by_step: dict[int, list[Launch]] = defaultdict(list)
     pending: list[tuple[tuple[int, int], str, Kernel]] = []
-    for batch in result.to_arrow_reader(LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
+    for batch in db.stream(result, LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
         part = pa.Table.from_batches([batch])
         for key, role, lid, kv, evidence, k in zip(
                 *(_pylist(part.column(c), shared=c not in UNIQUE_COLUMNS)
