@@ -161,18 +161,18 @@ def test_split_many_equals_split_window_by_window(trace: str, chunk: int, monkey
             assert got == want and list(got.parts) == list(want.parts), (a0, a1)
 
 
-def test_int_array_reads_arrow_buffers_with_nulls_and_offsets() -> None:
+def test_ints_reads_arrow_buffers_with_nulls_and_offsets() -> None:
     import duckdb
 
-    from traceinsight.model.breakdown import _int_array
+    from traceinsight.ingest.arrow_numpy import ints
 
     con = duckdb.connect()
     got = []
     for batch in con.sql("SELECT CASE WHEN i % 3 = 0 THEN NULL ELSE i END AS x, i::INTEGER AS y "
                          "FROM range(10) t(i)").to_arrow_reader(4):
-        got.append((_int_array(batch.column(0), -1).tolist(), _int_array(batch.column(1), -1).dtype))
+        got.append((ints(batch.column(0), -1).tolist(), ints(batch.column(1), -1).dtype))
         sliced = batch.slice(1)  # an offset into the buffers
-        assert _int_array(sliced.column(0), -1).tolist() == got[-1][0][1:]
+        assert ints(sliced.column(0), -1).tolist() == got[-1][0][1:]
     assert [g[0] for g in got] == [[-1, 1, 2, -1], [4, 5, -1, 7], [8, -1]]
     assert {str(g[1]) for g in got} == {"int32"}
 

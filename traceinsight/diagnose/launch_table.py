@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.views import LaunchView, kernel_family, launch_views
+from traceinsight.ingest.arrow_numpy import python_values
 from traceinsight.queries import sql
 
 # The columns of `attention_launches` (one row per launch of `launch_views`, in its order) and their types (text
@@ -243,38 +244,4 @@ _BATCH_ROWS = 1 << 16
 
 def _rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
     for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
-        yield from zip(*map(_values, batch.columns), strict=True)
-
-
-def _values(column: pa.Array) -> list[Any]:
-    """One batch of a result column as Python values: numbers through numpy; text through a dictionary, so each
-    distinct text is one Python object however many rows hold it."""
-    kind = column.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        encoded = column.dictionary_encode()
-        words = np.array([*encoded.dictionary.to_pylist(), None], dtype=object)
-        indices = encoded.indices
-        at = _numpy(indices)  # what a NULL row holds is undefined: the None at the end of words
-        return list(words[np.where(_bits(indices, 0), at, len(words) - 1) if indices.null_count else at])
-    if not column.null_count and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                                  or pa.types.is_boolean(kind)):
-        values: list[Any] = _numpy(column).tolist()
-        return values
-    return list(column.to_pylist())
-
-
-def _numpy(column: pa.Array) -> np.ndarray:
-    """A number or boolean Arrow array without NULLs as numpy, from its data buffer (pyarrow's `to_numpy` imports
-    pandas when it is installed: see `traceinsight.ingest.store.arrow_table`)."""
-    if pa.types.is_boolean(column.type):
-        return _bits(column, 1)
-    n, data = len(column), column.buffers()[1]
-    width = column.type.bit_width // 8
-    code = "f" if pa.types.is_floating(column.type) else "i" if pa.types.is_signed_integer(column.type) else "u"
-    return np.frombuffer(data, np.dtype(f"{code}{width}"), n, column.offset * width)
-
-
-def _bits(column: pa.Array, buffer: int) -> np.ndarray:
-    """A bit-packed buffer of an Arrow array (0: validity, 1: a boolean's values) as numpy booleans."""
-    bits = np.unpackbits(np.frombuffer(column.buffers()[buffer], np.uint8), bitorder="little")
-    return bits[column.offset:column.offset + len(column)].astype(bool)
+        yield from zip(*map(python_values, batch.columns), strict=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from traceinsight.ingest.arrow_numpy import numbers
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.batches import (
     SidecarIndex,
@@ -62,8 +63,8 @@ def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | No
     for batch in db.stream(db.con.sql(sql("gpu_gaps"), params=params), GAP_BATCH_ROWS):
         if not batch.num_rows:
             continue
-        g0 = _not_null_int64(batch.column(0))
-        g1 = _not_null_int64(batch.column(1))
+        g0 = numbers(batch.column(0))
+        g1 = numbers(batch.column(1))
         after = np.searchsorted(starts, g1, side="left")  # first step starting at or after the gap's end
         # Not before the first step, not after the last one, and not inside a step.
         keep = (after > 0) & (after < len(starts))
@@ -75,11 +76,6 @@ def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | No
     if not kept["start"]:
         return IdleGaps.empty()
     return IdleGaps(*(np.concatenate(kept[c]) for c in ("start", "end", "before")))
-
-
-def _not_null_int64(column: Any) -> np.ndarray:
-    """An Arrow int64 array without NULLs (gpu_gaps.sql's columns) as numpy: a view of its buffer."""
-    return np.frombuffer(column.buffers()[1], np.int64, len(column), column.offset * 8)
 
 
 # ---------------------------------------------------------------------------------------------- phases

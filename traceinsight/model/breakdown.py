@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from traceinsight.ingest.arrow_numpy import ints
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.steps import ATTENTION, MERGE, PREPARE, Step
@@ -230,17 +231,17 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
         col = dict(zip(batch.schema.names, batch.columns, strict=True))
         encoded = col["family"].dictionary_encode()  # family is NOT NULL (kernel_labels; 'memory')
         words = encoded.dictionary.to_pylist()
-        index = _int_array(encoded.indices, 0)
+        index = ints(encoded.indices, 0)
         for j in np.sort(np.unique(index, return_index=True)[1]).tolist():
             families.setdefault(words[int(index[j])], len(families))
         number = np.array([families[w] for w in words], np.int32)[index]
         if special_ids is not None:
-            number[np.isin(_int_array(col["kernel_id"], -1), special_ids)] = -1  # prefill work, whatever its family
+            number[np.isin(ints(col["kernel_id"], -1), special_ids)] = -1  # prefill work, whatever its family
         chunks["family"].append(number)
         for key, name in (("dev", "device_id"), ("start", "start_ns"), ("end", "end_ns"), ("launch", "launch_ns")):
             # A copy, not a view of the batch's buffer: a view kept the whole batch (its kernel ids and family
             # strings too: 0.5 GB at 10M kernels) alive until the columns were joined.
-            chunks[key].append(np.array(_int_array(col[name], -1)))
+            chunks[key].append(np.array(ints(col[name], -1)))
     if not chunks["start"]:
         return {}
     names: list[str] = []
@@ -273,18 +274,6 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
             s_, e_, la, co = cols["start"][m], cols["end"][m], cols["launch"][m], cols["family"][m]
         out[d if d >= 0 else None] = _Work(s_, e_, la, co, np.maximum.accumulate(e_), names)
     return out
-
-
-def _int_array(column: Any, null: int) -> np.ndarray:
-    """An Arrow integer array as numpy (its buffer, no copy when it has no NULL), NULL as `null`; read from the
-    buffers because pyarrow's conversions import pandas when it is installed (a third of a second)."""
-    dtype = np.dtype(f"int{column.type.bit_width}")
-    values = np.frombuffer(column.buffers()[1], dtype, len(column), column.offset * dtype.itemsize)
-    if not column.null_count:
-        return values
-    bits = np.frombuffer(column.buffers()[0], np.uint8)
-    valid = np.unpackbits(bits, bitorder="little")[column.offset:column.offset + len(column)].astype(bool)
-    return np.where(valid, values, null)
 
 
 def _step_device(step: Step) -> Any:
