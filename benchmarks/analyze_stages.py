@@ -1,7 +1,10 @@
 """Where `analyze` spends its time on one trace: wall time, CPU time (the process, all threads) and peak RSS after
 each stage of the pipeline (ingest, labels, steps, schedule model, rules) and for the JSON document, in one process.
 
-    .venv/bin/python benchmarks/analyze_stages.py TRACE [--out FILE.json]
+    .venv/bin/python benchmarks/analyze_stages.py TRACE [--out FILE.json] [--rules]
+
+Memory per row: `peak_rss_mb`, the process's peak so far (rusage); `stage_peak_rss_mb`, the peak within that stage
+(/proc sampled every 2 ms); `rss_mb` and `duckdb_mb` after it. `--rules` adds a row per rule inside the rules stage.
 
 For the scale inputs, build them first (`benchmarks/ingest_scale.py --rows 1M --build-only`) and pass e.g.
 /tmp/traceinsight-bench/nsys_1M/flashinfer_decode_x.sqlite. The cache is off: every run reads the file.
@@ -14,6 +17,7 @@ import io
 import json
 import resource
 import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -62,6 +66,26 @@ def _python_mb() -> float:
     return tracemalloc.get_traced_memory()[0] / 2**20 if tracemalloc.is_tracing() else 0.0
 
 
+class _PeakSampler:
+    """The resident memory's peak within each stage: /proc read every 2 ms by a thread (rusage's peak is the
+    process's so far, which hides a later stage's own peak under an earlier one)."""
+
+    def __init__(self) -> None:
+        self.peak = resident_bytes() or 0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            self.peak = max(self.peak, resident_bytes() or 0)
+            time.sleep(0.002)
+
+    def restart(self) -> None:
+        self.peak = resident_bytes() or 0
+
+    def mb(self) -> int:
+        return round(self.peak / 2**20)
+
+
 def _memory() -> dict[str, float]:
     out = {"peak_rss_mb": round(_peak_mb()), "rss_mb": round(_rss_mb()), "duckdb_mb": round(_duckdb_mb())}
     if tracemalloc.is_tracing():
@@ -79,6 +103,7 @@ def _top(limit: int = 12) -> list[str]:
 def _show(r: dict[str, Any]) -> None:
     """One stage's line on stderr, as soon as it is done (a run stopped for its memory still says how far it got)."""
     print(f"{r['stage']:16} {r['wall_s']:8.2f} s  {r.get('cpu_s', 0):8.2f} cpu-s  peak RSS {r['peak_rss_mb']:6} MB"
+          f"  in the stage {r.get('stage_peak_rss_mb', 0):6} MB"
           f"  RSS now {r['rss_mb']:6} MB"
           f"  DuckDB {r['duckdb_mb']:6} MB" + (f"  Python {r['python_mb']:6} MB" if "python_mb" in r else ""),
           file=sys.stderr, flush=True)
@@ -92,19 +117,24 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--tracemalloc", action="store_true",
                     help="trace Python's allocations: what it holds after each stage and where (slower)")
+    ap.add_argument("--rules", action="store_true", help="also a row for each rule (within the rules stage)")
     args = ap.parse_args()
+    sampler = _PeakSampler()
     if args.tracemalloc:
         tracemalloc.start()
     rows: list[dict[str, Any]] = []
 
     def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(*a: Any, **k: Any) -> Any:
+            outer = sampler.peak  # a rule's row is inside the rules stage: its peak counts for the stage too
+            sampler.restart()
             t0, c0 = time.perf_counter(), time.process_time()
             out = fn(*a, **k)
             if name == "load":
                 pipeline.__dict__["_stages_db"] = out[0]
-            row = {"stage": STAGES[name], "wall_s": round(time.perf_counter() - t0, 3),
-                   "cpu_s": round(time.process_time() - c0, 3), **_memory()}
+            row = {"stage": STAGES.get(name, name), "wall_s": round(time.perf_counter() - t0, 3),
+                   "cpu_s": round(time.process_time() - c0, 3), "stage_peak_rss_mb": sampler.mb(), **_memory()}
+            sampler.peak = max(outer, sampler.peak) if name.startswith("rule ") else sampler.peak
             if args.tracemalloc and name in ("group_steps", "attach", "breakdowns", "diagnose"):
                 row["python_top"] = _top()
             rows.append(row)
@@ -116,15 +146,22 @@ def main() -> None:
 
     for name in STAGES:  # the pipeline module's own references, so every call is timed
         setattr(pipeline, name, timed(name, getattr(pipeline, name)))
+    if args.rules:
+        from traceinsight.diagnose import registry
+
+        for r in registry.RULES:
+            r.apply = timed(f"rule {r.ID}", r.apply)
     started = time.perf_counter()
     _, analyses = pipeline.analyze([args.trace], cache=False)
     for label, steps in (("JSON document (default: the steps that matter)", "selected"),
                          ("JSON document (--steps all, streamed)", "all")):
+        sampler.restart()
         t0, c0 = time.perf_counter(), time.process_time()
         sink = _Counting()
         write_documents(analyses, cast(IO[bytes], sink), steps)
         rows.append({"stage": label, "wall_s": round(time.perf_counter() - t0, 3),
-                     "cpu_s": round(time.process_time() - c0, 3), **_memory(), "bytes": sink.bytes})
+                     "cpu_s": round(time.process_time() - c0, 3), "stage_peak_rss_mb": sampler.mb(), **_memory(),
+                     "bytes": sink.bytes})
         _show(rows[-1])
     a = analyses[0]
     result = {"trace": str(args.trace), "kernels": sum(k["count"] for k in a.kernels), "steps": len(a.steps),
