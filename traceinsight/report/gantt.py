@@ -12,10 +12,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from traceinsight.report import sections
-from traceinsight.report.figures import Gantt, Segment, gantt_from_sim
 
 if TYPE_CHECKING:
     from traceinsight.diagnose.context import TraceAnalysis
+    from traceinsight.report.figures import Gantt
+
+# `figures` (and with it matplotlib, ~0.5 s to import) is imported where a Gantt is made, not here: the analysis
+# tables ask `stored_gantt` of every trace, and most have no simulated launch to draw.
 
 NEEDS = ("not available: needs the schedule model with the launch's batch composition (a sidecar with every "
          "request's KV length, via --meta) and a cost model calibrated on balanced launches of the trace")
@@ -54,6 +57,8 @@ def gantt_for_launch(analysis: TraceAnalysis, step: int, launch: int = 0) -> Gan
     split = {True: "split-KV on", False: "split-KV off"}.get(model.split_kv, "split-KV ?")
     grid = "(" + ",".join(str(v) for v in k.grid) + ")"
     title = f"Step {s.index}: {s.name}\n{k.kernel} grid {grid} · {split} · {model.work_items} work items"
+    from traceinsight.report.figures import gantt_from_sim
+
     return gantt_from_sim(sim, num_sms, slots, title, measured_ns=k.dur_ns)
 
 
@@ -78,7 +83,7 @@ def gantt_for(analysis: TraceAnalysis, doc: dict[str, Any]) -> Gantt | str:
     if best is None:
         return first
     g = gantt_for_launch(analysis, best[2], best[3])
-    if isinstance(g, Gantt):
+    if not isinstance(g, str):
         g.notes.insert(0, "Shown: the simulated launch with the longest tail (the worst launch itself was not "
                           "simulated).")
     return g
@@ -101,6 +106,8 @@ def gantt_from_doc(doc: dict[str, Any], stored: str | None) -> Gantt | str:
     """The report's Gantt of a document rebuilt from the tables: the stored one (`stored_gantt`), else why there
     is none, as `gantt_for` says it when no launch was simulated."""
     if stored is not None:
+        from traceinsight.report.figures import Gantt, Segment
+
         body = orjson.loads(stored)
         if isinstance(body, str):
             return body
