@@ -95,11 +95,23 @@ def stored_gantt(analysis: TraceAnalysis) -> str | None:
     sched = getattr(analysis, "schedule", None)
     if sched is None or not any(getattr(m, "sim", None) is not None for m in sched.models.values()):
         return None
-    from traceinsight.report.json_doc import to_json
-
-    g = gantt_for(analysis, to_json(analysis))
+    g = gantt_for(analysis, _worst_launch_doc(analysis))
     body: Any = g if isinstance(g, str) else {**asdict(g), "segments": [list(asdict(x).values()) for x in g.segments]}
     return orjson.dumps(body).decode()
+
+
+def _worst_launch_doc(analysis: TraceAnalysis) -> dict[str, Any]:
+    """What `sections.worst_launch` reads of the document (`json_doc.to_json`): every step's index and its launches'
+    dur_ns and model, and the findings; not the whole document of every step, launch and batch."""
+    models = analysis.schedule.models if analysis.schedule is not None else {}
+
+    def launch(x: Any) -> dict[str, Any]:
+        model = models.get(x.attention.kernel_id)
+        return {"dur_ns": x.attention.dur_ns} if model is None else {"dur_ns": x.attention.dur_ns,
+                                                                        "model": model.to_json()}
+
+    return {"steps": [{"index": s.index, "launches": [launch(x) for x in s.launches]} for s in analysis.steps],
+            "findings": [f.to_json() if hasattr(f, "to_json") else f for f in analysis.findings]}  # as json_doc
 
 
 def gantt_from_doc(doc: dict[str, Any], stored: str | None) -> Gantt | str:

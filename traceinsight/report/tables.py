@@ -5,6 +5,7 @@ numbers the JSON document holds, in rows (tests/test_tables.py holds the two tog
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -27,6 +28,8 @@ from traceinsight.ingest.arrow_numpy import (
 from traceinsight.ingest.schema import analysis_table_names
 from traceinsight.ingest.schema import mentions_analysis as mentions_analysis  # `sql` asks it without pyarrow
 from traceinsight.ingest.store import TraceDB
+from traceinsight.model.breakdown import StepBreakdown
+from traceinsight.model.planners.types import gc_paused
 from traceinsight.report import json_doc
 
 # The tables this module fills (schema.sql's analysis tables), in the order they are written.
@@ -83,12 +86,25 @@ def _step_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
 
 
 def _breakdown_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
-    parts = [(s.index, s.breakdown.components) for s in a.steps if s.breakdown is not None]
-    n = sum(len(c) for _, c in parts)
+    windows = [(s.index, s.breakdown) for s in a.steps if s.breakdown is not None]
+    names: dict[int, tuple[tuple[str, ...], list[int]]] = {}  # id of a names tuple -> (it, each name's code)
+    words: dict[str, int] = {}
+
+    def codes_of(b: StepBreakdown) -> list[int]:
+        got = names.get(id(b.component_names))
+        if got is None:
+            got = names[id(b.component_names)] = (
+                b.component_names, [words.setdefault(w, len(words)) for w in b.component_names])
+        return got[1]
+
+    lengths = np.fromiter((len(b.component_names) for _, b in windows), np.int64, len(windows))
+    n = int(lengths.sum())
+    component = np.fromiter(itertools.chain.from_iterable(codes_of(b) for _, b in windows), np.int64, n)
     return {"trace_id": _repeat(a.trace_id, n),
-            "step": int_array((i for i, c in parts for _ in range(len(c))), n),
-            "component": text_array((name for _, c in parts for name in c), n),
-            "ns": int_array((ns for _, c in parts for ns in c.values()), n)}
+            "step": int64_array(np.repeat(np.fromiter((i for i, _ in windows), np.int64, len(windows)), lengths)),
+            "component": dictionary_array(list(words), component),
+            "ns": int64_array(np.fromiter(itertools.chain.from_iterable(b.component_ns() for _, b in windows),
+                                          np.int64, n))}
 
 
 def _launch_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
@@ -289,6 +305,11 @@ def write_tables(db: TraceDB, analyses: Iterable[TraceAnalysis], into: str | Non
     has 10^5-10^6 steps and launches."""
     prefix = f"{into}." if into else ""
     for a in analyses:
+        _write(db, a, prefix)
+
+
+def _write(db: TraceDB, a: TraceAnalysis, prefix: str) -> None:
+    with gc_paused():  # the columns' temporary objects hold no cycle; a collection would walk the whole analysis
         for name in ANALYSIS_TABLES:
             db.con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
             cols = BUILDERS[name](a)
@@ -296,4 +317,5 @@ def write_tables(db: TraceDB, analyses: Iterable[TraceAnalysis], into: str | Non
                 continue
             rows = pa.table({c: v if isinstance(v, pa.Array) else python_array(v)  # noqa: F841 (scanned by name)
                              for c, v in cols.items()})
+            del cols
             db.con.execute(f"INSERT INTO {prefix}{name} BY NAME SELECT * FROM rows")
