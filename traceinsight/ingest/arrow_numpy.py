@@ -7,6 +7,8 @@ it is installed: a third of a second of a fresh process, for a check that never 
 
 from __future__ import annotations
 
+import itertools
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -78,8 +80,11 @@ _NULL_FLOAT_BITS = 0x7FF8_0000_0000_0BAD
 _NULL_FLOAT = float(np.array(_NULL_FLOAT_BITS, np.int64).view(np.float64))
 
 
-def int_array(values: Iterable[int | None], n: int) -> pa.Array:
-    """n integers or None as an int64 Arrow array with NULLs, built in one numpy pass (no Python list)."""
+def int_array(values: Iterable[int | None], n: int, nullable: bool = True) -> pa.Array:
+    """n integers or None as an int64 Arrow array with NULLs, built in one numpy pass (no Python list).
+    `nullable` False: integers only (no NULL to look for, a little faster)."""
+    if not nullable:
+        return int64_array(np.fromiter(values, np.int64, n))
     got = np.fromiter((_NULL_INT if x is None else x for x in values), np.int64, n)
     return int64_array(got, got != _NULL_INT)
 
@@ -95,8 +100,8 @@ def float_array(values: Iterable[float | None], n: int) -> pa.Array:
 
 def text_array(values: Iterable[str | None], n: int) -> pa.DictionaryArray:
     """n texts or None (a few distinct ones) as an Arrow dictionary array, numbered in one numpy pass."""
-    index: dict[str | None, int] = {}
-    codes = np.fromiter((index.setdefault(w, len(index)) for w in values), np.int64, n)
+    index: defaultdict[str | None, int] = defaultdict(itertools.count().__next__)  # numbered as first seen, in C
+    codes = np.fromiter(map(index.__getitem__, values), np.int64, n)
     return dictionary_array(list(index), codes)
 
 

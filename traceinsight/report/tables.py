@@ -57,21 +57,21 @@ def _step_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
     gaps = [g for b in present for g in b.host_gaps]
     gap_counts = np.zeros(n, np.int64)
     gap_counts[with_window] = np.fromiter((len(b.host_gaps) for b in present), np.int64, len(present))
-    gap_ends = int_array((x for g in gaps for x in g), 2 * len(gaps))
+    gap_ends = int_array((x for g in gaps for x in g), 2 * len(gaps), nullable=False)
     batch_json = _memo_json(batches.get(s.index) for s in steps)
     return {
         "trace_id": _repeat(a.trace_id, n),
-        "step": int_array((s.index for s in steps), n),
+        "step": int_array((s.index for s in steps), n, nullable=False),
         "name": string_array((s.name for s in steps), n),
         "source": text_array((s.source for s in steps), n),
         "range_id": int_array((s.range_id for s in steps), n),
         "phase": text_array((s.phase for s in steps), n),
         "split_kv": bool_array((s.split_kv for s in steps), n),
-        "start_ns": int_array((s.start_ns for s in steps), n),
-        "dur_ns": int_array((s.dur_ns for s in steps), n),
-        "attention_ns": int_array((s.attention_ns for s in steps), n),
-        "kernel_count": int_array((s.kernel_count for s in steps), n),
-        "wall_ns": int_array((s.wall_ns for s in steps), n),
+        "start_ns": int_array((s.start_ns for s in steps), n, nullable=False),
+        "dur_ns": int_array((s.dur_ns for s in steps), n, nullable=False),
+        "attention_ns": int_array((s.attention_ns for s in steps), n, nullable=False),
+        "kernel_count": int_array((s.kernel_count for s in steps), n, nullable=False),
+        "wall_ns": int_array((s.wall_ns for s in steps), n, nullable=False),
         "window_start_ns": window(b.start_ns for b in present),
         "window_end_ns": window(b.end_ns for b in present),
         "window_source": text_array((b.source if b is not None else None for b in windows), n),
@@ -125,30 +125,31 @@ def _launch_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
 
     def attached_ids(groups: list[Sequence[Any]]) -> pa.Array:
         lengths = np.fromiter(map(len, groups), np.int64, n)
-        return list_array(lengths, int_array((k.kernel_id for g in groups for k in g), int(lengths.sum())))
+        ids = int_array((k.kernel_id for g in groups for k in g), int(lengths.sum()), nullable=False)
+        return list_array(lengths, ids)
 
     def triples(values: Iterable[tuple[int, int, int]]) -> pa.Array:
         """(x, y, z) per launch as a list column."""
-        return list_array(np.full(n, 3, np.int64), int_array((v for t in values for v in t), 3 * n))
+        return list_array(np.full(n, 3, np.int64), int_array((v for t in values for v in t), 3 * n, nullable=False))
 
     return {
         "trace_id": _repeat(a.trace_id, n),
-        "step": int_array((i for i, _, _ in places), n),
-        "kernel_id": int_array((k.kernel_id for k in kernels), n),
+        "step": int_array((i for i, _, _ in places), n, nullable=False),
+        "kernel_id": int_array((k.kernel_id for k in kernels), n, nullable=False),
         "kernel": text_array((k.kernel for k in kernels), n),
         "backend": text_array((k.backend for k in kernels), n),
         "phase": text_array((x.phase for x in launches), n),
         "phase_evidence": text_array((x.phase_evidence for x in launches), n),
         "split_kv": bool_array((x.split_kv for x in launches), n),
         "split_evidence": text_array((x.split_evidence for x in launches), n),
-        "start_ns": int_array((k.start_ns for k in kernels), n),
-        "dur_ns": int_array((k.dur_ns for k in kernels), n),
+        "start_ns": int_array((k.start_ns for k in kernels), n, nullable=False),
+        "dur_ns": int_array((k.dur_ns for k in kernels), n, nullable=False),
         "merge_kernel_ids": attached_ids(merges),
         "merge_ns": int_array((sum(m.dur_ns for m in g) if g else 0 for g in merges), n),
         "prepare_kernel_ids": attached_ids(prepares),
         "prepare_ns": int_array((sum(p.dur_ns for p in g) if g else 0 for g in prepares), n),
         "tile_padding_share": python_array([t["padding_share"] if t else None for t in tiles]),
-        "launch": int_array((j for _, j, _ in places), n),
+        "launch": int_array((j for _, j, _ in places), n, nullable=False),
         "name": text_array((k.name for k in kernels), n),
         "family": text_array((k.family for k in kernels), n),
         "params_json": _memo_json(k.params for k in kernels),
@@ -175,7 +176,7 @@ def _model_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
     meas = [sched.measured.get(kid) for kid, _ in models] if sched is not None and sched.measured else None
     return {
         "trace_id": _repeat(a.trace_id, n),
-        "kernel_id": int_array((kid for kid, _ in models), n),
+        "kernel_id": int_array((kid for kid, _ in models), n, nullable=False),
         "source": text_array((m.source for m in ms), n),
         "work_items": python_array([m.work_items for m in ms]),
         "chunk_tokens": python_array([m.chunk_tokens for m in ms]),
@@ -247,6 +248,9 @@ _NO_VALUE = np.iinfo(np.int64).min
 def _memo_json(values: Iterable[Any]) -> pa.Array:
     """Each value as JSON (None as NULL), written once per distinct object: a kernel's params dict is shared by its
     launches (parsed once per text, `model.steps`), a trace-side batch by the steps of one shape."""
+    values = list(values)
+    if all(v is None for v in values):
+        return pa.nulls(len(values), pa.string())
     done: dict[int, tuple[Any, int]] = {}  # id -> (the object, kept alive so that its id is not reused; its code)
     texts: list[str | None] = []
 
