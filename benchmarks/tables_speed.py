@@ -3,7 +3,7 @@ reference's write_tables and this checkout's, on the same analysis, and whether 
 (every table's full contents as Arrow, ordered by every column, and its column types).
 
     git clone -q <repo> /tmp/ref
-    python -P benchmarks/tables_speed.py TRACE [--meta SIDECAR] [--ref /tmp/ref] [--only new|old]
+    python -P benchmarks/tables_speed.py TRACE [--meta SIDECAR] [--ncu CSV] [--ref /tmp/ref] [--only new|old]
 
 The trace is analyzed once, by this checkout. The reference's modules that differ from this checkout's (any file
 under traceinsight/) are loaded from the reference and stand in for ours while its write_tables runs: the
@@ -124,6 +124,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("trace", type=Path)
     ap.add_argument("--meta", type=Path, action="append", default=[])
+    ap.add_argument("--ncu", type=Path, action="append", default=[])
     ap.add_argument("--ref", type=Path, default=Path("/tmp/ref-wtT"))
     ap.add_argument("--only", choices=("new", "old"))
     args = ap.parse_args()
@@ -134,7 +135,7 @@ def main() -> int:
     import traceinsight.report.tables as new
 
     t0 = time.process_time()
-    db, (a,) = pipeline.analyze([args.trace], meta=args.meta, cache=False)
+    db, (a,) = pipeline.analyze([args.trace], meta=args.meta, ncu=args.ncu, cache=False)
     print(f"{args.trace.name}: analyzed in {time.process_time() - t0:.1f} CPU-s; reference modules: "
           f"{', '.join(swap.names) or 'none differ'}", flush=True)
     if args.only:
