@@ -1,24 +1,25 @@
 """The Gantt of a report: the simulated CTA -> SM schedule of one attention launch, taken from the schedule
 model the analysis attached (`analysis.schedule.models[kernel_id].sim`, see `traceinsight.model.attach`).
 `gantt_for` picks the worst launch (`sections.worst_launch`, falling back to the modelled launch with the
-longest tail); `gantt_for_launch` draws any launch. Each returns a `figures.Gantt`, or the sentence saying why
-none can be drawn."""
+longest tail); `gantt_for_launch` draws any launch. Each returns a `Gantt` (data, defined here;
+`figures.gantt_figure` draws it), or the sentence saying why none can be drawn."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from traceinsight.report import sections
+from traceinsight.units import fmt_ns
 
 if TYPE_CHECKING:
     from traceinsight.diagnose.context import TraceAnalysis
-    from traceinsight.report.figures import Gantt
+    from traceinsight.model.planners.types import WorkItem
 
-# `figures` (and with it matplotlib, ~0.5 s to import) is imported where a Gantt is made, not here: the analysis
-# tables ask `stored_gantt` of every trace, and most have no simulated launch to draw.
+# The Gantt as data is made here, without matplotlib (~0.5 s to import): the analysis tables keep every trace's
+# (`stored_gantt`); `figures.gantt_figure` draws it.
 
 NEEDS = ("not available: needs the schedule model with the launch's batch composition (a sidecar with every "
          "request's KV length, via --meta) and a cost model calibrated on balanced launches of the trace")
@@ -57,8 +58,6 @@ def gantt_for_launch(analysis: TraceAnalysis, step: int, launch: int = 0) -> Gan
     split = {True: "split-KV on", False: "split-KV off"}.get(model.split_kv, "split-KV ?")
     grid = "(" + ",".join(str(v) for v in k.grid) + ")"
     title = f"Step {s.index}: {s.name}\n{k.kernel} grid {grid} · {split} · {model.work_items} work items"
-    from traceinsight.report.figures import gantt_from_sim
-
     return gantt_from_sim(sim, num_sms, slots, title, measured_ns=k.dur_ns)
 
 
@@ -83,7 +82,7 @@ def gantt_for(analysis: TraceAnalysis, doc: dict[str, Any]) -> Gantt | str:
     if best is None:
         return first
     g = gantt_for_launch(analysis, best[2], best[3])
-    if not isinstance(g, str):
+    if isinstance(g, Gantt):
         g.notes.insert(0, "Shown: the simulated launch with the longest tail (the worst launch itself was not "
                           "simulated).")
     return g
@@ -118,8 +117,6 @@ def gantt_from_doc(doc: dict[str, Any], stored: str | None) -> Gantt | str:
     """The report's Gantt of a document rebuilt from the tables: the stored one (`stored_gantt`), else why there
     is none, as `gantt_for` says it when no launch was simulated."""
     if stored is not None:
-        from traceinsight.report.figures import Gantt, Segment
-
         body = orjson.loads(stored)
         if isinstance(body, str):
             return body
@@ -135,3 +132,82 @@ def gantt_from_doc(doc: dict[str, Any], stored: str | None) -> Gantt | str:
 def _needs(note: str | None) -> str:
     """Why a launch cannot be drawn: NEEDS, with the model's note on it when there is one."""
     return NEEDS + (f" ({note})" if note else "")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One work item (CTA) on one SM: [start_ns, end_ns) from the launch start; `slot` is its resident slot on
+    the SM (0-based) when known; `tail` marks the work items that form the tail."""
+
+    sm: int
+    start_ns: float
+    end_ns: float
+    tail: bool = False
+    slot: int | None = None
+    label: str = ""
+
+
+@dataclass
+class Gantt:
+    """A simulated launch, ready to draw."""
+
+    title: str
+    num_sms: int
+    slots_per_sm: int
+    segments: list[Segment] = field(default_factory=list)
+    predicted_ns: float | None = None
+    measured_ns: float | None = None
+    tail_start_ns: float | None = None
+    sm_idle: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def gantt_from_sim(sim: object, num_sms: int, slots_per_sm: int, title: str,
+                      measured_ns: float | None = None) -> Gantt:
+    """A Gantt from a `traceinsight.model.simulate.SimResult` (read by attribute: segments with sm, slot,
+    start_ns, end_ns, item; tail_items; tail_intervals; sm_busy_ns; sm_idle_fraction; predicted_ns), with notes
+    saying which SMs idle and which work items form the tail."""
+    tail_ids = {id(it) for it in getattr(sim, "tail_items", ())}
+    intervals = list(getattr(sim, "tail_intervals", ()) or [])
+    segs = []
+    for s in getattr(sim, "segments", ()):
+        in_tail = id(s.item) in tail_ids and any(s.end_ns > a and s.start_ns < b for a, b in intervals)
+        it = s.item
+        label = (f"request {it.request}, chunk {it.chunk_index}, KV [{it.kv_start:,}, {it.kv_start + it.kv_tokens:,})"
+                 + (f", KV head {it.kv_head}" if it.kv_head is not None else ""))
+        segs.append(Segment(s.sm, s.start_ns, s.end_ns, in_tail, s.slot // num_sms if slots_per_sm > 1 else None,
+                            label))
+    predicted = getattr(sim, "predicted_ns", None)
+    idle = getattr(sim, "sm_idle_fraction", None)
+    sched = Gantt(title=title, num_sms=num_sms, slots_per_sm=slots_per_sm, segments=segs, predicted_ns=predicted,
+                     measured_ns=measured_ns, tail_start_ns=intervals[0][0] if intervals else None, sm_idle=idle)
+    sched.notes.extend(tail_notes(sim, num_sms, measured_ns))
+    return sched
+
+
+def tail_notes(sim: object, num_sms: int, measured_ns: float | None = None) -> list[str]:
+    """Plain sentences on a simulated launch: predicted vs measured time, SM idle, the tail and its work items."""
+    notes = []
+    predicted = getattr(sim, "predicted_ns", None)
+    if predicted is not None:
+        meas = f" (measured {fmt_ns(measured_ns)}, {predicted / measured_ns - 1:+.0%})" if measured_ns else ""
+        notes.append(f"Predicted {fmt_ns(predicted)}{meas}; the SMs sit idle "
+                     f"{getattr(sim, 'sm_idle_fraction', 0.0):.0%} of the time.")
+    tail_ns = getattr(sim, "tail_ns", 0.0) or 0.0
+    items = list(getattr(sim, "tail_items", ()))
+    if tail_ns > 0 and items:
+        tail_set = set(items)
+        busy_sms = {s.sm for s in getattr(sim, "segments", ()) if s.item in tail_set}
+        by_req: dict[int, list[WorkItem]] = {}
+        for it in items:
+            by_req.setdefault(it.request, []).append(it)
+        reqs = sorted(by_req.items(), key=lambda kv: -sum(i.kv_tokens for i in kv[1]))
+        desc = "; ".join(f"request {r}: {len(its)} item{'s' if len(its) > 1 else ''} of "
+                         f"{max(i.kv_tokens for i in its):,} KV tokens" for r, its in reqs[:4])
+        more = f"; +{len(reqs) - 4} more requests" if len(reqs) > 4 else ""
+        notes.append(f"Tail: {fmt_ns(tail_ns)} with fewer than half the SMs busy; {len(items)} work items on "
+                     f"{len(busy_sms)} SMs form it ({desc}{more}); the other {num_sms - len(busy_sms)} SMs are idle "
+                     "by then.")
+    else:
+        notes.append("No tail: at least half the SMs stay busy until the end.")
+    return notes
