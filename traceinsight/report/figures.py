@@ -18,7 +18,10 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 # The Gantt as data lives in gantt.py (made there without matplotlib); importable from here as before.
-from traceinsight.report.gantt import Gantt, Segment, gantt_from_sim, tail_notes  # noqa: F401
+from traceinsight.report.gantt import Gantt as Gantt
+from traceinsight.report.gantt import Segment as Segment
+from traceinsight.report.gantt import gantt_from_sim as gantt_from_sim
+from traceinsight.report.gantt import tail_notes as tail_notes
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
