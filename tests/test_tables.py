@@ -85,3 +85,54 @@ def test_export_writes_the_analysis_tables(h200: Path, tmp_path: Path) -> None:
     for name in ANALYSIS_TABLES:
         ((n,),) = duckdb.sql(f"SELECT count(*) FROM read_parquet('{out}/{name}/*/*.parquet')").fetchall()
         assert n > 0, name
+
+
+@pytest.mark.parametrize("values", [
+    [1, None, 3], [True, None, False], [1, 2.5, None], [None, None], ["a", None, "é"], [],
+    [[1, 2], None, [], [3]], [[[1, 2], [3, 4]], None, []], [["x"], [], None], [[]], [float("nan"), None, 0.0],
+], ids=repr)
+def test_python_array_infers_what_pa_array_does(values: list[Any]) -> None:
+    import pyarrow as pa
+
+    from traceinsight.ingest.arrow_numpy import python_array
+
+    got, want = python_array(values), pa.array(values)
+    assert got.type == want.type and str(got) == str(want)  # str: NaN as NaN
+
+
+@pytest.mark.parametrize("values", [[1, True], [2**63]], ids=repr)
+def test_python_array_hands_what_it_does_not_build_to_pa_array(values: list[Any]) -> None:
+    import pyarrow as pa
+
+    from traceinsight.ingest.arrow_numpy import python_array
+
+    with pytest.raises((pa.ArrowTypeError, OverflowError)):
+        pa.array(values)
+    with pytest.raises((pa.ArrowTypeError, OverflowError)):
+        python_array(values)
+
+
+# What write_tables loads: the analysis cache writes the tables of every analysis it keeps.
+_PROBE = """
+import sys
+from pathlib import Path
+from traceinsight.pipeline import analyze
+from traceinsight.report.tables import write_tables
+db, analyses = analyze([Path(sys.argv[1])], meta=[Path(sys.argv[2])], cache=False)
+before = {m.split(".")[0] for m in sys.modules}
+write_tables(db, analyses)
+print(sorted({m.split(".")[0] for m in sys.modules} - before))
+"""
+
+
+def test_write_tables_loads_no_heavy_module(h200: Path) -> None:
+    """No pandas (pyarrow's conversion of Python values) and no matplotlib (the Gantt kept as JSON), with a sidecar
+    so that a launch is simulated and its Gantt kept."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _PROBE, str(h200 / "flashinfer_decode_sweep.pt.trace.json.gz"),
+                           str(h200 / "flashinfer_decode_sweep.meta.json.gz")], capture_output=True, text=True,
+                          check=True)
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1].replace("'", '"')))
+    assert not loaded & {"pandas", "matplotlib", "scipy"}, sorted(loaded)

@@ -13,7 +13,7 @@ Arrow table is registered, not copied. `release(ctx)` closes the connection when
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import duckdb
@@ -22,7 +22,16 @@ import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.views import LaunchView, kernel_family, launch_views
-from traceinsight.ingest.arrow_numpy import python_values
+from traceinsight.ingest.arrow_numpy import (
+    bool_array,
+    dictionary_array,
+    first_seen_codes,
+    float_array,
+    int64_array,
+    int_array,
+    python_values,
+    text_array,
+)
 from traceinsight.queries import sql
 
 # The columns of `attention_launches` (one row per launch of `launch_views`, in its order) and their types (text
@@ -54,76 +63,6 @@ SCHEMA = pa.schema([
 _KEY = "launch-table"
 
 
-def _codes(values: Sequence[str | None]) -> tuple[list[str | None], np.ndarray]:
-    """The distinct values (in first-seen order) and each value's index among them."""
-    distinct = list(dict.fromkeys(values))
-    index = {w: i for i, w in enumerate(distinct)}
-    return distinct, np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
-
-
-def _int64(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
-    """An int64 numpy array as an Arrow array (NULL where `valid` is False), from its buffer."""
-    validity = None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.int64(), len(values), [validity, pa.py_buffer(values.astype(np.int64))])
-
-
-_NULL_INT = np.iinfo(np.int64).min  # where an int column holds None while it is built (no launch's value)
-# Where a float column holds None while it is built: a quiet NaN of a payload no value has (a NaN value stays NaN).
-_NULL_FLOAT_BITS = 0x7FF8_0000_0000_0BAD
-_NULL_FLOAT = float(np.array(_NULL_FLOAT_BITS, np.int64).view(np.float64))
-
-
-def _ints(values: Iterable[int | None], n: int) -> pa.Array:
-    """n integers or None as an int64 Arrow array with NULLs, built in one numpy pass (no Python list)."""
-    got = np.fromiter((_NULL_INT if x is None else x for x in values), np.int64, n)
-    return _int64(got, got != _NULL_INT)
-
-
-def _floats(values: Iterable[float | None], n: int) -> pa.Array:
-    """n floats or None as a float64 Arrow array with NULLs, in one numpy pass: None is held as a NaN of a payload
-    no arithmetic makes (`_NULL_FLOAT`) while it is built, so a NaN value stays a NaN."""
-    got = np.fromiter((_NULL_FLOAT if x is None else x for x in values), np.float64, n)
-    valid = got.view(np.int64) != _NULL_FLOAT_BITS
-    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.float64(), n, [validity, pa.py_buffer(got)])
-
-
-def _text(values: Iterable[str | None], n: int) -> pa.DictionaryArray:
-    """n texts or None (a few distinct ones) as an Arrow dictionary array, numbered in one numpy pass."""
-    index: dict[str | None, int] = {}
-    codes = np.fromiter((index.setdefault(w, len(index)) for w in values), np.int64, n)
-    return _dictionary(list(index), codes)
-
-
-def _bools(values: Iterable[bool | None], n: int) -> pa.Array:
-    """n booleans or None as a bool Arrow array with NULLs (0 / 1 / 2 for False / True / None while built)."""
-    got = np.fromiter((2 if x is None else 1 if x else 0 for x in values), np.int8, n)
-    valid = got != 2
-    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.bool_(), n, [validity, pa.py_buffer(np.packbits(got == 1, bitorder="little"))])
-
-
-def _dictionary(words: Sequence[str | None], codes: np.ndarray) -> pa.DictionaryArray:
-    """Text as an Arrow dictionary array: row i holds words[codes[i]] (each distinct word stored once: a
-    kernel's full name runs to hundreds of bytes, and a long trace launches the same few kernels 10^6 times).
-    Built from buffers, not through `pa.array`, which imports pandas when it is installed (see
-    `traceinsight.ingest.store.arrow_table`)."""
-    distinct, remap = _codes(words)  # words may repeat (a family key shared by names) or hold None
-    texts = [w.encode() for w in distinct if w is not None]
-    offsets = np.zeros(len(texts) + 1, dtype=np.int32)
-    np.cumsum([len(t) for t in texts], out=offsets[1:])
-    dictionary = pa.Array.from_buffers(pa.string(), len(texts),
-                                       [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(texts))])
-    null = distinct.index(None) if None in distinct else len(distinct)
-    # distinct index -> dictionary index (the texts skip None), or -1 for None
-    to_text = np.array([-1 if i == null else i - (i > null) for i in range(len(distinct))], dtype=np.int32)
-    rows = to_text[remap][codes] if len(codes) else np.zeros(0, dtype=np.int32)
-    valid = rows >= 0
-    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    indices = pa.Array.from_buffers(pa.int32(), len(rows), [validity, pa.py_buffer(np.maximum(rows, 0))])
-    return pa.DictionaryArray.from_arrays(indices, dictionary)
-
-
 def build(views: Sequence[LaunchView]) -> pa.Table:
     """`views` as the Arrow table of `SCHEMA`: a column at a time, each in one numpy pass over the views with no
     Python list or tuple per launch (10^6-10^7 launches: a list of a column's values costs ~40 bytes a launch), text
@@ -144,33 +83,33 @@ def build(views: Sequence[LaunchView]) -> pa.Table:
 
     name_codes = np.fromiter(map(number, views), np.int64, n)
     families = [kernel_family(v) for v in first]
-    family_of_name = _codes(families)[1]
+    family_of_name = first_seen_codes(families)[1]
     b_th = [v.threshold.b_threshold if v.threshold is not None else None for v in first]
-    per_name = functools.partial(_dictionary, codes=name_codes)
+    per_name = functools.partial(dictionary_array, codes=name_codes)
     out: dict[str, pa.Array] = {
-        "pos": _int64(np.arange(n)),
-        "launch_id": _ints((v.launch.attention.kernel_id for v in views), n),
-        "step": _ints((v.step.index for v in views), n),
+        "pos": int64_array(np.arange(n)),
+        "launch_id": int_array((v.launch.attention.kernel_id for v in views), n),
+        "step": int_array((v.step.index for v in views), n),
         "name": per_name(list(names)),
-        "name_id": _int64(name_codes),
+        "name_id": int64_array(name_codes),
         "kernel": per_name([v.kernel for v in first]),
         "family_key": per_name(families),
-        "family_id": _int64(family_of_name[name_codes].astype(np.int64)),
+        "family_id": int64_array(family_of_name[name_codes].astype(np.int64)),
         "backend": per_name([v.backend for v in first]),
-        "phase": _text((v.launch.phase for v in views), n),
-        "split_kv": _bools((v.launch.split_kv for v in views), n),
-        "dur_ns": _ints((v.launch.attention.dur_ns for v in views), n),
-        "predicted_ns": _ints((None if v.model is None else v.model.predicted_ns for v in views), n),
-        "balanced_ns": _ints((None if v.model is None else v.model.balanced_ns for v in views), n),
-        "simulated": _bools((v.model is not None and v.model.sim is not None and bool(v.model.predicted_ns)
+        "phase": text_array((v.launch.phase for v in views), n),
+        "split_kv": bool_array((v.launch.split_kv for v in views), n),
+        "dur_ns": int_array((v.launch.attention.dur_ns for v in views), n),
+        "predicted_ns": int_array((None if v.model is None else v.model.predicted_ns for v in views), n),
+        "balanced_ns": int_array((None if v.model is None else v.model.balanced_ns for v in views), n),
+        "simulated": bool_array((v.model is not None and v.model.sim is not None and bool(v.model.predicted_ns)
                              for v in views), n),
-        "sm_idle_measured": _floats((None if v.measured is None else v.measured.sm_idle for v in views), n),
-        "sm_idle_model": _floats((None if v.model is None else v.model.sm_idle for v in views), n),
-        "batch_size": _ints((None if v.batch is None else v.batch.batch_size for v in views), n),
-        "batch_source": _text((None if v.batch is None else v.batch.source for v in views), n),
-        "b_threshold": _int64(np.array([b or 0 for b in b_th], np.int64)[name_codes],
+        "sm_idle_measured": float_array((None if v.measured is None else v.measured.sm_idle for v in views), n),
+        "sm_idle_model": float_array((None if v.model is None else v.model.sm_idle for v in views), n),
+        "batch_size": int_array((None if v.batch is None else v.batch.batch_size for v in views), n),
+        "batch_source": text_array((None if v.batch is None else v.batch.source for v in views), n),
+        "b_threshold": int64_array(np.array([b or 0 for b in b_th], np.int64)[name_codes],
                               np.array([b is not None for b in b_th], bool)[name_codes]),
-        "cuda_graph": _bools((v.cuda_graph for v in views), n),
+        "cuda_graph": bool_array((v.cuda_graph for v in views), n),
     }
     return pa.table({f.name: out[f.name] for f in SCHEMA})  # text stays dictionaries (SCHEMA: their value type)
 
@@ -235,7 +174,7 @@ def select(ctx: TraceAnalysis, query: str, relations: Mapping[str, pa.Table] | N
 def int64_relation(**columns: np.ndarray) -> pa.Table:
     """Int64 numpy arrays (of one length, without NULLs) as an Arrow table of those columns, from their buffers:
     a rule's own per-launch input to `select` (e.g. pos and a value)."""
-    return pa.table({name: _int64(values) for name, values in columns.items()})
+    return pa.table({name: int64_array(values) for name, values in columns.items()})
 
 
 # Rows of a result made into Python tuples at a time.

@@ -7,6 +7,9 @@ it is installed: a third of a second of a fresh process, for a check that never 
 
 from __future__ import annotations
 
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,3 +57,127 @@ def _bits(column: pa.Array, buffer: int) -> np.ndarray:
     """A bit-packed buffer of an Arrow array (0: validity, 1: a boolean's values) as numpy booleans."""
     bits = np.unpackbits(np.frombuffer(column.buffers()[buffer], np.uint8), bitorder="little")
     return bits[column.offset:column.offset + len(column)].astype(bool)
+
+
+# --- Python values to Arrow arrays, built from numpy buffers (not through `pa.array`, which imports pandas) ---
+
+def first_seen_codes(values: Sequence[str | None]) -> tuple[list[str | None], np.ndarray]:
+    """The distinct values (in first-seen order) and each value's index among them."""
+    distinct = list(dict.fromkeys(values))
+    index = {w: i for i, w in enumerate(distinct)}
+    return distinct, np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+
+
+def int64_array(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """An int64 numpy array as an Arrow array (NULL where `valid` is False), from its buffer."""
+    validity = None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.int64(), len(values), [validity, pa.py_buffer(values.astype(np.int64))])
+
+
+_NULL_INT = np.iinfo(np.int64).min  # where an int column holds None while it is built (no launch's value)
+# Where a float column holds None while it is built: a quiet NaN of a payload no value has (a NaN value stays NaN).
+_NULL_FLOAT_BITS = 0x7FF8_0000_0000_0BAD
+_NULL_FLOAT = float(np.array(_NULL_FLOAT_BITS, np.int64).view(np.float64))
+
+
+def int_array(values: Iterable[int | None], n: int, nullable: bool = True) -> pa.Array:
+    """n integers or None as an int64 Arrow array with NULLs, built in one numpy pass (no Python list).
+    `nullable` False: integers only (no NULL to look for, a little faster)."""
+    if not nullable:
+        return int64_array(np.fromiter(values, np.int64, n))
+    got = np.fromiter((_NULL_INT if x is None else x for x in values), np.int64, n)
+    return int64_array(got, got != _NULL_INT)
+
+
+def float_array(values: Iterable[float | None], n: int) -> pa.Array:
+    """n floats or None as a float64 Arrow array with NULLs, in one numpy pass: None is held as a NaN of a payload
+    no arithmetic makes (`_NULL_FLOAT`) while it is built, so a NaN value stays a NaN."""
+    got = np.fromiter((_NULL_FLOAT if x is None else x for x in values), np.float64, n)
+    valid = got.view(np.int64) != _NULL_FLOAT_BITS
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.float64(), n, [validity, pa.py_buffer(got)])
+
+
+def text_array(values: Iterable[str | None], n: int) -> pa.DictionaryArray:
+    """n texts or None (a few distinct ones) as an Arrow dictionary array, numbered in one numpy pass."""
+    index: defaultdict[str | None, int] = defaultdict(itertools.count().__next__)  # numbered as first seen, in C
+    codes = np.fromiter(map(index.__getitem__, values), np.int64, n)
+    return dictionary_array(list(index), codes)
+
+
+def bool_array(values: Iterable[bool | None], n: int) -> pa.Array:
+    """n booleans or None as a bool Arrow array with NULLs (0 / 1 / 2 for False / True / None while built)."""
+    got = np.fromiter((2 if x is None else 1 if x else 0 for x in values), np.int8, n)
+    valid = got != 2
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), n, [validity, pa.py_buffer(np.packbits(got == 1, bitorder="little"))])
+
+
+def dictionary_array(words: Sequence[str | None], codes: np.ndarray) -> pa.DictionaryArray:
+    """Text as an Arrow dictionary array: row i holds words[codes[i]] (each distinct word stored once: a
+    kernel's full name runs to hundreds of bytes, and a long trace launches the same few kernels 10^6 times).
+    Built from buffers, not through `pa.array`, which imports pandas when it is installed (see
+    `traceinsight.ingest.store.arrow_table`)."""
+    distinct, remap = first_seen_codes(words)  # words may repeat (a family key shared by names) or hold None
+    texts = [w.encode() for w in distinct if w is not None]
+    offsets = np.zeros(len(texts) + 1, dtype=np.int32)
+    np.cumsum([len(t) for t in texts], out=offsets[1:])
+    dictionary = pa.Array.from_buffers(pa.string(), len(texts),
+                                       [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(texts))])
+    null = distinct.index(None) if None in distinct else len(distinct)
+    # distinct index -> dictionary index (the texts skip None), or -1 for None
+    to_text = np.array([-1 if i == null else i - (i > null) for i in range(len(distinct))], dtype=np.int32)
+    rows = to_text[remap][codes] if len(codes) else np.zeros(0, dtype=np.int32)
+    valid = rows >= 0
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    indices = pa.Array.from_buffers(pa.int32(), len(rows), [validity, pa.py_buffer(np.maximum(rows, 0))])
+    return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+
+def string_array(values: Iterable[str | None], n: int) -> pa.Array:
+    """n texts or None (mostly distinct ones) as an Arrow string array, from one buffer of their UTF-8."""
+    texts = [None if v is None else v.encode() for v in values]
+    lengths = np.fromiter((-1 if t is None else len(t) for t in texts), np.int64, n)
+    valid = lengths >= 0
+    np.maximum(lengths, 0, out=lengths)
+    data = b"".join([t for t in texts if t is not None]) if not valid.all() else b"".join(texts)  # type: ignore[arg-type]
+    kind, width = (pa.string(), np.int32) if len(data) < 2**31 else (pa.large_string(), np.int64)
+    offsets = np.zeros(n + 1, width)
+    np.cumsum(lengths, out=offsets[1:])
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def list_array(lengths: np.ndarray, values: pa.Array, valid: np.ndarray | None = None) -> pa.Array:
+    """An Arrow list array: row i holds the next lengths[i] of `values` (NULL where `valid` is False, with length
+    0)."""
+    n = len(lengths)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    validity = None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.list_(values.type), n, [validity, pa.py_buffer(offsets)], children=[values])
+
+
+def python_array(values: Sequence[Any]) -> pa.Array:
+    """Python values as the Arrow array `pa.array` would infer for them (None as NULL; booleans, ints, ints and
+    floats as float64, texts, lists of such values), built from buffers; anything else through `pa.array`."""
+    n = len(values)
+    kinds = {type(v) for v in values} - {type(None)}
+    try:
+        if not kinds:
+            return pa.nulls(n)
+        if kinds == {bool}:
+            return bool_array(values, n)
+        if kinds == {int}:
+            return int_array(values, n)
+        if kinds <= {int, float}:
+            return float_array(values, n)
+        if kinds == {str}:
+            return string_array(values, n)
+        if kinds <= {list, tuple}:
+            flat = [x for v in values if v is not None for x in v]
+            lengths = np.fromiter((0 if v is None else len(v) for v in values), np.int64, n)
+            return list_array(lengths, python_array(flat), np.fromiter((v is not None for v in values), np.bool_, n))
+    except OverflowError:  # an int beyond int64: pa.array says what it makes of it
+        pass
+    return pa.array(values)

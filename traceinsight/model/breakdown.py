@@ -135,6 +135,15 @@ class StepBreakdown:
         return self._data[at:at + len(self._names)]
 
     @property
+    def component_names(self) -> tuple[str, ...]:
+        """The components' names in order: one tuple shared by the breakdowns with the same names."""
+        return self._names
+
+    def component_ns(self) -> array[int]:
+        """The components' ns in the order of `component_names` (a new array; no dict per step)."""
+        return self._values()
+
+    @property
     def components(self) -> dict[str, int]:
         """ns per component (a new dict)."""
         return dict(zip(self._names, self._values(), strict=True))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import matplotlib
@@ -18,14 +17,17 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from traceinsight.units import fmt_ns
+# The Gantt as data lives in gantt.py (made there without matplotlib); importable from here as before.
+from traceinsight.report.gantt import Gantt as Gantt
+from traceinsight.report.gantt import Segment as Segment
+from traceinsight.report.gantt import gantt_from_sim as gantt_from_sim
+from traceinsight.report.gantt import tail_notes as tail_notes
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
     from matplotlib.axes import Axes
     from matplotlib.typing import RcKeyType
 
-    from traceinsight.model.planners.types import WorkItem
     from traceinsight.report.sections import IncidentRow, SweepPanel, TimelinePoint
 
 # Colour of each finding id (a spike's cause); anything else gets CAUSE_OTHER.
@@ -241,34 +243,6 @@ def sweep_figure(panels: list[SweepPanel]) -> Figure:
 
 # --- Gantt --------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Segment:
-    """One work item (CTA) on one SM: [start_ns, end_ns) from the launch start; `slot` is its resident slot on
-    the SM (0-based) when known; `tail` marks the work items that form the tail."""
-
-    sm: int
-    start_ns: float
-    end_ns: float
-    tail: bool = False
-    slot: int | None = None
-    label: str = ""
-
-
-@dataclass
-class Gantt:
-    """A simulated launch, ready to draw."""
-
-    title: str
-    num_sms: int
-    slots_per_sm: int
-    segments: list[Segment] = field(default_factory=list)
-    predicted_ns: float | None = None
-    measured_ns: float | None = None
-    tail_start_ns: float | None = None
-    sm_idle: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     out: list[tuple[float, float]] = []
     for a, b in sorted(intervals):
@@ -385,54 +359,3 @@ def to_png(fig: Figure, dpi: int = 130) -> bytes:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     return buf.getvalue()
-
-
-def gantt_from_sim(sim: object, num_sms: int, slots_per_sm: int, title: str,
-                      measured_ns: float | None = None) -> Gantt:
-    """A Gantt from a `traceinsight.model.simulate.SimResult` (read by attribute: segments with sm, slot,
-    start_ns, end_ns, item; tail_items; tail_intervals; sm_busy_ns; sm_idle_fraction; predicted_ns), with notes
-    saying which SMs idle and which work items form the tail."""
-    tail_ids = {id(it) for it in getattr(sim, "tail_items", ())}
-    intervals = list(getattr(sim, "tail_intervals", ()) or [])
-    segs = []
-    for s in getattr(sim, "segments", ()):
-        in_tail = id(s.item) in tail_ids and any(s.end_ns > a and s.start_ns < b for a, b in intervals)
-        it = s.item
-        label = (f"request {it.request}, chunk {it.chunk_index}, KV [{it.kv_start:,}, {it.kv_start + it.kv_tokens:,})"
-                 + (f", KV head {it.kv_head}" if it.kv_head is not None else ""))
-        segs.append(Segment(s.sm, s.start_ns, s.end_ns, in_tail, s.slot // num_sms if slots_per_sm > 1 else None,
-                            label))
-    predicted = getattr(sim, "predicted_ns", None)
-    idle = getattr(sim, "sm_idle_fraction", None)
-    sched = Gantt(title=title, num_sms=num_sms, slots_per_sm=slots_per_sm, segments=segs, predicted_ns=predicted,
-                     measured_ns=measured_ns, tail_start_ns=intervals[0][0] if intervals else None, sm_idle=idle)
-    sched.notes.extend(tail_notes(sim, num_sms, measured_ns))
-    return sched
-
-
-def tail_notes(sim: object, num_sms: int, measured_ns: float | None = None) -> list[str]:
-    """Plain sentences on a simulated launch: predicted vs measured time, SM idle, the tail and its work items."""
-    notes = []
-    predicted = getattr(sim, "predicted_ns", None)
-    if predicted is not None:
-        meas = f" (measured {fmt_ns(measured_ns)}, {predicted / measured_ns - 1:+.0%})" if measured_ns else ""
-        notes.append(f"Predicted {fmt_ns(predicted)}{meas}; the SMs sit idle "
-                     f"{getattr(sim, 'sm_idle_fraction', 0.0):.0%} of the time.")
-    tail_ns = getattr(sim, "tail_ns", 0.0) or 0.0
-    items = list(getattr(sim, "tail_items", ()))
-    if tail_ns > 0 and items:
-        tail_set = set(items)
-        busy_sms = {s.sm for s in getattr(sim, "segments", ()) if s.item in tail_set}
-        by_req: dict[int, list[WorkItem]] = {}
-        for it in items:
-            by_req.setdefault(it.request, []).append(it)
-        reqs = sorted(by_req.items(), key=lambda kv: -sum(i.kv_tokens for i in kv[1]))
-        desc = "; ".join(f"request {r}: {len(its)} item{'s' if len(its) > 1 else ''} of "
-                         f"{max(i.kv_tokens for i in its):,} KV tokens" for r, its in reqs[:4])
-        more = f"; +{len(reqs) - 4} more requests" if len(reqs) > 4 else ""
-        notes.append(f"Tail: {fmt_ns(tail_ns)} with fewer than half the SMs busy; {len(items)} work items on "
-                     f"{len(busy_sms)} SMs form it ({desc}{more}); the other {num_sms - len(busy_sms)} SMs are idle "
-                     "by then.")
-    else:
-        notes.append("No tail: at least half the SMs stay busy until the end.")
-    return notes

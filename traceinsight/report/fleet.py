@@ -37,6 +37,7 @@ def _percentile(values: list[int], q: float) -> int | None:
 def summary_row(a: TraceAnalysis) -> dict[str, Any]:
     """One trace as a row of COLUMNS."""
     durs = [s.dur_ns for s in a.steps]
+    split = Counter(s.split_kv for s in a.steps)  # once per step: each asks every launch of the step
     slowest = max(a.steps, key=lambda s: s.dur_ns, default=None)
     severities = Counter(str(getattr(f, "severity", "")) for f in a.findings)
     top = a.findings[0] if a.findings else None
@@ -49,9 +50,9 @@ def summary_row(a: TraceAnalysis) -> dict[str, Any]:
         "kernel_ns": sum(int(k.get("total_ns") or 0) for k in a.kernels),
         "attention_share": sum(float(f.get("share") or 0.0) for f in a.families if f.get("family") == "attention"),
         "steps": len(a.steps),
-        "split_kv_on": sum(1 for s in a.steps if s.split_kv is True),
-        "split_kv_off": sum(1 for s in a.steps if s.split_kv is False),
-        "split_kv_off_share": (sum(1 for s in a.steps if s.split_kv is False) / len(a.steps)) if a.steps else None,
+        "split_kv_on": split[True],
+        "split_kv_off": split[False],
+        "split_kv_off_share": (split[False] / len(a.steps)) if a.steps else None,
         "step_p50_ns": _percentile(durs, 0.5),
         "step_p99_ns": _percentile(durs, 0.99),
         "step_max_ns": max(durs) if durs else None,
