@@ -108,7 +108,7 @@ def test_idle_gaps_between_steps_leave_out_the_steps_windows(h200: Path, name: s
     from traceinsight.diagnose.rules import gpu_idle_gaps
     from traceinsight.diagnose.rules.gpu_idle_gaps import outside_windows
 
-    monkeypatch.setattr(gpu_idle_gaps, "CHUNK_GAPS", chunk)
+    monkeypatch.setattr(gpu_idle_gaps, "CHUNK_MAX_GAPS", chunk)
     _, (a,) = analyze([h200 / name], cache=False)
     gaps = a.schedule.idle_gaps
     windows = [(s.breakdown.start_ns, s.breakdown.end_ns) for s in a.steps]
@@ -121,7 +121,7 @@ def test_idle_gaps_between_steps_leave_out_the_steps_windows(h200: Path, name: s
     assert all(not any(w0 < e and s < w1 for w0, w1 in windows) for s, e in zip(lo.tolist(), hi.tolist(), strict=True))
     assert want < sum(g.dur_ns for g in gaps)  # the host time at the start of a step's range is the step's
     found = gpu_idle_gaps.apply(a)  # and the rule, which reduces the cut chunk by chunk, finds the same
-    monkeypatch.setattr(gpu_idle_gaps, "CHUNK_GAPS", len(gaps) + 1)
+    monkeypatch.setattr(gpu_idle_gaps, "CHUNK_MAX_GAPS", len(gaps) + 1)
     assert [f.to_json() for f in found] == [f.to_json() for f in gpu_idle_gaps.apply(a)]
 
 

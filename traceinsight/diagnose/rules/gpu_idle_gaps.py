@@ -50,7 +50,7 @@ SAVING_BASIS = "span"
 
 # Gaps cut against the windows at a time (a 10M-kernel trace has ~25M gaps: each temporary array of the cut would
 # be 200 MB at once).
-CHUNK_GAPS = 1 << 20
+CHUNK_MAX_GAPS = 1 << 20
 
 
 def outside_windows(gaps: IdleGaps, ctx: TraceAnalysis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -62,7 +62,7 @@ def outside_windows(gaps: IdleGaps, ctx: TraceAnalysis) -> tuple[np.ndarray, np.
 
 def outside_window_chunks(gaps: IdleGaps, ctx: TraceAnalysis) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The part of each gap outside every step's window, as arrays (start_ns, end_ns, before_step) of the gaps
-    with something left, CHUNK_GAPS gaps at a time, in order (nothing when there is no gap or no window). A gap
+    with something left, CHUNK_MAX_GAPS gaps at a time, in order (the gaps as they are when no step has a window). A gap
     lies between two steps' GPU work, so a window can only cover its head (the next step's range opened before its
     first kernel) or its tail (the previous step's range stayed open after its GPU work): what remains is one
     stretch, or nothing. Vectorised: a long trace has a gap between most of its kernels."""
@@ -76,14 +76,14 @@ def outside_window_chunks(gaps: IdleGaps, ctx: TraceAnalysis) -> Iterator[tuple[
     w0 = starts[order]
     w1 = np.maximum.accumulate(np.fromiter((b.end_ns for b in windowed), np.int64, len(windowed))[order])
     del windowed, starts, order
-    for at in range(0, n, CHUNK_GAPS):
-        g0, g1 = gaps.start_ns[at:at + CHUNK_GAPS], gaps.end_ns[at:at + CHUNK_GAPS]
+    for at in range(0, n, CHUNK_MAX_GAPS):
+        g0, g1 = gaps.start_ns[at:at + CHUNK_MAX_GAPS], gaps.end_ns[at:at + CHUNK_MAX_GAPS]
         i = np.searchsorted(w0, g0, side="right") - 1  # the last window starting at or before the gap
         lo = np.where((i >= 0) & (w1[np.maximum(i, 0)] > g0), w1[np.maximum(i, 0)], g0)
         k = np.searchsorted(w0, g1, side="left") - 1  # the last window starting before the gap's end
         hi = np.minimum(np.where((k >= 0) & (w0[np.maximum(k, 0)] > lo), w0[np.maximum(k, 0)], g1), g1)
         keep = hi > lo
-        yield lo[keep], hi[keep], gaps.before_step[at:at + CHUNK_GAPS][keep]
+        yield lo[keep], hi[keep], gaps.before_step[at:at + CHUNK_MAX_GAPS][keep]
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
