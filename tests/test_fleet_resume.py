@@ -244,9 +244,15 @@ def test_a_trace_over_its_time_limit_is_recorded_and_tried_again_later(traces: P
 
 def test_ray_that_cannot_be_reached_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "ds"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    r = subprocess.run([sys.executable, "-m", "traceinsight", "fleet", "analyze", str(SGLANG), "--out", str(out),
-                        "--ray", "auto"], capture_output=True, text=True, timeout=120, env=env)
+    # No cluster to find: 'auto' looks for one in the file <temp>/ray/ray_current_cluster and among the running
+    # processes, and test_fleet_analyze.py's head (in a network namespace of its own, so unreachable from here) may
+    # be running on another test worker; 'auto' then retried it past the timeout. So Ray's temp folder is one of
+    # the test's own and the command runs in a process namespace of its own (root, as test_fleet_analyze.py's
+    # `unshare -n`).
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(tmp_path)}
+    r = subprocess.run(["unshare", "-p", "-f", "--mount-proc", sys.executable, "-m", "traceinsight", "fleet",
+                        "analyze", str(SGLANG), "--out", str(out), "--ray", "auto"],
+                       capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("traceinsight: error: --ray auto: cannot connect") and "Traceback" not in r.stderr
     assert not out.exists()
