@@ -242,6 +242,24 @@ def test_a_trace_over_its_time_limit_is_recorded_and_tried_again_later(traces: P
     assert (again.analyzed, again.failed) == (1, 0)
 
 
+def test_ray_address_where_nothing_answers_is_one_line_at_once(tmp_path: Path) -> None:
+    """An address where nothing accepts a connection: Ray's own connect retries it for minutes (over 5 here);
+    `--ray` says so in a line within its connect timeout."""
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "ds"
+    address = f"127.0.0.1:{port}"
+    r = subprocess.run([sys.executable, "-m", "traceinsight", "fleet", "analyze", str(SGLANG), "--out", str(out),
+                        "--ray", address], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (f"traceinsight: error: --ray {address}: cannot connect (nothing answers at "
+                                f"{address} within 10 s)")
+    assert not out.exists()
+
+
 def test_ray_that_cannot_be_reached_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "ds"
     # No cluster to find: 'auto' looks for one in the file <temp>/ray/ray_current_cluster and among the running

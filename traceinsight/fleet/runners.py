@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -146,13 +147,49 @@ def _ray(ray: Any, tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]
                               + (str(exc).strip().splitlines() or [""])[-1][:300])
 
 
+# How long a Ray cluster's address may take to accept a connection before `--ray` gives up on it (s).
+RAY_CONNECT_TIMEOUT_S = 10.0
+
+
 def _ray_init(ray: Any, spec: RunnerSpec) -> None:
     kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if spec.ray == "local":  # a private instance for this run, stopped at its end
         kwargs.update(include_dashboard=False, num_cpus=spec.workers if spec.workers > 1 else None)
     else:
         kwargs["address"] = spec.ray
+        address = _ray_address(spec.ray) if spec.ray else None
+        if address is not None and not _answers(address, RAY_CONNECT_TIMEOUT_S):
+            raise InputError(f"--ray {spec.ray}: cannot connect (nothing answers at {address} within "
+                             f"{RAY_CONNECT_TIMEOUT_S:g} s)")
     try:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise InputError(f"--ray {spec.ray}: cannot connect ({(str(exc).splitlines() or [''])[0]})") from None
+
+
+def _ray_address(given: str) -> str | None:
+    """The host:port `ray.init` would connect to for `--ray given` ('auto': the cluster Ray finds on this machine, as
+    it finds it), or None when there is none to check (Ray then says why it cannot connect)."""
+    if given == "auto":
+        try:
+            from ray._private.services import get_ray_address_from_environment
+        except ImportError:
+            return None
+        try:
+            given = get_ray_address_from_environment("auto", None)
+        except Exception:  # no cluster found (ConnectionError), or Ray's internals changed: ray.init says
+            return None
+    host, _, port = given.removeprefix("ray://").rpartition(":")
+    return f"{host}:{port}" if host and port.isdigit() else None
+
+
+def _answers(address: str, timeout_s: float) -> bool:
+    """Whether something accepts a TCP connection at host:port within `timeout_s`. Ray's own connect retries an
+    address where nothing answers for minutes (5 min and more, with only its warnings), and a stale
+    /tmp/ray/ray_current_cluster or a cluster in another network namespace makes 'auto' such an address."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
