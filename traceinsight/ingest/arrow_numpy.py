@@ -38,11 +38,13 @@ def ints(column: pa.Array, null: int) -> np.ndarray:
     return values if not column.null_count else np.where(valid(column), values, null)
 
 
-def python_values(column: pa.Array) -> list[Any]:
-    """`column`'s values as Python objects (None for NULL): numbers and booleans through numpy; text through a
-    dictionary, so each distinct text is one Python object however many rows hold it; other types by pyarrow."""
+def python_values(column: pa.Array, shared_ints: bool = False) -> list[Any]:
+    """`column`'s values as Python objects (None for NULL): numbers and booleans through numpy; text (and, with
+    `shared_ints`, integers) through a dictionary, so each distinct value is one Python object however many rows
+    hold it (a Python int past 256 is 32 bytes a row; a column of grid sizes or stream ids holds a few distinct);
+    other types by pyarrow."""
     kind = column.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or (shared_ints and pa.types.is_integer(kind)):
         encoded = column.dictionary_encode()
         words = np.array([*encoded.dictionary.to_pylist(), None], dtype=object)
         return list(words[ints(encoded.indices, len(words) - 1)])

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from traceinsight import labels
 from traceinsight.errors import FormatError
+from traceinsight.ingest.arrow_numpy import python_values
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.queries import sql
@@ -279,18 +280,11 @@ def kernels_of(table: pa.Table) -> list[Kernel]:
 
 
 def _pylist(column: pa.ChunkedArray, shared: bool = True) -> list[Any]:
-    """A column as a list; text (and, when `shared`, integers) through its dictionary, so equal values are one
-    object: a Python int past 256 is 32 bytes per row, a column of grid sizes or stream ids a few distinct."""
+    """A column as a list (`arrow_numpy.python_values`): text and, when `shared`, integers one object per distinct
+    value."""
     if not len(column):
         return []  # combine_chunks of no chunks goes through pa.array, which imports pandas when installed
-    values = column.combine_chunks()
-    if (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
-            or (shared and pa.types.is_integer(values.type))):
-        encoded = values.dictionary_encode()
-        words = encoded.dictionary.to_pylist()
-        return [None if i is None else words[i] for i in encoded.indices.to_pylist()]
-    out: list[Any] = values.to_pylist()
-    return out
+    return python_values(column.combine_chunks(), shared_ints=shared)
 
 
 def _or_zero(values: list[Any]) -> list[int]:
