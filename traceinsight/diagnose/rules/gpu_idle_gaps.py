@@ -53,13 +53,6 @@ SAVING_BASIS = "span"
 CHUNK_MAX_GAPS = 1 << 20
 
 
-def outside_windows(gaps: IdleGaps, ctx: TraceAnalysis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The part of each gap outside every step's window, as arrays (start_ns, end_ns, before_step) of the gaps
-    with something left (`outside_window_chunks`, joined)."""
-    lo, hi, before = zip(*outside_window_chunks(gaps, ctx), strict=True)  # at least one chunk
-    return np.concatenate(lo), np.concatenate(hi), np.concatenate(before)
-
-
 def outside_window_chunks(gaps: IdleGaps, ctx: TraceAnalysis) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The part of each gap outside every step's window, as arrays (start_ns, end_ns, before_step) of the gaps
     with something left, CHUNK_MAX_GAPS gaps at a time, in order (the gaps as they are when no step has a window). A gap
