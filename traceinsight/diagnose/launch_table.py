@@ -129,7 +129,7 @@ def launch_db(ctx: TraceAnalysis) -> tuple[duckdb.DuckDBPyConnection, Sequence[L
     got = ctx.cache.get(_KEY)
     if got is None or got[2] is not ctx.steps or got[3] != len(ctx.steps) or got[4] is not ctx.schedule:
         release(ctx)
-        views = tuple(launch_views(ctx))
+        views = launch_views(ctx)  # a list of its own (launch_views copies its cache)
         got = ctx.cache[_KEY] = (connect(build(views)), views, ctx.steps, len(ctx.steps), ctx.schedule)
     return got[0], got[1]
 

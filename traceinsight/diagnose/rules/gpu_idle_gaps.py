@@ -48,8 +48,8 @@ WARNING_FRACTION = 0.3
 SAVING_BASIS = "span"
 
 
-# Gaps cut against the windows at a time (a 10M-kernel trace has ~25M gaps: each temporary array of the cut would
-# be 200 MB at once).
+# How many gaps are cut against the windows at a time (a 10M-kernel trace has ~25M gaps: each temporary array of
+# the cut would be 200 MB at once).
 CHUNK_MAX_GAPS = 1 << 20
 
 
