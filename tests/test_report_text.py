@@ -15,12 +15,12 @@ import pytest
 
 from traceinsight.pipeline import analyze
 from traceinsight.report.json_doc import to_json
+from traceinsight.report.progress import ingest_progress
 from traceinsight.report.text import (
     OPTIONAL_COLUMNS,
     attention_kernels_table,
     content_widths,
     families_table,
-    ingest_progress,
     make_console,
     natural_width,
     render,

@@ -8,9 +8,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from rich import box
@@ -414,34 +412,6 @@ def make_console(file: Any = None, no_color: bool = False, stderr: bool = False,
     out = cast(IO[str], StripTrailing(file if file is not None else stream))
     return Console(file=out, stderr=stderr, no_color=off, color_system=None if off else "auto", highlight=False,
                    soft_wrap=False, force_terminal=force_terminal, width=output_width(width, bool(tty)))
-
-
-# Files larger than this get a progress display while they are read.
-PROGRESS_MIN_BYTES = 8 * 1024 * 1024
-
-
-@contextmanager
-def ingest_progress(paths: Sequence[Path], quiet: bool = False) -> Iterator[None]:
-    """Around a long ingest: a transient spinner on stderr with the file names, total size and elapsed time.
-    Shown only when stderr is a terminal, `quiet` is off and the inputs are large (PROGRESS_MIN_BYTES); never
-    mixes with stdout, so `--format json | jq` stays clean."""
-    size = 0
-    for p in paths:
-        try:
-            size += Path(p).stat().st_size
-        except OSError:
-            pass
-    err = make_console(stderr=True)
-    if quiet or size < PROGRESS_MIN_BYTES or not err.is_terminal:
-        yield
-        return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    names = ", ".join(Path(p).name for p in paths[:2]) + (f" +{len(paths) - 2}" if len(paths) > 2 else "")
-    with Progress(SpinnerColumn(), TextColumn("[bold]analyzing[/bold] {task.description}"), TimeElapsedColumn(),
-                  console=err, transient=True) as progress:
-        progress.add_task(f"{names} ({size / 1e6:.0f} MB)", total=None)
-        yield
 
 
 def render_fleet(analyses: list[TraceAnalysis], console: Console) -> None:
