@@ -10,6 +10,7 @@ import pytest
 from conftest import H200
 
 from traceinsight.ingest import nsys_sqlite, store
+from traceinsight.ingest.base import Ingest
 from traceinsight.ingest.store import TraceDB
 
 EXPORT = H200 / "flashinfer_decode.sqlite"
@@ -47,3 +48,65 @@ def test_text_bytes_counts_each_row_of_a_dictionary() -> None:
     names = pa.DictionaryArray.from_arrays(pa.array([0, 1, 1, None], pa.int32()), pa.array(["ab", "wxyz"]))
     plain = pa.array(["abc", None, "d", ""])
     assert store._text_bytes(pa.table({"n": names, "p": plain, "i": pa.array([1, 2, 3, 4])})) == 2 + 4 + 4 + 3 + 1
+
+
+def _kineto_db(path: Path) -> TraceDB:
+    from traceinsight.ingest import kineto
+
+    db = TraceDB()
+    db.add(kineto.read(path), path, consume=True)
+    return db
+
+
+def _ranges(start: list[int], end: list[int], arrow: bool = False) -> Ingest:
+    import pyarrow as pa
+
+    n = len(start)
+    cols = {"name": [f"r{i}" for i in range(n)], "kind": ["cpu"] * n, "side": ["host"] * n, "start_ns": start,
+            "end_ns": end, "process_id": [1] * n, "thread_id": [2] * n, "device_id": [None] * n,
+            "stream_id": [None] * n}
+    ingest = Ingest(format="kineto")
+    ingest.tables["ranges"] = {k: pa.array(v, pa.string() if k in ("name", "kind", "side") else pa.int64())
+                               for k, v in cols.items()} if arrow else cols  # type: ignore[assignment]
+    return ingest
+
+
+@pytest.mark.parametrize("trace", [H200 / "flashinfer_decode_small.pt.trace.json.gz",
+                                   H200 / "flashinfer_decode_sweep.pt.trace.json.gz"])
+def test_a_short_table_ordered_by_the_insert_equals_the_arrow_sort(trace: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below COMPUTE_MIN_ROWS the insert itself puts the rows in start order (these traces' ranges are not): the
+    same rows, ids and stored order as pyarrow's stable sort gives."""
+    by_insert = _kineto_db(trace)
+    monkeypatch.setattr(store, "COMPUTE_MIN_ROWS", 0)
+    by_arrow = _kineto_db(trace)
+    for table in ("kernels", "memops", "launches", "ranges", "devices"):
+        query = f"SELECT * FROM {table}"  # the stored order too
+        assert by_insert.con.execute(query).fetchall() == by_arrow.con.execute(query).fetchall(), table
+
+
+@pytest.mark.parametrize("how", ["lists", "arrow", "arrow sort"])
+def test_ties_keep_the_readers_order(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python lists and short Arrow tables are ordered by the insert; long Arrow tables by pyarrow's sort."""
+    if how == "arrow sort":
+        monkeypatch.setattr(store, "COMPUTE_MIN_ROWS", 0)
+    db = TraceDB()
+    path = Path("ties.json")
+    #                    r0  r1  r2  r3  r4  r5  r6
+    db.add(_ranges([5, 1, 5, 1, 0, 5, 1], [9, 4, 9, 7, 3, 6, 4], arrow=how != "lists"), path)
+    got = db.con.execute("SELECT name, range_id FROM ranges").fetchall()
+    # start ascending, end descending, ties in the reader's order; ids in that order
+    assert [n for n, _ in got] == ["r4", "r3", "r1", "r6", "r0", "r2", "r5"]
+    assert [i for _, i in got] == list(range(7))
+    db.add(_ranges([3, 2], [4, 5], arrow=how != "lists"), path, attach_to=0)  # more rows of the trace: ids go on
+    assert db.con.execute("SELECT name, range_id FROM ranges WHERE range_id >= 7").fetchall() == [
+        ("r1", 7), ("r0", 8)]
+
+
+def test_text_bytes_reads_a_slice_and_long_strings() -> None:
+    import pyarrow as pa
+
+    assert store._text_bytes(pa.table({"s": pa.array(["abc", "de", None, "f"]).slice(1)})) == 3
+    assert store._text_bytes(pa.table({"s": pa.array(["abc", "de"], pa.large_string()).slice(1)})) == 2
+    names = pa.DictionaryArray.from_arrays(pa.array([0, 1, 1, 0], pa.int32()), pa.array(["ab", "wxyz"])).slice(2)
+    assert store._text_bytes(pa.table({"n": names})) == 4 + 2

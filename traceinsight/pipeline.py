@@ -114,6 +114,7 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
         analysis.extra["steps_from"] = "ProfilerStep#N ranges (nothing else annotates the trace)"
     analysis.host_ops = _host_ops_reader(db, trace_id, meta)
     analysis.step_kernels = lambda step: step_kernels(db, trace_id, step)
+    analysis.cursor = db.con.cursor
     if unassigned:
         # Attention launches outside every annotated step (warm-ups, planning runs): counted, not steps.
         analysis.extra["unassigned_launches"] = {

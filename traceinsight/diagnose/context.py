@@ -45,6 +45,9 @@ class TraceAnalysis:
     # Every kernel of a step (Step -> [Kernel], in start order; steps hold only their attention launches' kernels),
     # read from the database on demand; set by the pipeline.
     step_kernels: Callable[[Step], list[Any]] | None = field(default=None, repr=False, compare=False)
+    # A new connection (a cursor) to the analysis's database, for the rules' scratch relations (its temporary
+    # tables and registered names are its own); set by the pipeline, None without a database.
+    cursor: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
     # Views derived from the analysis once and shared by the rules (never written out).
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 

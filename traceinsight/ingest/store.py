@@ -12,9 +12,9 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from traceinsight.ingest import json_stream
+from traceinsight.ingest.arrow_numpy import COMPUTE_MIN_ROWS, ints, text_bytes
 from traceinsight.ingest.base import Columns, Ingest
 from traceinsight.ingest.schema import schema_sql, table_names
 
@@ -251,28 +251,37 @@ class TraceDB:
 
     def _insert(self, trace_id: int, table: str, cols: Columns, consume: bool = False) -> None:
         """Insert columns as rows of `table` for `trace_id`; rows of the id tables are ordered by (start_ns,
-        end_ns DESC) and numbered in that order (a stable sort: ties keep the reader's order). The sort is done
-        on the Arrow table, so DuckDB never sorts wide rows (kernel names are long); DuckDB keeps the insertion
-        order (`preserve_insertion_order`), so the rows also lie in id order."""
+        end_ns DESC) and numbered in that order (a stable sort: ties keep the reader's order). DuckDB keeps the
+        insertion order (`preserve_insertion_order`), so the rows also lie in id order.
+
+        Fewer than COMPUTE_MIN_ROWS rows whose text fits one insert are put in order by the insert itself, Python
+        lists read by DuckDB as they are (through Arrow they took 10 ms a table more). More are sorted on an Arrow
+        table first (unless already in order), so DuckDB never sorts wide rows (kernel names are long)."""
         n = len(next(iter(cols.values()))) if cols else 0
         if not n:
+            return
+        if n < COMPUTE_MIN_ROWS and all(isinstance(v, list) for v in cols.values()) and (
+                not self.in_memory or _text_bytes_at_most(cols) <= CHECKPOINT_TEXT_BYTES):
+            rows = {name: np.fromiter(values, dtype=object, count=n) for name, values in cols.items()}
+            if consume:
+                cols.clear()
+            self._insert_rows(trace_id, table, rows, n)
             return
         arrow = arrow_table(self.con, cols)
         if consume:
             cols.clear()
-        extra = [f"{trace_id} AS trace_id"]
-        if table in _DURATION_TABLES:
-            extra.append("end_ns - start_ns AS dur_ns")
-        if table in _ID_COLUMNS:
-            column = _ID_COLUMNS[table]
-            base = self.con.execute(
-                f"SELECT coalesce(max({column}) + 1, 0) FROM {table} WHERE trace_id = $t", {"t": trace_id}
-            ).fetchone()
-            offset = int(base[0]) if base else 0
-            order = pc.sort_indices(arrow, sort_keys=[("start_ns", "ascending"), ("end_ns", "descending")])
-            arrow = arrow.take(order).append_column(column, _int64_range(offset, n))
-        insert = f"INSERT INTO {table} BY NAME SELECT *, {', '.join(extra)} FROM rows"
         text = _text_bytes(arrow) if self.in_memory else 0
+        if table in _ID_COLUMNS and not _in_start_order(arrow):
+            if n < COMPUTE_MIN_ROWS and text <= CHECKPOINT_TEXT_BYTES:
+                self._insert_rows(trace_id, table, arrow, n)
+                return
+            import pyarrow.compute as pc  # 70 ms to import: only for long tables
+
+            arrow = arrow.take(pc.sort_indices(arrow, sort_keys=[("start_ns", "ascending"), ("end_ns", "descending")]))
+        extra = self._derived(trace_id, table)
+        if table in _ID_COLUMNS:
+            arrow = arrow.append_column(_ID_COLUMNS[table], _int64_range(self._next_id(trace_id, table), n))
+        insert = f"INSERT INTO {table} BY NAME SELECT *, {', '.join(extra)} FROM rows"
         if text <= CHECKPOINT_TEXT_BYTES:
             rows = arrow  # noqa: F841  (scanned by name)
             self.con.execute(insert)
@@ -282,6 +291,38 @@ class TraceDB:
             rows = arrow.slice(first, per_slice)  # noqa: F841
             self.con.execute(insert)
             self.con.execute("CHECKPOINT")
+
+    def _insert_rows(self, trace_id: int, table: str, rows: pa.Table | dict[str, np.ndarray], n: int) -> None:
+        """One insert of `rows` (an Arrow table, or numpy arrays of Python values, scanned by DuckDB) into `table`,
+        an id table's rows put in start order and numbered by the insert (the reader's position breaks ties, as
+        the stable sort does)."""
+        extra = self._derived(trace_id, table)
+        columns, ordered = "*", ""
+        if table in _ID_COLUMNS:
+            if isinstance(rows, dict):
+                rows[_READ_ORDER] = np.arange(n, dtype=np.int64)
+            else:
+                rows = rows.append_column(_READ_ORDER, _int64_range(0, n))
+            key = f"start_ns, end_ns DESC, {_READ_ORDER}"
+            extra.append(f"row_number() OVER (ORDER BY {key}) - 1 + {self._next_id(trace_id, table)} "
+                         f"AS {_ID_COLUMNS[table]}")
+            columns, ordered = f"* EXCLUDE ({_READ_ORDER})", f" ORDER BY {key}"
+        self.con.execute(f"INSERT INTO {table} BY NAME SELECT {columns}, {', '.join(extra)} FROM rows{ordered}")
+
+    @staticmethod
+    def _derived(trace_id: int, table: str) -> list[str]:
+        """The columns an insert adds to a reader's: the trace's id, and a duration where the table has one."""
+        extra = [f"{trace_id} AS trace_id"]
+        if table in _DURATION_TABLES:
+            extra.append("end_ns - start_ns AS dur_ns")
+        return extra
+
+    def _next_id(self, trace_id: int, table: str) -> int:
+        """The id the next row of `trace_id` in the id table `table` gets."""
+        column = _ID_COLUMNS[table]
+        row = self.con.execute(f"SELECT coalesce(max({column}) + 1, 0) FROM {table} WHERE trace_id = $t",
+                               {"t": trace_id}).fetchone()
+        return int(row[0]) if row else 0
 
     def compress(self) -> None:
         """Compress the in-memory tables now that they are loaded (a checkpoint: dictionary/FSST). A million
@@ -384,15 +425,21 @@ def arrow_table(con: duckdb.DuckDBPyConnection, cols: Columns) -> pa.Table:
     converted = None
     if python_lists:
         with con.cursor() as cursor:  # its own: `con` may hold an unfinished result
-            converted = cursor.sql("SELECT * FROM python_lists").to_arrow_table()
+            lists = cursor.sql("SELECT * FROM python_lists")
+            # Integers as BIGINT in DuckDB (pyarrow's `cast` imports pyarrow.compute: 70 ms of a fresh process).
+            converted = lists.select(*(
+                duckdb.ColumnExpression(name).cast(duckdb.sqltype("BIGINT")).alias(name)
+                if kind.id in _INTEGER_TYPES else duckdb.ColumnExpression(name)
+                for name, kind in zip(lists.columns, lists.types, strict=True))).to_arrow_table()
     out: dict[str, pa.Array | pa.ChunkedArray] = {}
     for name, values in cols.items():
-        if converted is None or name not in python_lists:
-            out[name] = values
-            continue
-        column = converted.column(name)
-        out[name] = column.cast(pa.int64()) if pa.types.is_integer(column.type) else column
+        out[name] = values if converted is None or name not in python_lists else converted.column(name)
     return pa.table(out)
+
+
+# DuckDB's integer types (DuckDBPyType.id), which `arrow_table` makes BIGINT.
+_INTEGER_TYPES = frozenset({"tinyint", "smallint", "integer", "bigint", "hugeint", "utinyint", "usmallint",
+                            "uinteger", "ubigint", "uhugeint"})
 
 
 def _int64_range(start: int, n: int) -> pa.Array:
@@ -402,16 +449,29 @@ def _int64_range(start: int, n: int) -> pa.Array:
 
 def _text_bytes(table: pa.Table) -> int:
     """Bytes of text the rows of `table` hold once expanded (a dictionary column: each row's entry)."""
-    total = 0
-    for column in table.columns:
-        kind = column.type
-        if pa.types.is_dictionary(kind) and pa.types.is_string(kind.value_type):
-            for chunk in column.chunks:
-                lengths = pc.binary_length(chunk.dictionary)
-                total += pc.sum(pc.take(lengths, chunk.indices)).as_py() or 0
-        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
-            total += pc.sum(pc.binary_length(column)).as_py() or 0
-    return int(total)
+    return sum(text_bytes(chunk) for column in table.columns for chunk in column.chunks)
+
+
+# A column the insert of a small id table carries (the reader's row order, which breaks ties of the start order).
+_READ_ORDER = "_read_order"
+
+
+def _text_bytes_at_most(cols: Columns) -> int:
+    """A bound on the bytes of text Python lists of values hold: UTF-8 takes at most 4 bytes a character."""
+    return 4 * sum(len(v) for values in cols.values() for v in values if isinstance(v, str))
+
+
+def _in_start_order(table: pa.Table) -> bool:
+    """Whether the rows of `table` are already in start order (start_ns ascending, then end_ns descending), with no
+    NULL in either: then they need no sort."""
+    start, end = table.column("start_ns"), table.column("end_ns")
+    if start.null_count or end.null_count:
+        return False
+    s = np.concatenate([ints(c, 0) for c in start.chunks]) if start.num_chunks != 1 else ints(start.chunk(0), 0)
+    e = np.concatenate([ints(c, 0) for c in end.chunks]) if end.num_chunks != 1 else ints(end.chunk(0), 0)
+    if len(s) < 2:
+        return True
+    return bool(np.all((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] <= e[:-1]))))
 
 
 def quote_path(path: Path) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.ingest.arrow_numpy import ints
+from traceinsight.ingest.arrow_numpy import encode, ints, sorted_distinct
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.steps import ATTENTION, MERGE, PREPARE, Step
@@ -238,9 +238,7 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
         if not batch.num_rows:
             continue
         col = dict(zip(batch.schema.names, batch.columns, strict=True))
-        encoded = col["family"].dictionary_encode()  # family is NOT NULL (kernel_labels; 'memory')
-        words = encoded.dictionary.to_pylist()
-        index = ints(encoded.indices, 0)
+        words, index = encode(col["family"])  # family is NOT NULL (kernel_labels; 'memory')
         for j in np.sort(np.unique(index, return_index=True)[1]).tolist():
             families.setdefault(words[int(index[j])], len(families))
         number = np.array([families[w] for w in words], np.int32)[index]
@@ -273,7 +271,7 @@ def _gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, _Work]
         cols[key] = lookup[joined] if key == "family" else joined.astype(np.int64, copy=False)
         del joined
     dev = cols.pop("dev")
-    devices = np.unique(dev).tolist()
+    devices = sorted_distinct(dev).tolist()
     out: dict[Any, _Work] = {}
     for d in devices:
         if len(devices) == 1:

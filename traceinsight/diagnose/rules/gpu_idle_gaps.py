@@ -25,6 +25,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
 from traceinsight.diagnose.savings import idle_gap_saving_ns
+from traceinsight.ingest.arrow_numpy import sorted_distinct
 from traceinsight.model.schedule import IdleGaps
 from traceinsight.units import fmt_ns
 
@@ -120,7 +121,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     return [Finding(
         id=ID,
         severity=Severity.WARNING if frac >= WARNING_FRACTION else Severity.INFO,
-        steps=tuple(np.unique(gap_before).tolist()),
+        steps=tuple(sorted_distinct(gap_before).tolist()),
         summary=(f"GPU idle between steps {frac:.0%} of the time from the first step to the last: "
                  f"{evidence['gaps']} gaps >= {fmt_ns(gap_min)}, "
                  f"{fmt_ns(total)} in all, longest {fmt_ns(longest_ns)} before step {longest_before}"),

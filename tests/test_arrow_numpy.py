@@ -1,0 +1,43 @@
+"""ingest/arrow_numpy.py: reading Arrow arrays without pyarrow's pandas- or compute-importing conversions. Short
+columns are encoded in Python, long ones by pyarrow.compute (COMPUTE_MIN_ROWS): both give the same values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from traceinsight.ingest import arrow_numpy
+from traceinsight.ingest.arrow_numpy import encode, python_values, sorted_distinct
+
+COLUMNS = [
+    pa.array(["b", "a", None, "b", "c", "a", None]),
+    pa.array(["x", "yy", "x"], pa.large_string()),
+    pa.array([7, 300, None, 300, 7, 1000]),
+    pa.array(["b", "a", "b", "c"]).slice(1),
+    pa.array([], pa.string()),
+]
+
+
+@pytest.mark.parametrize("column", COLUMNS, ids=lambda c: str(c.type))
+def test_short_and_long_columns_encode_alike(column: pa.Array, monkeypatch: pytest.MonkeyPatch) -> None:
+    short = encode(column)
+    values = python_values(column, shared_ints=True)
+    monkeypatch.setattr(arrow_numpy, "COMPUTE_MIN_ROWS", 0)
+    long = encode(column)
+    assert short[0] == long[0] and short[1].tolist() == long[1].tolist()
+    assert short[1].dtype == long[1].dtype == np.int64
+    assert values == python_values(column, shared_ints=True) == column.to_pylist()
+
+
+def test_equal_values_are_one_object() -> None:
+    values = python_values(pa.array([300 + i % 2 for i in range(6)]), shared_ints=True)
+    assert values[0] is values[2] is values[4] and values[1] is values[3]
+    texts = python_values(pa.array(["".join(["ab", "c"]) for _ in range(3)]))
+    assert texts[0] is texts[1] is texts[2]
+
+
+def test_sorted_distinct_is_numpys_unique() -> None:
+    a = np.array([5, 1, 5, 3, 1, -2])
+    assert sorted_distinct(a).tolist() == np.unique(a).tolist() == [-2, 1, 3, 5]
+    assert sorted_distinct(np.array([], np.int64)).tolist() == []
