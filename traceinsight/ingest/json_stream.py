@@ -28,6 +28,7 @@ from queue import Queue
 from typing import Any, BinaryIO, NoReturn, TypeVar
 
 import orjson
+from isal import isal_zlib
 
 from traceinsight.errors import FormatError, InputError
 
@@ -164,7 +165,7 @@ def _gunzip(path: Path, fh: BinaryIO, first: bytes, repairs: Repairs, cut_ok: bo
 
     budget = DecompressionBudget(path)
     consumed = 0
-    d = zlib.decompressobj(wbits=31)
+    d = _inflater()
     pending = first
     while True:
         if not pending:
@@ -177,7 +178,7 @@ def _gunzip(path: Path, fh: BinaryIO, first: bytes, repairs: Repairs, cut_ok: bo
         before = len(pending)
         try:
             out = d.decompress(pending, CHUNK_BYTES)
-        except zlib.error as exc:
+        except INFLATE_ERRORS as exc:
             raise FormatError(f"{path}: damaged gzip stream ({exc})") from None
         # At the end of a member the bytes after it are in unused_data (unconsumed_tail may repeat them).
         pending = d.unused_data if d.eof else d.unconsumed_tail
@@ -191,7 +192,7 @@ def _gunzip(path: Path, fh: BinaryIO, first: bytes, repairs: Repairs, cut_ok: bo
         while len(rest) < len(GZIP_MAGIC) and (more := _read(path, fh, READ_BYTES)):
             rest += more
         if rest.startswith(GZIP_MAGIC):
-            d = zlib.decompressobj(wbits=31)
+            d = _inflater()
             pending = rest
             continue
         size, nonzero = len(rest), bool(rest.strip(b"\x00"))
@@ -201,6 +202,16 @@ def _gunzip(path: Path, fh: BinaryIO, first: bytes, repairs: Repairs, cut_ok: bo
         if nonzero:
             repairs["gzip_trailing"] += size
         return
+
+
+# What a damaged gzip stream raises.
+INFLATE_ERRORS = (isal_zlib.error, zlib.error)
+
+
+def _inflater() -> Any:  # noqa: ANN401 (isal ships no type information)
+    """A decompressor of one gzip member: ISA-L's inflate (python-isal), zlib's interface at about twice zlib's
+    speed (the sweep trace's 27 MB: 0.04 s against 0.09 s)."""
+    return isal_zlib.decompressobj(wbits=31)
 
 
 _T = TypeVar("_T")
