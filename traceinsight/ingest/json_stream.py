@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Queue
-from typing import Any, BinaryIO, NoReturn, TypeVar
+from typing import Any, BinaryIO, NoReturn, TypeVar, cast
 
 import orjson
 from isal import isal_zlib
@@ -204,8 +204,8 @@ def _gunzip(path: Path, fh: BinaryIO, first: bytes, repairs: Repairs, cut_ok: bo
         return
 
 
-# What a damaged gzip stream raises.
-INFLATE_ERRORS = (isal_zlib.error, zlib.error)
+# What a damaged gzip stream raises (isal's stub types its error class as an instance).
+INFLATE_ERRORS: tuple[type[Exception], ...] = (cast(type[Exception], isal_zlib.error), zlib.error)
 
 
 def _inflater() -> Any:  # noqa: ANN401 (isal ships no type information)
