@@ -248,3 +248,50 @@ def test_tables_read() -> None:
                     "pragma show_tables", "select * from duckdb_tables()", "select * from steps, unnest([1])",
                     "select * from information_schema.tables", "select * from other.main.steps", "not sql"):
         assert tables_read(unknown) is None, unknown
+
+
+def test_every_spelling_of_a_trace_shares_its_entry(cache_dir: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace named by another path (relative, through `..`, a link to it) is the same analysis, the same bytes:
+    `analyze` and `sql` answer from the entry kept under any spelling, without analyzing."""
+    pipeline = importlib.import_module("traceinsight.pipeline")
+    cli = importlib.import_module("traceinsight.cli.main")
+    link = tmp_path / "link.pt.trace.json.gz"
+    link.symlink_to(SMALL)
+    monkeypatch.chdir(SMALL.parent)
+    spellings = (SMALL, Path(SMALL.name), Path(".") / ".." / SMALL.parent.name / SMALL.name, link)
+    query = "select trace_id, path, format, summary_json from analyses"
+    expected = run(SMALL, "--format", "json", "--meta", SWEEP_META, "--no-cache")
+    expected_sql = sql(SMALL, SWEEP_META, query)
+    run(SMALL, "--meta", SWEEP_META)
+    run(SMALL, "--meta", SWEEP_META)  # analyzed again: kept
+    sql(SMALL, SWEEP_META, query)
+    sql(SMALL, SWEEP_META, query)  # `analyze SMALL SWEEP_META`'s analysis, kept
+    assert len(kept(cache_dir)) == 2
+
+    def no_analysis(*args: object, **kwargs: object) -> None:
+        raise AssertionError("analyzed")
+
+    monkeypatch.setattr(pipeline, "analyze", no_analysis)
+    monkeypatch.setattr(cli, "_sql_analyzed", no_analysis)
+    for trace in spellings:
+        assert run(trace, "--format", "json", "--meta", SWEEP_META) == expected, trace
+        assert sql(trace, SWEEP_META, query) == expected_sql, trace
+    assert len(kept(cache_dir)) == 2
+
+
+def test_a_sidecar_among_the_paths_is_another_analysis(cache_dir: Path) -> None:
+    """`analyze TRACE SIDECAR` (and `sql TRACE SIDECAR`) read the sidecar as a trace of its own, `analyze TRACE
+    --meta SIDECAR` attaches it to the trace: two analyses, two entries, neither answering for the other."""
+    query = "select count(*) from analyses"
+    assert sql(SMALL, SWEEP_META, query)[1] == "count_star()\n2\n"  # the trace, and the sidecar as a trace
+    for _ in range(2):
+        run(SMALL, "--meta", SWEEP_META)
+    (with_meta,) = kept(cache_dir)
+    assert sql(SMALL, SWEEP_META, query)[1] == "count_star()\n2\n"  # not the kept `--meta` analysis's 1
+    assert sql(SMALL, SWEEP_META, query)[1] == "count_star()\n2\n"
+    assert len(kept(cache_dir)) == 2
+    assert run(SMALL, "--meta", SWEEP_META, "--format", "json") == run(SMALL, "--meta", SWEEP_META, "--format",
+                                                                       "json", "--no-cache")
+    assert run(SMALL, SWEEP_META, "--format", "json") == run(SMALL, SWEEP_META, "--format", "json", "--no-cache")
+    assert with_meta in kept(cache_dir)

@@ -114,7 +114,8 @@ def test_workers_give_the_same_rows(tmp_path: Path) -> None:
 _TOKENS = [b"\n  },\n  {", b"\n    },\n    {", b"}", b"]", b"}]", b"} ]", b"}\n]", b",", b"{", b" ", b"\n", b"\t",
            b'\n    "ph": "X", "cat": "cpu_op", "name": "', b'\n    "ph": "X", "cat": "kernel", "name": "',
            b'\n    "ph": "f", "id": 1,', b'\n    "ph": "X", "cat": "python_function", "name": "',
-           b"ProfilerStep#3", b"Profiler", b'"x"', b"1"]
+           b"ProfilerStep#3", b"Profiler", b'"x"', b"1",
+           b'\n    "ph": "X', b'", "cat": "ac2g", ', b'", "cat": "cpu_op", "name": "']  # strings left open
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -147,6 +148,47 @@ def test_numpy_scans_match_the_byte_scans(seed: int) -> None:
             if kept_known is not None:
                 assert kept_known == (kineto._kept_pieces(data, sep, before), data.count(sep) + 1)
     assert decided > 100
+
+
+def _open_string_across_a_separator(text: bytes, at: int) -> bytes:
+    """`text` (a Kineto trace) with the cpu_op event at or after `at` cut to an unterminated "ph" string, and the
+    event after it missing up to where the string would close: the string runs across the separator between them
+    (lenient JSON reads one event, a cpu_op, with the separator inside its "ph")."""
+    sep = b"\n  },\n  {"
+    start = text.index(sep + b'\n    "ph": "X", "cat": "cpu_op", "name": "', at)
+    after = text.index(sep, text.index(sep, start + 1) + 1)
+    return (text[:start] + sep + b'\n    "ph": "X' + sep + b'", "cat": "cpu_op", "name": "aten::lost", "pid": 1, '
+            b'"tid": 1, "ts": 1.5, "dur": 1.0' + text[after:])
+
+
+def test_a_string_left_open_across_a_separator_is_read_alike(tmp_path: Path) -> None:
+    """A "ph" string left open across a separator: `_kept_spans`, `_kept_pieces` and the regular expression's
+    scan (`_kept_pieces_slow`) keep the same elements (a learned prefix ran across the separator, so that
+    `_kept_pieces` hid the element after it where `_kept_spans` kept it), and the serial reader (numpy) and the
+    workers (`_kept_pieces`) give the same rows and warnings (with a damaged number in a skipped event of the same
+    batch, the serial reader reported its repair and the workers did not)."""
+    sep = b"\n  },\n  {"
+    data = (b'{\n    "ph": "X", "cat": "kernel", "name": "k1", "ts": 1' + sep + b'\n    "ph": "X' + sep
+            + b'", "cat": "cpu_op", "name": "aten::lost", "ts": 2' + sep + b'\n    "ph": "X", "cat": "kernel", '
+            b'"name": "k2", "ts": 3\n  }')
+    spans = kineto._kept_spans(data, sep, json_stream._braces(data))
+    assert spans is not None
+    assert spans == (kineto._kept_pieces(data, sep), 4)
+    assert spans[0] == kineto._kept_pieces_slow(data, sep)
+    assert len(spans[0]) == 4  # every separator starts an element: nothing is skipped by a prefix across one
+
+    text = gzip.decompress(SMALL.read_bytes())
+    damaged = _open_string_across_a_separator(text, 20_000)
+    cpu_op = damaged.index(b'"cat": "cpu_op"', damaged.index(b'"aten::lost"') + 5000)
+    dur = damaged.index(b'"dur": ', cpu_op) + len(b'"dur": ')
+    for name, body in (("open.json", damaged), ("open_inf.json", damaged[:dur] + b"inf" + damaged[
+            damaged.index(b",", dur):])):
+        p = tmp_path / name
+        p.write_bytes(body)
+        serial = kineto.read(p, workers=0)
+        assert serial is not None
+        same(serial, kineto.read(p, workers=2))
+        assert serial.tables == kineto.read(SMALL).tables  # the events lost were cpu_ops: no row lost
 
 
 def test_prefixes_learned_across_batches(tmp_path: Path) -> None:

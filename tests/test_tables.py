@@ -136,3 +136,40 @@ def test_write_tables_loads_no_heavy_module(h200: Path) -> None:
                           check=True)
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1].replace("'", '"')))
     assert not loaded & {"pandas", "matplotlib", "scipy"}, sorted(loaded)
+
+
+@pytest.mark.parametrize(("fmt", "traces"), [("json", 2), ("text", 1)])
+def test_a_keeping_run_builds_each_document_once(fmt: str, traces: int, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that keeps its analysis (cli/analysis_cache.py) renders its report and writes the `analyses` table
+    from one document per trace (building it walks every step), and writes what a run keeping nothing writes."""
+    from traceinsight.report import json_doc
+
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", "0")
+    built: list[str] = []
+    real = json_doc._build_document
+    monkeypatch.setattr(json_doc, "_build_document", lambda a: built.append(a.path) or real(a))
+    paths = [TRACES / "h200/flashinfer_decode_small.pt.trace.json.gz", TRACES / "h200/flashinfer_decode.sqlite"]
+    args = ["analyze", *map(str, paths[:traces]), "--format", fmt]
+    alone = CliRunner().invoke(main, [*args, "--no-cache"])
+    CliRunner().invoke(main, args)  # a marker
+    built.clear()
+    keeping = CliRunner().invoke(main, args)  # analyzed again, and kept
+    assert (keeping.exit_code, keeping.stdout, keeping.stderr) == (alone.exit_code, alone.stdout, alone.stderr)
+    assert len(built) == traces and len(set(built)) == traces
+    assert list((tmp_path / "cache" / "analysis").glob("*.duckdb"))
+
+
+def test_the_document_follows_a_changed_analysis() -> None:
+    """The document built once is built again when a part of the analysis it reads is replaced or grows."""
+    _, (a,) = analyze([TRACES / "h200/flashinfer_decode_small.pt.trace.json.gz"], cache=False)
+    first = to_json(a)
+    assert first["findings"] and to_json(a) == first
+    a.findings = a.findings[1:]
+    assert to_json(a)["findings"] == first["findings"][1:]
+    a.extra["note"] = 1
+    assert to_json(a)["note"] == 1
+    a.steps = a.steps[:3]
+    assert to_json(a)["step_summary"]["count"] == 3 and len(to_json(a)["steps"]) == 3
+    assert to_json(a, "selected")["steps_included"] == "selected"

@@ -9,8 +9,10 @@ from the third run on, that export's JSON takes 1.5 s.
 
 An entry is a DuckDB file holding the analysis tables (`report/tables.py`) of one `analyze` call, under
 `<cache folder>/analysis/` (the cache folder of `traceinsight.ingest.cache`). It is named by a key of:
-- every input as given and as found (real path, size, modification time, inode: `cache.key`), traces, sidecars and
-  Nsight Compute CSVs alike, in order;
+- every input in its role, in order: each trace as found (real path, size, modification time, inode: `cache.key`),
+  whatever path spells it (`t.json`, `./t.json`, a link to it: the analysis keeps and shows the real path only, so
+  the reports are the same bytes); each sidecar and Nsight Compute CSV as given and as found (the analysis's
+  warnings quote them as given: "the sidecar ./s.json matches none of the steps");
 - the options that change the analysis (`--step-pattern`);
 - the environment variables that may change it ($TRACEINSIGHT_*, except those that only tune the cache, memory
   and threads), and the user's kernel rules file ($TRACEINSIGHT_RULES) as found;
@@ -22,7 +24,9 @@ cache alone (benchmarks that time the analysis with the ingest cache filled). En
 file and renamed into place; a damaged one is deleted and the traces analyzed again; least-recently-used entries go
 beyond $TRACEINSIGHT_CACHE_MAX_BYTES (with the ingest cache's own, each folder on its own).
 
-`traceinsight sql PATHS QUERY` shares the entries of `analyze PATHS` (same key, default options): a query that
+`traceinsight sql PATHS QUERY` shares the entries of `analyze PATHS` (same key, default options; a sidecar or an
+Nsight Compute CSV among PATHS is its own trace in both, as `load` reads every path, not attached to the first
+trace as `analyze TRACE --meta SIDECAR` attaches it: that is another analysis, with its own entry): a query that
 reads only the analysis tables (`safe_sql.tables_read`) is answered from a kept entry, which holds no trace table
 (kernels, launches, ...); any other query, or one the parse tree cannot vouch for, runs on the analyzed traces as
 before, and that analysis is kept as `analyze`'s is (a marker first). The dashboard reads a kept entry too
@@ -79,8 +83,8 @@ def entry_path(traces: list[Path], meta: list[Path], ncu: list[Path], step_patte
         if sum(os.stat(t).st_size for t in traces) < ingest_cache.min_bytes():
             return None
         parts = [ingest_cache.code_version("package"), f"step_pattern={step_pattern!r}"]
-        parts += [f"{kind}:{_found(p)}" for kind, paths in (("trace", traces), ("meta", meta), ("ncu", ncu))
-                  for p in paths]
+        parts += [f"trace:{ingest_cache.key(p)}" for p in traces]
+        parts += [f"{kind}:{_found(p)}" for kind, paths in (("meta", meta), ("ncu", ncu)) for p in paths]
         env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TRACEINSIGHT_") and k not in ENV_NOT_IN_KEY)
         parts += [f"env:{k}={v}" for k, v in env]
         rules = os.environ.get(RULES_ENV, "").strip()

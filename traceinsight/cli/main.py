@@ -384,8 +384,9 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
     """Run QUERY on the normalized tables of the traces (see docs/SCHEMA.md): traces, devices, kernels,
     kernel_labels, launches, ranges, memops, ncu_kernels, ncu_metrics, batches; and on the analysis when the
     query names its tables: steps, step_breakdown, attention_launches, launch_models, findings, rule_checks
-    (the traces are then analyzed first; sidecars and ncu CSVs given among PATHS attach to the first trace). A
-    query that reads only those tables is answered from the analysis `analyze PATHS` kept, when it kept one."""
+    (the traces are then analyzed first, as `analyze PATHS` analyzes them: every path its own trace, a sidecar or
+    an ncu CSV among PATHS included). A query that reads only those tables is answered from the analysis
+    `analyze PATHS` kept, when it kept one."""
     from traceinsight.ingest.paths import expand_paths
     from traceinsight.ingest.schema import mentions_analysis
 

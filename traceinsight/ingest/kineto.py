@@ -576,8 +576,11 @@ def _skip_alternatives() -> tuple[bytes, bytes, bytes]:
     whatever its category)."""
     ours = b"|".join(re.escape(c.encode()) for c in _DISPATCH)
     steps = b"|".join(re.escape(c.encode()) for c in STEP_OP_CATS)
-    other = rb'\s*"ph":\s*"[^"\\]*",\s*"cat":\s*"(?!(?:' + ours + rb')")[^"\\]*",'
-    operator = rb'\s*"ph":\s*"[^"\\]*",\s*"cat":\s*"(?:' + steps + rb')",\s*"name":\s*"'
+    # No raw newline in the "ph" and "cat" strings: every separator holds one, so a prefix never runs across a
+    # separator (a damaged string, left open, otherwise swallowed the separators up to the next quote: `_kept_pieces`
+    # then hid the elements after them in a skipped prefix where `_kept_spans` and the batch cuts see separators).
+    other = rb'\s*"ph":\s*"[^"\\\n]*",\s*"cat":\s*"(?!(?:' + ours + rb')")[^"\\\n]*",'
+    operator = rb'\s*"ph":\s*"[^"\\\n]*",\s*"cat":\s*"(?:' + steps + rb')",\s*"name":\s*"'
     flow = rb'\s*"ph":\s*"[' + b"".join(FLOW_PHASES_BYTES) + rb']",'
     return other, operator, flow
 
