@@ -202,8 +202,9 @@ def sql(*args: str | Path) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("inputs", [pytest.param((SMALL, SWEEP), id="two-traces"),
-                                    pytest.param((SMALL, SWEEP_META), id="trace-and-sidecar")])
-def test_sql_answers_from_the_kept_analysis(inputs: tuple[Path, ...], cache_dir: Path,
+                                    pytest.param((SMALL, SWEEP_META), id="trace-and-sidecar-as-a-trace"),
+                                    pytest.param((SMALL, "--meta", SWEEP_META), id="trace-with-its-sidecar")])
+def test_sql_answers_from_the_kept_analysis(inputs: tuple[str | Path, ...], cache_dir: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """`sql PATHS QUERY` answers as the analyzed traces do whether `analyze PATHS` kept its analysis or not; a
     query reading only the analysis tables does not analyze when it did, one reading a trace table does."""
@@ -220,8 +221,8 @@ def test_sql_answers_from_the_kept_analysis(inputs: tuple[Path, ...], cache_dir:
     assert len(kept(cache_dir)) == 1
     calls: list[str] = []
     real = cli._sql_analyzed
-    monkeypatch.setattr(cli, "_sql_analyzed", lambda traces, query, entry: calls.append(query) or real(
-        traces, query, entry))
+    monkeypatch.setattr(cli, "_sql_analyzed", lambda traces, meta, ncu, query, entry: calls.append(query) or real(
+        traces, meta, ncu, query, entry))
     for q, expected in analyzed.items():
         assert sql(*inputs, q) == expected, q
     assert calls == list(TRACE_QUERIES)  # the kept analysis answered the rest, the SQL error included
@@ -262,12 +263,10 @@ def test_every_spelling_of_a_trace_shares_its_entry(cache_dir: Path, tmp_path: P
     spellings = (SMALL, Path(SMALL.name), Path(".") / ".." / SMALL.parent.name / SMALL.name, link)
     query = "select trace_id, path, format, summary_json from analyses"
     expected = run(SMALL, "--format", "json", "--meta", SWEEP_META, "--no-cache")
-    expected_sql = sql(SMALL, SWEEP_META, query)
+    expected_sql = sql(SMALL, "--meta", SWEEP_META, query)
     run(SMALL, "--meta", SWEEP_META)
     run(SMALL, "--meta", SWEEP_META)  # analyzed again: kept
-    sql(SMALL, SWEEP_META, query)
-    sql(SMALL, SWEEP_META, query)  # `analyze SMALL SWEEP_META`'s analysis, kept
-    assert len(kept(cache_dir)) == 2
+    assert len(kept(cache_dir)) == 1
 
     def no_analysis(*args: object, **kwargs: object) -> None:
         raise AssertionError("analyzed")
@@ -276,15 +275,22 @@ def test_every_spelling_of_a_trace_shares_its_entry(cache_dir: Path, tmp_path: P
     monkeypatch.setattr(cli, "_sql_analyzed", no_analysis)
     for trace in spellings:
         assert run(trace, "--format", "json", "--meta", SWEEP_META) == expected, trace
-        assert sql(trace, SWEEP_META, query) == expected_sql, trace
-    assert len(kept(cache_dir)) == 2
+        assert sql(trace, "--meta", SWEEP_META, query) == expected_sql, trace
+    assert len(kept(cache_dir)) == 1
 
 
 def test_a_sidecar_among_the_paths_is_another_analysis(cache_dir: Path) -> None:
-    """`analyze TRACE SIDECAR` (and `sql TRACE SIDECAR`) read the sidecar as a trace of its own, `analyze TRACE
-    --meta SIDECAR` attaches it to the trace: two analyses, two entries, neither answering for the other."""
+    """`analyze TRACE SIDECAR` (and `sql TRACE SIDECAR`) read the sidecar as a trace of its own, and say so;
+    `analyze TRACE --meta SIDECAR` (and `sql TRACE --meta SIDECAR`) attach it to the trace: two analyses, two
+    entries, neither answering for the other."""
     query = "select count(*) from analyses"
-    assert sql(SMALL, SWEEP_META, query)[1] == "count_star()\n2\n"  # the trace, and the sidecar as a trace
+    code, out, err = sql(SMALL, SWEEP_META, query)
+    assert out == "count_star()\n2\n"  # the trace, and the sidecar as a trace
+    code, out, err = run(SMALL, SWEEP_META, "--no-cache")
+    assert code == 0 and f"give it with --meta beside the trace it describes (traceinsight analyze TRACE --meta " \
+        f"{SWEEP_META.name})" in err
+    assert sql(SMALL, "--meta", SWEEP_META, "select source, count(*) from launch_models group by all")[1] == \
+        "source,count_star()\nsidecar,18\n"
     for _ in range(2):
         run(SMALL, "--meta", SWEEP_META)
     (with_meta,) = kept(cache_dir)
@@ -295,3 +301,4 @@ def test_a_sidecar_among_the_paths_is_another_analysis(cache_dir: Path) -> None:
                                                                        "json", "--no-cache")
     assert run(SMALL, SWEEP_META, "--format", "json") == run(SMALL, SWEEP_META, "--format", "json", "--no-cache")
     assert with_meta in kept(cache_dir)
+    assert sql(SMALL, "--meta", SWEEP_META, query)[1] == "count_star()\n1\n"  # `analyze --meta`'s entry answers

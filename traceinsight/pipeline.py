@@ -110,6 +110,10 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
             f"an Nsight Compute CSV ({n} profiled kernel{'s' if n != 1 else ''}) holds per-kernel metrics, not a "
             "timeline: give it with --ncu beside a trace of the same run (traceinsight analyze TRACE --ncu "
             f"{Path(meta['path']).name})")
+    if meta["format"] == "sidecar":
+        analysis.warnings.append(
+            "a sidecar (each step's batch composition), not a trace: give it with --meta beside the trace it "
+            f"describes (traceinsight analyze TRACE --meta {Path(meta['path']).name})")
     if profiler_steps:
         analysis.extra["steps_from"] = "ProfilerStep#N ranges (nothing else annotates the trace)"
     analysis.host_ops = _host_ops_reader(db, trace_id, meta)

@@ -131,6 +131,13 @@ def _paths(values: tuple[str, ...]) -> list[Path]:
 
 
 path_arg = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+meta_option = click.option(
+    "--meta", "meta", multiple=True, type=click.Path(path_type=str),
+    help="Sidecar with each step's batch composition (collector sidecar or *.meta.json[.gz]), attached to the "
+         "first trace.")
+ncu_option = click.option(
+    "--ncu", "ncu", multiple=True, type=click.Path(path_type=str),
+    help="Nsight Compute CSV (ncu --csv, details page or --page raw) to match to the first trace's kernels.")
 
 
 def _set_memory_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -215,10 +222,8 @@ def main() -> None:
               help="text (terminal), json (versioned schema traceinsight.analysis/1, docs/JSON.md), a "
                    "self-contained report: html (opens offline) or md (figures written beside --out), or perfetto: "
                    "a Chrome trace (JSON) of the trace's kernels, steps and one slice per finding, for Perfetto UI.")
-@click.option("--meta", "meta", multiple=True, type=click.Path(path_type=str),
-              help="Sidecar with each step's batch composition (collector sidecar or *.meta.json[.gz]).")
-@click.option("--ncu", "ncu", multiple=True, type=click.Path(path_type=str),
-              help="Nsight Compute CSV (ncu --csv, details page or --page raw) to match to the trace's kernels.")
+@meta_option
+@ncu_option
 @click.option("--step-pattern", default=None, metavar="REGEX",
               help="Use only ranges whose name matches REGEX as steps (default: outermost ranges around attention).")
 @click.option("--fail-on", "fail_on", type=click.Choice(["critical", "warning", "info"]), default=None,
@@ -379,14 +384,16 @@ def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@meta_option
+@ncu_option
 @user_errors
-def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
+def sql_command(paths: tuple[str, ...], query: str, fmt: str, meta: tuple[str, ...], ncu: tuple[str, ...]) -> None:
     """Run QUERY on the normalized tables of the traces (see docs/SCHEMA.md): traces, devices, kernels,
     kernel_labels, launches, ranges, memops, ncu_kernels, ncu_metrics, batches; and on the analysis when the
     query names its tables: steps, step_breakdown, attention_launches, launch_models, findings, rule_checks
-    (the traces are then analyzed first, as `analyze PATHS` analyzes them: every path its own trace, a sidecar or
-    an ncu CSV among PATHS included). A query that reads only those tables is answered from the analysis
-    `analyze PATHS` kept, when it kept one."""
+    (the traces are then analyzed first, as `analyze PATHS --meta ... --ncu ...` analyzes them: every path its
+    own trace, sidecars and ncu CSVs given with --meta / --ncu attached to the first). A query that reads only
+    those tables is answered from the analysis `analyze` kept of the same inputs, when it kept one."""
     from traceinsight.ingest.paths import expand_paths
     from traceinsight.ingest.schema import mentions_analysis
 
@@ -394,15 +401,16 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
     if mentions_analysis(query):
         from traceinsight.cli import analysis_cache
 
-        kept = analysis_cache.entry_path(traces, [], [], None, None)  # `analyze PATHS`'s entry
+        kept = analysis_cache.entry_path(traces, _paths(meta), _paths(ncu), None, None)  # `analyze`'s entry
         answer = analysis_cache.answer(kept, query) if kept is not None else None
-        names, rows = answer if answer is not None else _sql_analyzed(traces, query, kept)
+        names, rows = answer if answer is not None else _sql_analyzed(traces, _paths(meta), _paths(ncu), query,
+                                                                      kept)
     else:
         from traceinsight.ingest import load
         from traceinsight.ingest.safe_sql import readonly_query
         from traceinsight.model.kernel_table import ensure_labels
 
-        db, _ = load(traces)
+        db, _ = load(traces, meta=_paths(meta), ncu=_paths(ncu))
         ensure_labels(db)
         names, rows = readonly_query(db, query)
     if fmt == "json":
@@ -425,7 +433,8 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str) -> None:
         make_console().print(t)
 
 
-def _sql_analyzed(traces: list[Path], query: str, kept: Path | None) -> tuple[list[str], list[tuple[Any, ...]]]:
+def _sql_analyzed(traces: list[Path], meta: list[Path], ncu: list[Path], query: str,
+                  kept: Path | None) -> tuple[list[str], list[tuple[Any, ...]]]:
     """`sql`'s answer from the traces analyzed now (with their analysis tables), that analysis kept as `analyze`
     keeps its own (at `kept`: a marker the first time)."""
     from traceinsight.cli import analysis_cache
@@ -434,7 +443,7 @@ def _sql_analyzed(traces: list[Path], query: str, kept: Path | None) -> tuple[li
     from traceinsight.pipeline import analyze as run_analysis
     from traceinsight.report.tables import write_tables
 
-    db, analyses = run_analysis(traces)
+    db, analyses = run_analysis(traces, meta=meta, ncu=ncu)
     write_tables(db, analyses)
     ensure_labels(db)
     answer = readonly_query(db, query)

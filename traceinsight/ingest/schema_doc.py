@@ -16,7 +16,8 @@ INTRO = """# Normalized schema
 Every reader (Kineto JSON, Nsight Systems SQLite / .nsys-rep, Nsight Compute CSV, sidecars) fills these
 DuckDB tables. Times are int64 nanoseconds on the trace's own clock (`*_ns`), sizes are bytes (`*_bytes`);
 every table has `trace_id`, so many traces can share one database or one Parquet dataset. A column a format
-cannot provide is NULL. `traceinsight sql TRACE "select ..."` queries them; `kernel_labels` (one row per
+cannot provide is NULL. `traceinsight sql TRACE [--meta SIDECAR] [--ncu CSV] "select ..."` queries them (a sidecar's
+batches and Nsight Compute's metrics attached as `analyze` attaches them); `kernel_labels` (one row per
 distinct kernel name, added by the labels stage) joins on `kernels.name`.
 
 The analysis itself is in tables too (`steps`, `step_breakdown`, `attention_launches`, `launch_models`,
