@@ -1,5 +1,5 @@
 """ingest/arrow_numpy.py: reading Arrow arrays without pyarrow's pandas- or compute-importing conversions. Short
-columns are encoded in Python, long ones by pyarrow.compute (COMPUTE_MIN_ROWS): both give the same values."""
+columns are encoded in Python, long ones (or any once pyarrow.compute is loaded) by pyarrow: the same values."""
 
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ COLUMNS = [
 
 @pytest.mark.parametrize("column", COLUMNS, ids=lambda c: str(c.type))
 def test_short_and_long_columns_encode_alike(column: pa.Array, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arrow_numpy, "_pyarrow_encodes", lambda rows: False)  # in Python
     short = encode(column)
     values = python_values(column, shared_ints=True)
-    monkeypatch.setattr(arrow_numpy, "COMPUTE_MIN_ROWS", 0)
+    monkeypatch.setattr(arrow_numpy, "_pyarrow_encodes", lambda rows: True)
     long = encode(column)
     assert short[0] == long[0] and short[1].tolist() == long[1].tolist()
     assert short[1].dtype == long[1].dtype == np.int64
