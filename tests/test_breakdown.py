@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traceinsight.model.breakdown import IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT, LONG_HOST_GAP_NS, _split, _Work
+from traceinsight.components import IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT
+from traceinsight.model.breakdown import LONG_HOST_GAP_NS, _split, _Work
 from traceinsight.pipeline import analyze
 
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from traceinsight.components import IDLE, IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT, PREFILL
 from traceinsight.diagnose.baseline import fit_spikes, rolling_quantile
 from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.model.breakdown import IDLE, IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT, PREFILL
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.steps import ATTENTION, Step
 

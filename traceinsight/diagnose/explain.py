@@ -9,12 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from traceinsight.components import IDLE_HOST, PREFILL
 from traceinsight.diagnose import remedies
 from traceinsight.diagnose.attribution import StepAttribution
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.host import host_evidence
 from traceinsight.diagnose.rules import latency_spike
-from traceinsight.model.breakdown import IDLE_HOST, PREFILL, component_of_family, prefill_kernels
+from traceinsight.model.breakdown import component_of_family, prefill_kernels
 from traceinsight.model.steps import Kernel, Step
 
 SCHEMA = "traceinsight.explain/1"

@@ -32,18 +32,13 @@ from typing import Any
 
 import numpy as np
 
+from traceinsight.components import IDLE, IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT, PREFILL
 from traceinsight.ingest.arrow_numpy import encode, ints, sorted_distinct
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.steps import ATTENTION, MERGE, PREPARE, Step
 from traceinsight.queries import sql
 
-# Component names (besides kernel families).
-PREFILL = "prefill"
-IDLE_HOST = "idle-host"
-IDLE_WAIT = "idle-wait"
-IDLE_UNKNOWN = "idle-unknown"
-IDLE = (IDLE_HOST, IDLE_WAIT, IDLE_UNKNOWN)
 # Families whose kernels count as attention time (the kernels that belong to an attention launch).
 ATTENTION_FAMILIES = (ATTENTION, MERGE, PREPARE)
 # An idle-host stretch at least this long is a stall of the host, not launch overhead (ns).

@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
+from traceinsight.components import IDLE
 from traceinsight.errors import InputError
 from traceinsight.ingest.schema import analysis_table_names, schema_sql
 from traceinsight.report import json_doc
@@ -230,8 +231,6 @@ def _steps(saved: Saved, trace_id: int, only: list[int] | None) -> Iterator[dict
 
 
 def _breakdown(s: dict[str, Any], parts: list[tuple[str, int]]) -> dict[str, Any] | None:
-    from traceinsight.model.breakdown import IDLE
-
     if s["window_source"] is None:
         return None
     components = dict(parts)

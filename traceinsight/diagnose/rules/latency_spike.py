@@ -34,6 +34,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from traceinsight.components import IDLE, IDLE_HOST
 from traceinsight.diagnose import attribution, remedies
 from traceinsight.diagnose.attribution import StepAttribution
 from traceinsight.diagnose.context import TraceAnalysis
@@ -41,7 +42,6 @@ from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.host import describe, host_evidence, read_ops
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.views import step_ranges
-from traceinsight.model.breakdown import IDLE, IDLE_HOST
 from traceinsight.model.steps import ATTENTION, Step
 from traceinsight.units import fmt_ns
 
