@@ -467,8 +467,7 @@ def _in_start_order(table: pa.Table) -> bool:
     start, end = table.column("start_ns"), table.column("end_ns")
     if start.null_count or end.null_count:
         return False
-    s = np.concatenate([ints(c, 0) for c in start.chunks]) if start.num_chunks != 1 else ints(start.chunk(0), 0)
-    e = np.concatenate([ints(c, 0) for c in end.chunks]) if end.num_chunks != 1 else ints(end.chunk(0), 0)
+    s, e = (np.concatenate([ints(c, 0) for c in column.chunks]) for column in (start, end))
     if len(s) < 2:
         return True
     return bool(np.all((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] <= e[:-1]))))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceinsight.diagnose.finding import severity_rank
+from traceinsight.diagnose.rootcause import BASIS_SPAN, saving_basis
 
 SPIKE_ID = "latency-spike"
 
@@ -50,13 +51,6 @@ def steps_span_ns(doc: dict[str, Any]) -> int:
     return span
 
 
-# The time a rule's saving is a share of (`SAVING_BASIS` of its module; "steps" when it declares none).
-_SAVING_BASES = {
-    "steps": (total_step_ns, "of step time"),
-    "span": (steps_span_ns, "of the time from first to last step"),
-}
-
-
 def saving_share(doc: dict[str, Any], rule_id: str, saving_ns: float, evidence: dict[str, Any] | None = None,
                  basis: str | None = None) -> str:
     """'40% of the steps' time' — or, for a rule whose saving lies between the steps (gpu-idle-gaps), a share of
@@ -65,11 +59,9 @@ def saving_share(doc: dict[str, Any], rule_id: str, saving_ns: float, evidence: 
     only the steps a document holds). `basis`: the finding's `saving_basis` as its document gives it; without one
     (documents written before findings carried it), the rule's own, from the rule registry."""
     if basis is None:
-        from traceinsight.diagnose.rootcause import saving_basis  # imports every rule: 0.16 s of a fresh process
-
-        basis = saving_basis(rule_id)
+        basis = saving_basis(rule_id)  # (the rule registry: every rule and the model, 0.16 s of a fresh process)
     totals = saving_totals(doc)
-    if basis == "span":
+    if basis == BASIS_SPAN:
         span = (evidence or {}).get("span_ns") or totals["steps_wall_ns"] + totals["between_steps_ns"]
         total, label = int(span), "of the time from first to last step"
     else:
