@@ -19,7 +19,7 @@ from traceinsight.ingest.store import TraceDB
 from traceinsight.model.attach import attach
 from traceinsight.model.breakdown import breakdowns
 from traceinsight.model.kernel_table import ensure_labels
-from traceinsight.model.steps import group_steps, step_kernels
+from traceinsight.model.steps import STEPS_FROM, group_steps, step_kernels
 from traceinsight.queries import sql
 
 # Per kernel name, the spread of its durations as `nsys stats` gives it (median; standard deviation of the sample,
@@ -29,9 +29,6 @@ SELECT name, CAST(round(median(dur_ns)) AS BIGINT) AS median_ns,
        CAST(round(coalesce(stddev_samp(dur_ns), 0)) AS BIGINT) AS stddev_ns
 FROM kernels WHERE trace_id = $trace GROUP BY name
 """
-
-# torch.profiler's own step ranges (`prof.step()`): the steps of a trace nothing else annotates.
-PROFILER_STEP_PATTERN = r"^ProfilerStep#\d+$"
 
 
 def analyze_trace(
@@ -81,14 +78,6 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
         f["share"] = float(f["share"] or 0.0)
     db.fit_memory()  # before each stage: DuckDB's share is what the analysis's objects leave of its budget
     steps, unassigned = group_steps(db, trace_id, step_pattern)
-    profiler_steps = False
-    if step_pattern is None and steps and all(s.source.split(":")[0] == "launch" for s in steps) and db.rows(
-            "SELECT 1 FROM ranges WHERE trace_id = $t AND regexp_matches(name, $p) LIMIT 1",
-            {"t": trace_id, "p": PROFILER_STEP_PATTERN}):
-        # Nothing annotates the steps but torch.profiler's own ProfilerStep#N ranges: those are the steps, not
-        # one step per attention kernel.
-        steps, unassigned = group_steps(db, trace_id, PROFILER_STEP_PATTERN)
-        profiler_steps = True
     analysis = TraceAnalysis(
         trace_id=trace_id,
         path=meta["path"],
@@ -114,8 +103,8 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
         analysis.warnings.append(
             "a sidecar (each step's batch composition), not a trace: give it with --meta beside the trace it "
             f"describes (traceinsight analyze TRACE --meta {Path(meta['path']).name})")
-    if profiler_steps:
-        analysis.extra["steps_from"] = "ProfilerStep#N ranges (nothing else annotates the trace)"
+    if steps:
+        analysis.extra["steps_from"] = STEPS_FROM[steps[0].evidence]
     analysis.host_ops = _host_ops_reader(db, trace_id, meta)
     analysis.step_kernels = lambda step: step_kernels(db, trace_id, step)
     analysis.cursor = db.con.cursor

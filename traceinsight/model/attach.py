@@ -26,6 +26,7 @@ from traceinsight.model.batches import (
     planner_batch,
     sidecar_rows,
     trace_batch_key,
+    with_engine,
 )
 from traceinsight.model.gpus import gpu_for
 from traceinsight.model.launch_models import cached_plan, calibrate_costs, model_from_plan, model_from_trace
@@ -202,6 +203,8 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             if key not in trace_batches:
                 trace_batches[key] = batch_from_trace(first, thr, cuda_graph, gpu, mo)
             sb = trace_batches[key]
+        if s.engine is not None:
+            sb = with_engine(sb, s.engine)
         sched.batches[s.index] = sb
         pb = planner_batch(sb) if sb.source == "sidecar" else None
         for launch in s.launches:

@@ -4,10 +4,12 @@ launch's grid, its merge kernel's grid); and the planner's `Batch` and FA3 call 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import Any
 
 from traceinsight.ingest.sidecar import CALL_FIELDS, key_matches, key_tokens
 from traceinsight.ingest.store import TraceDB
+from traceinsight.model.engine_steps import StepInfo
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
 from traceinsight.model.planners import Batch
@@ -163,6 +165,29 @@ def batch_from_trace(launch: Launch, thr: KernelThreshold | None, cuda_graph: bo
         qo_heads=q_k, kv_heads=kv_k, head_dim=k.params.get("head_dim"), cuda_graph=cuda_graph,
         planned_split_kv=split, known=tuple(known),
     )
+
+
+def with_engine(sb: StepBatch, info: StepInfo) -> StepBatch:
+    """The batch completed by what the engine's iteration annotation says: its batch size is exact (a sidecar's
+    stays), and the phase, query and KV token counts and request counts are the engine's."""
+    f = info.fields()
+    b = sb.batch_size if sb.source == "sidecar" and sb.batch_size is not None else f.get("batch_size")
+    known = list(sb.known)
+    said = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in f.items() if k in ENGINE_SAYS)
+    if said:
+        known.insert(0, f"{said} from the engine's step annotation ({info.engine})")
+    if b is not None and sb.source != "sidecar":
+        known = [k for k in known if "does not reveal the batch size" not in k]
+    return replace(
+        sb, batch_size=b if b is not None else sb.batch_size,
+        batch_size_min=b if b is not None else sb.batch_size_min,
+        batch_size_max=b if b is not None else sb.batch_size_max,
+        engine=info.engine, phase=info.phase, query_tokens=f.get("query_tokens"), kv_tokens=f.get("kv_tokens"),
+        prefill_requests=f.get("prefill_requests"), decode_requests=f.get("decode_requests"), known=tuple(known))
+
+
+# What `with_engine` quotes of an annotation, in this order.
+ENGINE_SAYS = ("phase", "batch_size", "query_tokens", "kv_tokens", "prefill_requests", "decode_requests")
 
 
 def trace_batch_key(launch: Launch, thr: KernelThreshold | None, cuda_graph: bool, merge_occ: int | None

@@ -85,10 +85,19 @@ class StepBatch:
     call: dict[str, Any] | None = None  # the attention call's recorded arguments (sidecar `call`)
     planned_splits: tuple[int, ...] | None = None  # FA3: splits per request as its scheduler metadata says
     planned_num_splits: int | None = None  # FA3: the static split bound S
+    # What the engine's iteration annotation says (model/engine_steps.py): its engine id, the phase, the query
+    # tokens scheduled, the KV tokens of the batch, and its prefill and decode requests.
+    engine: str | None = None
+    phase: str | None = None
+    query_tokens: int | None = None
+    kv_tokens: int | None = None
+    prefill_requests: int | None = None
+    decode_requests: int | None = None
+    graph_mode: str | None = None  # 'full' | 'piecewise' when the step's kernels were replayed from CUDA graphs
 
     @property
     def total_kv_tokens(self) -> int | None:
-        return sum(self.kv_lens) if self.kv_lens is not None else None
+        return sum(self.kv_lens) if self.kv_lens is not None else self.kv_tokens
 
     @property
     def max_kv_len(self) -> int | None:
@@ -116,6 +125,12 @@ class StepBatch:
             "planned_num_splits": self.planned_num_splits,
             "requests_cut": (sum(1 for x in self.planned_splits if x > 1)
                              if self.planned_splits is not None else None),
+            "engine": self.engine,
+            "phase": self.phase,
+            "query_tokens": self.query_tokens,
+            "prefill_requests": self.prefill_requests,
+            "decode_requests": self.decode_requests,
+            "graph_mode": self.graph_mode,
         }
 
 

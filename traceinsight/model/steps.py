@@ -35,6 +35,7 @@ from traceinsight import labels
 from traceinsight.errors import FormatError
 from traceinsight.ingest.arrow_numpy import python_values
 from traceinsight.ingest.store import TraceDB
+from traceinsight.model import engine_steps
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.queries import sql
 
@@ -209,6 +210,8 @@ class Step:
     range_end_ns: int | None = None
     range_side: str | None = None  # 'cpu' | 'gpu' | None (a step of one launch, no range)
     breakdown: Any = None  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
+    evidence: str = "launch"  # what made it a step: a key of STEPS_FROM
+    engine: engine_steps.StepInfo | None = None  # what the engine's iteration annotation says (phase, batch, tokens)
 
     @property
     def dur_ns(self) -> int:
@@ -291,12 +294,31 @@ def _or_zero(values: list[Any]) -> list[int]:
     return [0 if v is None else v for v in values]
 
 
-def _range_names(db: TraceDB, step_pattern: str | None) -> list[str] | None:
-    """The range names a --step-pattern picks (Python's `re.search`, as the user wrote it), or None."""
-    if step_pattern is None:
-        return None
-    pattern = re.compile(step_pattern)
-    return [r["name"] for r in db.rows("SELECT DISTINCT name FROM _step_ranges") if pattern.search(r["name"])]
+def _choose_ranges(db: TraceDB, step_pattern: str | None) -> str:
+    """Fill _step_chosen (step_range_choice.sql) from the best evidence the trace's ranges hold, and say which it
+    was (STEPS_FROM's keys; 'none' when no range encloses an attention launch). In order: the user's
+    --step-pattern; the serving engines' iteration annotations (engine_steps.toml); torch.profiler's
+    ProfilerStep#N; any other range that encloses attention launches but no more than WRAPPER_SHARE of them. A
+    range named by the first three is a step whatever it holds: a trace of one engine iteration is one step."""
+    names = [r["name"] for r in db.rows("SELECT DISTINCT name FROM _step_ranges")]
+    n_attention = db.rows("SELECT count(DISTINCT kernel_id) AS n FROM _step_kernel_launch "
+                          "WHERE family = 'attention'")[0]["n"]
+    limit = max(1, int(n_attention * WRAPPER_SHARE))
+    if step_pattern is not None:
+        pattern = re.compile(step_pattern)
+        tiers: list[tuple[str, list[str] | None]] = [("pattern", [n for n in names if pattern.search(n)])]
+    else:
+        marked = [(n, info) for n in names if (info := engine_steps.match(n)) is not None and info.level == "iteration"]
+        engine = [n for n, info in marked if info.engine != "torch"]
+        profiler = [n for n, info in marked if info.engine == "torch"]
+        tiers = [("engine", engine), ("profiler", profiler), ("ranges", None)]
+    for source, picked in tiers:
+        if source != "pattern" and picked is not None and not picked:
+            continue
+        db.sql(sql("step_range_choice"), {"limit": limit, "names": picked})
+        if source == "pattern" or db.rows("SELECT count(*) AS n FROM _step_chosen")[0]["n"]:
+            return source
+    return "none"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -314,10 +336,7 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     params = {"trace": trace_id}
     db.sql(sql("step_kernel_launch"), params)
     db.sql(sql("step_ranges"), params)
-    n_attention = db.rows("SELECT count(DISTINCT kernel_id) AS n FROM _step_kernel_launch "
-                          "WHERE family = 'attention'")[0]["n"]
-    db.sql(sql("step_range_choice"), {"limit": max(1, int(n_attention * WRAPPER_SHARE)),
-                                      "names": _range_names(db, step_pattern)})
+    steps_from = _choose_ranges(db, step_pattern)
     db.script(sql("step_members"), params)
     result = db.con.sql(sql("step_launches"), params={
         "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)})
@@ -345,6 +364,7 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     steps: list[Step] = []
     loose: list[Step] = []
     rows = db.con.sql(sql("step_rows"), params=params).to_arrow_table()
+    engine_ranges = _engine_ranges(db) if steps_from == "engine" else []
     db.script(sql("step_scratch_drop"), {})
     # Column by column, not a dict per row (229K steps), and each distinct text once.
     sources: dict[str, str] = {}  # one 'range:<kind>' string per kind
@@ -359,6 +379,7 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
                     launches=by_step.get(key, []), key=key)
         if ranged:
             step.range_start_ns, step.range_end_ns, step.range_side = range_start, range_end, side
+            step.evidence = steps_from
             steps.append(step)
         else:
             loose.append(step)
@@ -372,6 +393,8 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
         steps = loose
     steps = [s for s in steps if s.launches]
     steps.sort(key=lambda s: (s.start_ns, s.range_id if s.range_id is not None else -1))
+    if engine_ranges:
+        _attach_engine_info(steps, engine_ranges)
     for i, s in enumerate(steps):
         s.index = i
         if not s.name:
@@ -379,7 +402,64 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
         for launch in s.launches:
             launch.phase, launch.phase_evidence = _phase(launch.attention.name,
                                                          None if s.source == "launch" else s.name)
+            if s.engine is not None and s.engine.phase in STEP_PHASES:
+                _engine_phase(launch, s.engine)
     return steps, unassigned
+
+
+# What made the steps of a trace, in words (TraceAnalysis.extra['steps_from'], the report's header).
+STEPS_FROM = {
+    "pattern": "ranges named by --step-pattern",
+    "engine": "the serving engine's iteration annotations",
+    "profiler": "torch.profiler's ProfilerStep#N ranges",
+    "ranges": "the annotation ranges around the attention launches",
+    "launch": "one attention launch each (nothing in the trace marks a step)",
+}
+# Phases an engine annotation can give its attention launches ('idle' steps have none).
+STEP_PHASES = ("decode", "prefill", "mixed")
+
+
+def _engine_ranges(db: TraceDB) -> list[tuple[int, int, int | None, engine_steps.StepInfo]]:
+    """Every engine iteration range of the trace: (start_ns, end_ns, thread_id, what its name says), by start."""
+    out = []
+    for r in db.rows("SELECT name, start_ns, end_ns, thread_id FROM _step_ranges WHERE side = 'cpu' "
+                     "ORDER BY start_ns, end_ns DESC"):
+        info = engine_steps.match(r["name"])
+        if info is not None and info.level == "iteration":
+            out.append((r["start_ns"], r["end_ns"], r["thread_id"], info))
+    return out
+
+
+def _attach_engine_info(steps: list[Step], ranges: list[tuple[int, int, int | None, engine_steps.StepInfo]]
+                        ) -> None:
+    """Each engine step's `engine`: what its own range's name says, completed by the iteration annotations nested
+    in it on the same thread (SGLang writes `step[DECODE bs=32]` inside a vLLM-style `execute_...`)."""
+    import bisect
+
+    starts = [r[0] for r in ranges]
+    for s in steps:
+        if s.range_start_ns is None or s.range_end_ns is None:
+            continue
+        info = engine_steps.match(s.name)
+        i = bisect.bisect_left(starts, s.range_start_ns)
+        while i < len(ranges) and ranges[i][0] <= s.range_end_ns:
+            start, end, _, inner = ranges[i]
+            if end <= s.range_end_ns and inner.name != s.name:
+                info = inner if info is None else info.merged(inner)
+            i += 1
+        s.engine = info
+
+
+def _engine_phase(launch: Launch, info: engine_steps.StepInfo) -> None:
+    """The phase of an attention launch in a step whose engine annotation states the phase. A decode or prefill
+    step gives it to every launch (a kernel named Prefill serving a decode step is decode); in a mixed step a
+    launch keeps the phase its kernel or range gave it, and one that serves both (varlen and unified kernels)
+    is mixed."""
+    said = f"the engine's step annotation {info.name!r} ({info.engine}) says {info.phase}"
+    if info.phase != "mixed":
+        launch.phase, launch.phase_evidence = info.phase or "unknown", said
+    elif launch.phase not in ("decode", "prefill"):
+        launch.phase, launch.phase_evidence = "mixed", said
 
 
 def step_kernels(db: TraceDB, trace_id: int, step: Step) -> list[Kernel]:

@@ -1,0 +1,78 @@
+"""Serving engines' iteration annotations (model/engine_steps.toml): every pattern reads its own examples as its
+`expect` says and no earlier pattern takes them; on real engine traces one engine iteration is one step, with the
+phase, batch size and token counts its annotation states."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from traceinsight.errors import FormatError
+from traceinsight.model import engine_steps
+
+REPO = Path(__file__).resolve().parents[1]
+TRACELENS = REPO / "tests" / "data" / "foreign" / "tracelens"
+
+
+@pytest.mark.parametrize("a", engine_steps.annotations(), ids=lambda a: f"{a.engine}:{a.pattern.pattern[:30]}")
+def test_each_pattern_reads_its_examples(a: engine_steps.Annotation) -> None:
+    assert a.examples, "every pattern carries examples from its source"
+    assert len(a.expect) in (0, len(a.examples))
+    for i, example in enumerate(a.examples):
+        info = engine_steps.match(example)
+        assert info is not None, example
+        # The first pattern that matches is this one: a more general one placed earlier would steal its names.
+        assert info.engine == a.engine and info.level == a.level, (example, info)
+        if a.expect:
+            got = info.fields()
+            for k, v in a.expect[i].items():
+                assert got.get(k) == v, (example, k, got)
+
+
+def test_unrelated_names_are_no_annotation() -> None:
+    for name in ("execute_model", "aten::mm", "decode tc=0 dist=uniform bs=8 step=0", "ProfilerStep",
+                 "gpu_model_runner: forward_x", "stepper", "nccl:all_reduce", ""):
+        info = engine_steps.match(name)
+        assert info is None or info.level == "scope", (name, info)
+
+
+def test_derived_counts() -> None:
+    """vLLM's name gives request and token counts per phase; the batch, its KV tokens and the phase follow."""
+    info = engine_steps.match("execute_40_context_1(sq8sk8sqsq64sqsk64)_generation_32(sq32sk32785sqsq32sqsk32785)")
+    assert info is not None and info.fields()["phase"] == "mixed"
+    assert info.batch_size == 33 and info.kv_tokens == 32793
+
+
+@pytest.mark.parametrize("text, message", [
+    ("version = 2", "expected version = 1"),
+    ('version = 1\n[[annotation]]\nengine = "x"\npattern = "("\nlevel = "iteration"', "not a regex"),
+    ('version = 1\n[[annotation]]\nengine = "x"\npattern = "(?P<bs>1)"\nlevel = "iteration"', "not among"),
+    ('version = 1\n[[annotation]]\nengine = "x"\npattern = "a"\nlevel = "layer"', "level must be"),
+    ('version = 1\n[[annotation]]\nengine = "x"\npattern = "a"\nlevel = "scope"\nphase = "warm"', "phase"),
+])
+def test_bad_patterns_file(text: str, message: str) -> None:
+    with pytest.raises(FormatError, match=message):
+        engine_steps.parse(text)
+
+
+def test_one_engine_iteration_is_one_step() -> None:
+    """TraceLens' SGLang (MI300X, Qwen3-8B, one decode iteration replayed from a HIP graph) and vLLM (gpt-oss, full
+    graph) traces: each holds one iteration of 36 / 24 attention layers. Each was 36 / 24 steps, one per layer, since
+    the iteration's range held every attention launch and was taken for a whole-run wrapper."""
+    from traceinsight.pipeline import analyze
+
+    for name, layers, kv in (("sglang_mi300x_Qwen3-8B_decode.json.gz", 36, 32785),
+                             ("vllm_mi300x_gptoss_decode_graph_execution.json.gz", 24, 55086)):
+        _, (a,) = analyze([TRACELENS / name], cache=False)
+        assert len(a.steps) == 1, name
+        (s,) = a.steps
+        assert s.evidence == "engine" and a.extra["steps_from"] == "the serving engine's iteration annotations"
+        assert s.name.startswith("execute_32_context_0(") and len(s.launches) == layers
+        assert s.phase == "decode" and {x.phase for x in s.launches} == {"decode"}
+        assert a.schedule is not None
+        b = a.schedule.batches[0]
+        assert (b.batch_size, b.total_kv_tokens, b.phase, b.decode_requests) == (32, kv, "decode", 32)
+    # SGLang's own span nested in the iteration's range completes what the outer name says.
+    _, (a,) = analyze([TRACELENS / "sglang_mi300x_Qwen3-8B_decode.json.gz"], cache=False)
+    assert a.steps[0].engine is not None and a.steps[0].engine.batch_size == 32
