@@ -76,3 +76,44 @@ def test_one_engine_iteration_is_one_step() -> None:
     # SGLang's own span nested in the iteration's range completes what the outer name says.
     _, (a,) = analyze([TRACELENS / "sglang_mi300x_Qwen3-8B_decode.json.gz"], cache=False)
     assert a.steps[0].engine is not None and a.steps[0].engine.batch_size == 32
+
+
+def _recovered(trace: Path) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The trace's ProfilerStep#N steps (its own truth) and the iterations recovered with every range held out:
+    each as (first attention kernel id, attention launches)."""
+    from traceinsight.ingest import load
+    from traceinsight.model.steps import group_steps
+
+    db, *_ = load([trace])
+    truth, _ = group_steps(db, 0)
+    assert {s.evidence for s in truth} == {"profiler"}
+    db.con.execute("DELETE FROM ranges")
+    found, _ = group_steps(db, 0)
+    assert {s.evidence for s in found} == {"recovered"}
+    return ([(s.launches[0].attention.kernel_id, len(s.launches)) for s in truth],
+            [(s.launches[0].attention.kernel_id, len(s.launches)) for s in found])
+
+
+@pytest.mark.parametrize("name", ["loop_core_graph_torch", "loop_fa2_torch"])
+def test_iterations_recovered_without_annotations(name: str) -> None:
+    """Our decode loops (4 layers, 240 iterations with prefills, long requests and host stalls injected; eager FA2
+    and CUDA-graph CUDA-core) with their ranges deleted: the iterations recovered from the host gaps are exactly
+    the loop's ProfilerStep#N steps, though the injected stalls inside steps are longer than the gaps between them."""
+    truth, found = _recovered(REPO / "examples" / "loop" / f"{name}.pt.trace.json.gz")
+    assert len(truth) == 240 and found == truth
+
+
+def test_single_forward_and_kernel_benchmarks() -> None:
+    """Without annotations: one model forward (TraceLens' piecewise vLLM mixed step, ranges deleted) is one step;
+    a kernel benchmark (attention launches with nothing between them) stays one step per launch."""
+    from traceinsight.ingest import load
+    from traceinsight.model.steps import group_steps
+
+    db, *_ = load([REPO / "examples" / "engines" / "tracelens_vllm_prefilldecode_piecewise__graph_execution.json.gz"])
+    db.con.execute("DELETE FROM ranges")
+    steps, _ = group_steps(db, 0)
+    assert len(steps) == 1 and len(steps[0].launches) == 24 and steps[0].evidence == "recovered"
+    db, *_ = load([REPO.parent / "shared" / "traces" / "h200" / "flashinfer_decode_small.pt.trace.json.gz"])
+    db.con.execute("DELETE FROM ranges")
+    steps, _ = group_steps(db, 0)
+    assert len(steps) > 1 and all(s.evidence == "launch" and len(s.launches) == 1 for s in steps)

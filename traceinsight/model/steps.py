@@ -35,7 +35,7 @@ from traceinsight import labels
 from traceinsight.errors import FormatError
 from traceinsight.ingest.arrow_numpy import python_values
 from traceinsight.ingest.store import TraceDB
-from traceinsight.model import engine_steps
+from traceinsight.model import engine_steps, iterations
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.queries import sql
 
@@ -337,6 +337,12 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     db.sql(sql("step_kernel_launch"), params)
     db.sql(sql("step_ranges"), params)
     steps_from = _choose_ranges(db, step_pattern)
+    recovered = None
+    if steps_from == "none" and step_pattern is None:
+        recovered = iterations.recover(db, trace_id)
+        if recovered is not None:
+            _choose_windows(db, trace_id, recovered)
+            steps_from = "recovered"
     db.script(sql("step_members"), params)
     result = db.con.sql(sql("step_launches"), params={
         "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)})
@@ -380,6 +386,8 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
         if ranged:
             step.range_start_ns, step.range_end_ns, step.range_side = range_start, range_end, side
             step.evidence = steps_from
+            if recovered is not None:  # no range of the trace's: the window only
+                step.range_id, step.range_start_ns, step.range_end_ns, step.range_side = None, None, None, None
             steps.append(step)
         else:
             loose.append(step)
@@ -413,10 +421,21 @@ STEPS_FROM = {
     "engine": "the serving engine's iteration annotations",
     "profiler": "torch.profiler's ProfilerStep#N ranges",
     "ranges": "the annotation ranges around the attention launches",
+    "recovered": "engine iterations recovered from the trace (no annotation marks them)",
     "launch": "one attention launch each (nothing in the trace marks a step)",
 }
 # Phases an engine annotation can give its attention launches ('idle' steps have none).
 STEP_PHASES = ("decode", "prefill", "mixed")
+
+
+def _choose_windows(db: TraceDB, trace_id: int, found: iterations.Iterations) -> None:
+    """_step_chosen as the recovered iterations: one GPU-side range per iteration window on its device (range ids
+    after the trace's own, names 'iteration N')."""
+    top = db.rows("SELECT coalesce(max(range_id), -1) AS m FROM ranges WHERE trace_id = $t", {"t": trace_id})[0]["m"]
+    n = len(found.windows)
+    db.sql(sql("step_recovered_choice"), {
+        "trace": trace_id, "ids": [top + 1 + i for i in range(n)], "names": [f"iteration {i}" for i in range(n)],
+        "lo": [w[0] for w in found.windows], "hi": [w[1] for w in found.windows], "device": found.device_id})
 
 
 def _engine_ranges(db: TraceDB) -> list[tuple[int, int, int | None, engine_steps.StepInfo]]:
