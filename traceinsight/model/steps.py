@@ -412,7 +412,20 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
                                                          None if s.source == "launch" else s.name)
             if s.engine is not None and s.engine.phase in STEP_PHASES:
                 _engine_phase(launch, s.engine)
+            elif launch.phase == "unknown" and launch.merges and launch.attention.backend in SPLIT_MEANS_DECODE:
+                launch.phase = "decode"
+                launch.phase_evidence = (f"{launch.merges[0].kernel} combined its KV splits: "
+                                         f"{SPLIT_MEANS_DECODE[launch.attention.backend]}")
     return steps, unassigned
+
+
+# Varlen / unified kernels that serve both phases, and why one that split along KV ran decode.
+SPLIT_MEANS_DECODE = {
+    "fa3": "FA3 splits only when its query tiles are too few to fill the GPU, as with decode's one row per request "
+           "(hopper/heuristics.h num_splits_heuristic)",
+    "triton": "vLLM's unified attention runs its split (3D) kernel only for batches whose queries are one row each "
+              "(triton_unified_attention.py: max_seqlen_q == 1)",
+}
 
 
 # What made the steps of a trace, in words (TraceAnalysis.extra['steps_from'], the report's header).
