@@ -236,3 +236,25 @@ def test_b200_process_groups_name_the_tp_group() -> None:
     db, t = _one(ENGINES / "tracelens_b200_vllm_gptoss_eager_trace.json.gz")
     pg = json.loads(db.rows("SELECT process_groups FROM traces WHERE trace_id = $t", {"t": t})[0]["process_groups"])
     assert any(g["pg_size"] == 8 and g["ranks"] == list(range(8)) for g in pg)
+
+
+def test_nsys_kernel_graph_id_where_the_export_has_it(tmp_path: Path) -> None:
+    # Exports of other nsys versions carry the kernel's graphId (0: not launched from a graph). The loop's export
+    # with that column added (the graph id from the node ids' upper half): 6 graphs, replayed 66, 65, 21, 18, 22 and
+    # 42 times.
+    dest = tmp_path / "graph_id.sqlite"
+    shutil.copy(LOOP / "loop_core_graph_nsys.sqlite", dest)
+    con = sqlite3.connect(dest)
+    con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN graphId INTEGER")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphId = coalesce(graphNodeId >> 32, 0)")
+    con.commit()
+    con.close()
+    db, ids = load([dest], cache=False)
+    t = ids[0]
+    got = db.rows("SELECT count(graph_id) AS n, count(DISTINCT graph_id) AS graphs FROM kernels WHERE trace_id = $t",
+                  {"t": t})[0]
+    assert (got["n"], got["graphs"]) == (14976, 6)  # the 390 eager kernels' 0 reads as NULL
+    replays = _replays(db, t)
+    counts = {g: sum(r["graph_id"] == g for r in replays) for g in {r["graph_id"] for r in replays}}
+    assert counts == {2: 66, 5: 65, 8: 21, 11: 18, 14: 22, 17: 42}
+    assert all(k["graph_id"] is not None for k in _kernel_replays(db, t) if k["replay_id"] is not None)

@@ -555,7 +555,9 @@ class _Reader:
         cols["smem_bytes"] = smem
         cols["correlation_id"] = got["correlation_id"]
         cols["graph_node_id"] = got["graph_node_id"]
-        cols["graph_id"] = got["graph_id"]
+        graph = got["graph_id"]  # CUPTI writes 0 for a kernel not launched from a graph
+        cols["graph_id"] = pc.if_else(pc.equal(graph, 0), pa.scalar(None, pa.int64()), graph) if graph.null_count < len(
+            graph) else graph
         cols["process_id"] = _global_ids(got["_pid"])["process_id"]
         demangled, short, mangled = got["_demangled"], got["_short"], got["_mangled"]
         names = self.strings(pc.unique(pa.concat_arrays([demangled, short, mangled])).to_pylist())

@@ -6,15 +6,20 @@
 -- Columns: kernel_id; replay_id (NULL: not from a graph replay); graph_id (the replay's graph, else the kernel's
 --          own graphId, when the trace says); replay_kernel (0.. the kernel's place in its replay, by start);
 --          replay_kernels (kernels of its replay); replay_start_ns, replay_end_ns (the replay's GPU span, ns).
-SELECT k.kernel_id, r.replay_id, coalesce(r.graph_id, k.graph_id) AS graph_id,
-       CASE WHEN r.replay_id IS NOT NULL
-            THEN row_number() OVER (PARTITION BY r.replay_id ORDER BY k.start_ns, k.kernel_id) - 1 END AS replay_kernel,
-       r.kernel_count AS replay_kernels, r.gpu_start_ns AS replay_start_ns, r.gpu_end_ns AS replay_end_ns
-FROM kernels k
-LEFT JOIN graph_replays r
-       ON r.trace_id = k.trace_id AND r.correlation_id = k.correlation_id
-      AND (r.process_id IS NULL OR k.process_id IS NULL OR r.process_id = k.process_id)
-WHERE k.trace_id = $trace
-QUALIFY row_number() OVER (PARTITION BY k.kernel_id ORDER BY (r.process_id = k.process_id) DESC NULLS LAST,
-                                                              r.replay_id) = 1
-ORDER BY k.kernel_id
+WITH matched AS (
+    SELECT k.kernel_id, k.start_ns, k.graph_id AS kernel_graph_id, r.replay_id, r.graph_id, r.kernel_count,
+           r.gpu_start_ns, r.gpu_end_ns
+    FROM kernels k
+    LEFT JOIN graph_replays r
+           ON r.trace_id = k.trace_id AND r.correlation_id = k.correlation_id
+          AND (r.process_id IS NULL OR k.process_id IS NULL OR r.process_id = k.process_id)
+    WHERE k.trace_id = $trace
+    QUALIFY row_number() OVER (PARTITION BY k.kernel_id ORDER BY (r.process_id = k.process_id) DESC NULLS LAST,
+                                                                  r.replay_id) = 1
+)
+SELECT kernel_id, replay_id, coalesce(graph_id, kernel_graph_id) AS graph_id,
+       CASE WHEN replay_id IS NOT NULL
+            THEN row_number() OVER (PARTITION BY replay_id ORDER BY start_ns, kernel_id) - 1 END AS replay_kernel,
+       kernel_count AS replay_kernels, gpu_start_ns AS replay_start_ns, gpu_end_ns AS replay_end_ns
+FROM matched
+ORDER BY kernel_id
