@@ -510,6 +510,7 @@ RULE_EXAMPLES: list[tuple[str, str, str, str | None, str, dict[str, object]]] = 
     ("gemm", "void my_lib::batched_gemv_kernel<float>(float const*, float*)", "gemm", None, "unknown", {}),
     ("nccl", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
      "communication", "nccl", "unknown", {}),
+    ("nccl", "ncclKernel_AllReduce_RING_LL_Sum_half(ncclWorkElem)", "communication", "nccl", "unknown", {}),
     ("communication",
      "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 2>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, "
      "__nv_bfloat16*, int, int)", "communication", "vllm", "unknown", {}),
@@ -517,6 +518,11 @@ RULE_EXAMPLES: list[tuple[str, str, str, str | None, str, dict[str, object]]] = 
      "void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, "
      "__nv_bfloat16*, unsigned int, unsigned int, unsigned int, float, float)", "norm", "flashinfer", "unknown", {}),
     ("triton-pointwise", "triton_poi_fused_add_0", "elementwise", "triton", "unknown", {}),
+    # Inductor's fused kernels name the ops fused into them: an all_reduce among them is not a collective.
+    ("triton-pointwise", "triton_red_fused__to_copy_add_all_reduce_embedding_mean_mul_pow_rsqrt_0", "elementwise",
+     "triton", "unknown", {}),
+    ("triton-pointwise", "triton_poi_fused_all_reduce_embedding_1", "elementwise", "triton", "unknown", {}),
+    ("triton-pointwise", "triton_per_fused_add_all_gather_embedding_mul_2", "elementwise", "triton", "unknown", {}),
     ("memcpy", "Memcpy HtoD (Pageable -> Device)", "memory", "cuda", "unknown", {}),
     ("kv-cache-write",
      "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>("

@@ -45,12 +45,18 @@ def test_table_agrees_with_real_device_properties(path: str, key: str) -> None:
 
 
 def test_amd_device_without_a_name_gets_cdna_limits() -> None:
-    # TraceLens' vLLM MI300X trace has an empty device name: the CDNA3 (gfx942) defaults, never Hopper's 228 KB.
+    # TraceLens' vLLM MI300X trace has an empty device name: identified from its properties (cc 9.4, 304 CUs, 192 GiB:
+    # an MI300X, tests/test_gpu_identity.py), with CDNA3 (gfx942) limits, never Hopper's 228 KB.
     p = _props()["tests/traces/inference/vllm_decode_full/graph_execution.json.gz"]
     assert p["name"] == "" and p["warpSize"] == 64 and (p["computeMajor"], p["computeMinor"]) == (9, 4)
     gpu = gpu_for(p["name"], p)
-    assert (gpu.key, gpu.num_sms, gpu.warp_size, gpu.smem_per_sm_bytes) == ("custom", 304, 64, 65536)
+    assert (gpu.key, gpu.identified_by, gpu.num_sms, gpu.warp_size, gpu.smem_per_sm_bytes) == (
+        "mi300x", "properties", 304, 64, 65536)
     assert (gpu.regs_per_sm, gpu.reg_alloc_unit, gpu.max_warps_per_sm) == (131072, 512, 32)
+    # Without a memory size it could be an MI325X too: the architecture's limits, as before.
+    gpu = gpu_for("", {k: v for k, v in p.items() if k != "totalGlobalMem"})
+    assert (gpu.key, gpu.identified_by, gpu.num_sms, gpu.warp_size, gpu.smem_per_sm_bytes) == (
+        "custom", "architecture", 304, 64, 65536)
     # A 64-lane device older than any CDNA entry is unknown, not a Volta.
     with pytest.raises(UnknownGPUError, match="warp size 64"):
         gpu_for("some gfx8 part", {"num_sms": 64, "warp_size": 64, "compute_major": 8, "compute_minor": 0})

@@ -307,6 +307,23 @@ def test_step_gpu_work_puts_kernels_and_memory_operations_in_start_order_with_th
         (0, "gemm", 1100, 1010), (1, "attention", 1200, 1020), (2, "merge", 1400, 1030), (None, "memory", 1500, 1030)]
 
 
+def test_kernel_graph_replay_gives_each_kernel_its_replay_by_correlation_and_process() -> None:
+    x = Inline()
+    x.launch(1, 900)
+    x.kernel(0, "eager_attn", "attention", 1000, 1100, corr=1)
+    for i, (a, b) in enumerate(((1200, 1300), (1300, 1350), (1400, 1500))):  # one replay of three kernels (corr 50)
+        x.kernel(1 + i, f"graph_k{i}", "gemm", a, b, corr=50)
+    x.kernel(4, "other_process", "gemm", 1600, 1700, corr=60)  # corr 60 of process 1; the replay's is process 2's
+    x.db.sql("INSERT INTO graph_replays (trace_id, replay_id, correlation_id, name, process_id, gpu_start_ns, "
+             "gpu_end_ns, kernel_count, hidden) VALUES ($t, 0, 50, 'cudaGraphLaunch', 1, 1200, 1500, 3, false), "
+             "($t, 1, 60, 'cudaGraphLaunch', 2, 1600, 1700, 1, false), (0, 0, 1, 'cudaGraphLaunch', 1, 0, 1, 1, false)",
+             {"t": T})
+    got = x.rows("kernel_graph_replay", trace=T)
+    assert got == [(0, None, None, None, None, None, None),
+                   (1, 0, None, 0, 3, 1200, 1500), (2, 0, None, 1, 3, 1200, 1500), (3, 0, None, 2, 3, 1200, 1500),
+                   (4, None, None, None, None, None, None)]
+
+
 def test_trace_gpu_picks_the_device_with_most_kernel_time() -> None:
     x = _two_steps()
     x.kernel(6, "big", "gemm", 3000, 9000, device=1)

@@ -25,6 +25,11 @@ class Ingest:
     tool_version: str | None = None
     tables: dict[str, Columns] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # The run this file is one rank of (`traces` columns of the same names), when the file says.
+    rank: int | None = None
+    world_size: int | None = None
+    dist_backend: str | None = None
+    process_groups: str | None = None  # JSON
 
     def columns(self, table: str, names: list[str]) -> Columns:
         """Return (creating on first use) the column dict of `table` with the given column names."""

@@ -34,6 +34,7 @@ import orjson
 
 from traceinsight.errors import FormatError
 from traceinsight.ingest.base import Columns, Ingest
+from traceinsight.ingest.graphs import HostCall, Work, graph_launch_names, replay_columns
 from traceinsight.ingest.json_stream import (
     GZIP_MAGIC,
     UTF8_BOM,
@@ -824,6 +825,43 @@ def _keep_launches_of_gpu_work(t: _Tables) -> None:
         t.launches = {c: [col[i] for i in keep] for c, col in la.items()}
 
 
+def _graph_replays(t: _Tables) -> Columns | None:
+    """The graph_replays rows: one per graph-launching host call (cudaGraphLaunch, hipGraphLaunch, ...) that
+    launched GPU work; the kernels (and memory operations) it replayed carry its correlation id. Nothing to do,
+    and no pass over the kernels, in a trace without graph launches."""
+    la = t.launches
+    names = graph_launch_names(la["name"])
+    if not names:
+        return None
+    calls: dict[int, HostCall] = {}
+    for corr, name, start, end, pid, tid in zip(*(la[c] for c in _LAUNCH_COLUMNS), strict=True):
+        if name in names and corr not in calls:
+            calls[corr] = HostCall(name, start, end, pid, tid)
+    work = {corr: Work() for corr in calls}
+    for table, kernel in ((t.kernels, True), (t.memops, False)):
+        for corr, start, end, dev, stream in zip(table["correlation_id"], table["start_ns"], table["end_ns"],
+                                                 table["device_id"], table["stream_id"], strict=True):
+            w = work.get(corr)
+            if w is not None:
+                w.add(start, end, dev, stream, kernel)
+    # Kernel rows do not name their process: replays are keyed by correlation id alone.
+    return replay_columns({(None, c): v for c, v in calls.items()}, {(None, c): v for c, v in work.items()})
+
+
+def _run_context(info: Any, ingest: Ingest) -> None:
+    """rank, world_size, backend and process groups from the header's distributedInfo (torch.distributed's view
+    of the run: {"backend": "nccl", "rank": 0, "world_size": 4, "pg_config": [...], ...}); absent keys stay None."""
+    if type(info) is not dict:
+        return
+    ingest.rank = _i32(info.get("rank"))
+    ingest.world_size = _i32(info.get("world_size"))
+    backend = info.get("backend")
+    ingest.dist_backend = backend if type(backend) is str and backend else None
+    groups = info.get("pg_config")
+    if type(groups) is list:
+        ingest.process_groups = orjson.dumps(groups).decode()
+
+
 def _devices(props: Any, warnings: list[str]) -> Columns | None:
     """The devices table from the header's deviceProperties (a list of objects with an integer `id`)."""
     if props is None:
@@ -893,11 +931,13 @@ def _to_ingest(doc: dict[str, Any], t: _Tables, path: Path, repairs: list[str]) 
     warnings.extend(f"repaired JSON: {r}" for r in repairs)
     devices = _devices(doc.get("deviceProperties"), warnings)
     _keep_launches_of_gpu_work(t)
+    _run_context(doc.get("distributedInfo"), ingest)
     for (cat, reason), n in sorted(t.skipped.items()):
         what = "traceEvents entries" if cat == "traceEvents" else f"'{cat}' events"
         warnings.append(f"{n} {what} skipped: {reason}")
     if not t.kernels["name"] and not t.memops["name"]:
         warnings.append("no GPU kernels or memory operations in the trace (profiled without ProfilerActivity.CUDA?)")
-    tables = {"devices": devices, "kernels": t.kernels, "memops": t.memops, "launches": t.launches, "ranges": t.ranges}
+    tables = {"devices": devices, "kernels": t.kernels, "memops": t.memops, "launches": t.launches,
+              "graph_replays": _graph_replays(t), "ranges": t.ranges}
     ingest.tables = {name: cols for name, cols in tables.items() if cols and next(iter(cols.values()))}
     return ingest

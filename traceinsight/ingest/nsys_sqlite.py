@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 from traceinsight.errors import FormatError
 from traceinsight.ingest import sqlite_arrow, sqlite_salvage
 from traceinsight.ingest.base import Columns, Ingest
+from traceinsight.ingest.graphs import GraphRecord, HostCall, Work, is_graph_launch, replay_columns
 from traceinsight.ingest.limits import clip_names
 
 FORMAT = "nsys-sqlite"
@@ -46,6 +47,8 @@ KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
+# Graph-level replays (`nsys --cuda-graph-trace=graph`): one row per graph launch, none of its kernels.
+GRAPH_TRACE_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 NVTX_TABLE = "NVTX_EVENTS"
 GPU_TABLE = "TARGET_INFO_GPU"
 CUDA_DEVICE_TABLE = "TARGET_INFO_CUDA_DEVICE"
@@ -63,6 +66,7 @@ NVTX_RANGE_TYPES = {
 }
 NVTX_MARK_TYPES = {"NvtxMark": 34, "NvtxtMark": 65}
 NVTX_DOMAIN_CREATE_TYPES = {"NvtxDomainCreate": 75}
+NVTX_THREAD_TYPES = {"NvtxThread": 39}  # nvtxNameOsThread
 
 # Runtime-table event classes (ENUM_NSYS_EVENT_CLASS) that repeat an API call to attach its backtrace;
 # schema 2.x exports store such a second row under the call's correlation id.
@@ -94,6 +98,9 @@ MEMCPY_KINDS = {
 # agree with other formats. Real name parts such as "cuGetProcAddress_v2" (one or two digits) are kept.
 _API_VERSION_SUFFIX = re.compile(r"_v\d{4,}$")
 
+# The name nsys's MPI trace gives a rank's thread (an NvtxThread event).
+_MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
+
 # Bound parameters per statement (SQLite before 3.32 allows 999).
 _SQL_PARAMS = 900
 
@@ -112,6 +119,7 @@ SALVAGE_TABLES = (
     RUNTIME_TABLE,
     MEMCPY_TABLE,
     MEMSET_TABLE,
+    GRAPH_TRACE_TABLE,
     NVTX_TABLE,
     GPU_TABLE,
     CUDA_DEVICE_TABLE,
@@ -161,6 +169,11 @@ def _valid_span(start: str = '"start"', end: str = '"end"') -> str:
         f"typeof({start}) = 'integer' AND typeof({end}) = 'integer' AND {end} >= {start} "
         f"AND ({end} - {start}) <= {I64[1]}"
     )
+
+
+def _arrow(values: list[Any] | pa.Array) -> pa.Array:
+    """A column as an Arrow array (this reader's are; a list only in a hand-built Ingest)."""
+    return values if isinstance(values, pa.Array) else pa.array(values)
 
 
 def _global_ids(ids: pa.Array) -> dict[str, pa.Array]:
@@ -296,7 +309,9 @@ def _read(
     ingest.warnings[at:at] = launched.warnings
     later = {n: ingest.tables.pop(n) for n in ("ranges", "devices") if n in ingest.tables}
     ingest.tables.update(launched.tables)
+    reader.graph_replays()
     ingest.tables.update(later)
+    reader.run_context()
     if not len(ingest.tables.get("kernels", {}).get("name", [])):
         ingest.warnings.append(f"{KERNEL_TABLE} holds no kernels")
     return ingest
@@ -524,6 +539,7 @@ class _Reader:
             "dynamic_smem_bytes": ("dynamicSharedMemory", I32),
             "correlation_id": ("correlationId", I64),
             "graph_node_id": ("graphNodeId", I64),
+            "graph_id": ("graphId", I64),  # in exports that have it (2025.3's lacks it)
             "_pid": ("globalPid", I64),
             "_demangled": ("demangledName", I64),
             "_short": ("shortName", I64),
@@ -539,6 +555,9 @@ class _Reader:
         cols["smem_bytes"] = smem
         cols["correlation_id"] = got["correlation_id"]
         cols["graph_node_id"] = got["graph_node_id"]
+        graph = got["graph_id"]  # CUPTI writes 0 for a kernel not launched from a graph
+        cols["graph_id"] = pc.if_else(pc.equal(graph, 0), pa.scalar(None, pa.int64()), graph) if graph.null_count < len(
+            graph) else graph
         cols["process_id"] = _global_ids(got["_pid"])["process_id"]
         demangled, short, mangled = got["_demangled"], got["_short"], got["_mangled"]
         names = self.strings(pc.unique(pa.concat_arrays([demangled, short, mangled])).to_pylist())
@@ -614,7 +633,7 @@ class _Reader:
             return
         gpu_work = [
             x
-            for x in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
+            for x in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, GRAPH_TRACE_TABLE)
             if x in self.tables and "correlationId" in self.columns(x)
         ]
         if not gpu_work:
@@ -648,6 +667,108 @@ class _Reader:
         names = {i: _API_VERSION_SUFFIX.sub("", s) for i, s in self.strings(distinct).items()}
         cols["name"] = self.clipped_codes(sqlite_arrow.lookup(name_ids, names, missing=""), "API call")
         self.ingest.tables["launches"] = cols
+
+    def graph_records(self) -> list[GraphRecord]:
+        """The graph-level replay records (CUPTI_ACTIVITY_KIND_GRAPH_TRACE), when the capture made them."""
+        t = GRAPH_TRACE_TABLE
+        if t not in self.tables:
+            return []
+        if not self.has_span(t):
+            self.ingest.warnings.append(f"{t} has no start/end columns: graph-level replays not read")
+            return []
+        spec: dict[str, tuple[str, tuple[int, int] | None]] = {
+            "device_id": ("deviceId", I32),
+            "stream_id": ("streamId", I64),
+            "correlation_id": ("correlationId", I64),
+            "graph_id": ("graphId", I64),
+            "graph_exec_id": ("graphExecId", I64),
+            "_pid": ("globalPid", I64),
+        }
+        got = self.fetch_checked(t, spec, "graph replays")
+        got["process_id"] = _global_ids(got.pop("_pid"))["process_id"]
+        rows = {n: v.to_pylist() for n, v in got.items()}
+        out = []
+        for i in range(len(rows["start_ns"])):
+            start, end = rows["start_ns"][i], rows["end_ns"][i]
+            dev = rows["device_id"][i]
+            out.append(GraphRecord(
+                correlation_id=rows["correlation_id"][i],
+                process_id=rows["process_id"][i],
+                # CUPTI writes 0 for both when it could not time the graph; a device of INT_MAX: started on the host.
+                start_ns=None if start == end == 0 else start,
+                end_ns=None if start == end == 0 else end,
+                device_id=None if dev == I32[1] else dev,
+                stream_id=rows["stream_id"][i],
+                graph_id=rows["graph_id"][i],
+                graph_exec_id=rows["graph_exec_id"][i],
+            ))
+        return out
+
+    def graph_replays(self) -> None:
+        """graph_replays from the graph-launching host calls (launches), the kernels they replayed (their
+        correlation id; graphNodeId set with --cuda-graph-trace=node) and the graph-level records (--cuda-graph-trace
+        =graph, whose kernels are not in the export: hidden replays). Aggregated with Arrow over the graph kernels
+        only; nothing to do in a capture without graphs."""
+        records = self.graph_records()
+        calls: dict[tuple[int | None, int], HostCall] = {}
+        la = {n: _arrow(v) for n, v in self.ingest.tables.get("launches", {}).items()}
+        if la and len(la["correlation_id"]):
+            names = la["name"]
+            if isinstance(names, pa.DictionaryArray):  # as `launches` reads them: one entry per distinct name
+                codes = [i for i, n in enumerate(names.dictionary.to_pylist()) if is_graph_launch(n)]
+                mask = pc.is_in(names.indices, value_set=pa.array(codes, names.indices.type)) if codes else None
+                la["name"] = names.cast(pa.string()) if codes else names
+            else:
+                found = [n for n in pc.unique(names).to_pylist() if is_graph_launch(n)]
+                mask = pc.is_in(names, value_set=pa.array(found, names.type)) if found else None
+            if mask is not None:
+                picked = {c: la[c].filter(mask).to_pylist()
+                          for c in ("correlation_id", "name", "start_ns", "end_ns", "process_id", "thread_id")}
+                for corr, name, start, end, pid, tid in zip(*picked.values(), strict=True):
+                    calls.setdefault((pid, corr), HostCall(name, start, end, pid, tid))
+        k = {n: _arrow(v) for n, v in self.ingest.tables.get("kernels", {}).items()}
+        work: dict[tuple[int | None, int], Work] = {}
+        graph_corrs = {c for _, c in calls} | {r.correlation_id for r in records if r.correlation_id is not None}
+        if k and len(k["correlation_id"]) and (graph_corrs or k["graph_node_id"].null_count < len(k["graph_node_id"])):
+            mask = pc.is_valid(k["graph_node_id"])
+            if graph_corrs:
+                mask = pc.or_(mask, pc.is_in(k["correlation_id"], value_set=pa.array(sorted(graph_corrs), pa.int64())))
+            picked = {c: k[c].filter(mask).to_pylist()
+                      for c in ("process_id", "correlation_id", "start_ns", "end_ns", "device_id", "stream_id",
+                                "graph_id")}
+            for pid, corr, start, end, dev, stream, graph in zip(*picked.values(), strict=True):
+                if corr is None:
+                    continue
+                w = work.get((pid, corr))
+                if w is None:
+                    w = work[(pid, corr)] = Work()
+                w.add(start, end, dev, stream, True)
+                if graph is not None and graph != 0:
+                    w.graph_id = graph
+        cols = replay_columns(calls, work, records)
+        if cols is not None:
+            hidden = sum(cols["hidden"])
+            if hidden:
+                self.ingest.warnings.append(
+                    f"{hidden} CUDA graph replays recorded as whole graphs ({GRAPH_TRACE_TABLE}): the kernels inside "
+                    "them are not in the export; recapture with `nsys profile --cuda-graph-trace=node` to see them")
+            self.ingest.tables["graph_replays"] = cols
+
+    def run_context(self) -> None:
+        """The rank of an MPI run: nsys's MPI trace names the rank's thread 'MPI Rank N' (an NvtxThread event). The
+        only run context an export states; NCCL's NVTX ranges carry no rank in their text. Else all stay None."""
+        t = NVTX_TABLE
+        if t not in self.tables or "eventType" not in self.columns(t):
+            return
+        types = _id_list(self.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_THREAD_TYPES))
+        text, text_id = _text_sql(self.col(t, "text")), self.int_col(t, "textId")
+        rows = self.con.execute(f"SELECT DISTINCT {text}, {text_id} FROM {t} WHERE eventType IN ({types})").fetchall()
+        strings = self.strings(r[1] for r in rows)
+        names = {x if x is not None else strings.get(i) for x, i in rows}
+        ranks = {int(m[1]) for n in names if n is not None and (m := _MPI_RANK.match(n))}
+        if len(ranks) == 1:
+            self.ingest.rank = ranks.pop()
+            self.ingest.dist_backend = "mpi"
 
     def ranges(self) -> None:
         """NVTX push/pop and start/end ranges, on the CPU thread that opened them."""

@@ -16,7 +16,11 @@ CREATE TABLE IF NOT EXISTS traces (
     size_bytes      BIGINT,             -- size of `path`
     start_ns        BIGINT,             -- first GPU activity in the trace
     end_ns          BIGINT,             -- last GPU activity in the trace
-    warnings        VARCHAR[]           -- what the reader could not read, in words
+    warnings        VARCHAR[],          -- what the reader could not read, in words
+    rank            INTEGER,            -- this file's rank in its distributed run (Kineto distributedInfo.rank; nsys: an 'MPI Rank N' NVTX range), else NULL
+    world_size      INTEGER,            -- ranks in the run (Kineto distributedInfo.world_size), else NULL
+    dist_backend    VARCHAR,            -- the run's communication backend as the trace names it ('nccl', 'gloo', 'mpi', ...), else NULL
+    process_groups  VARCHAR             -- the run's process groups as JSON, as Kineto's distributedInfo.pg_config lists them ([{pg_name, pg_desc, backend_config, pg_size, ranks}]), else NULL
 );
 
 -- One row per GPU the trace describes.
@@ -65,7 +69,8 @@ CREATE TABLE IF NOT EXISTS kernels (
     smem_bytes              INTEGER,            -- static + dynamic shared memory per block
     correlation_id          BIGINT,             -- links to `launches.correlation_id` (unique per process)
     process_id              BIGINT,             -- OS process that launched it, when the trace says
-    graph_node_id           BIGINT              -- CUDA graph node when launched from a graph
+    graph_node_id           BIGINT,             -- CUDA graph node when launched from a graph (nsys --cuda-graph-trace=node)
+    graph_id                BIGINT              -- CUDA graph it was replayed from, when the trace says (nsys exports with the kernel's graphId); `graph_replays` links kernels to replays in every format
 );
 
 -- Host-side runtime/driver API calls that launched GPU work (matched by correlation id).
@@ -77,6 +82,29 @@ CREATE TABLE IF NOT EXISTS launches (
     end_ns          BIGINT  NOT NULL,
     process_id      BIGINT,
     thread_id       BIGINT
+);
+
+-- One row per CUDA / HIP graph launch (a replay) seen in the trace: the host call (cudaGraphLaunch, cuGraphLaunch,
+-- hipGraphLaunch, ...) and the GPU work it replayed. A replay's kernels carry its correlation id (Kineto, and nsys
+-- --cuda-graph-trace=node); with --cuda-graph-trace=graph nsys records the replay as one graph-level activity and
+-- none of its kernels (hidden). queries/kernel_graph_replay.sql gives each kernel its replay.
+CREATE TABLE IF NOT EXISTS graph_replays (
+    trace_id        INTEGER NOT NULL,
+    replay_id       BIGINT  NOT NULL,   -- 0.. in launch order within the trace (host start; GPU start where the call is missing)
+    correlation_id  BIGINT,             -- the launch's correlation id: `launches.correlation_id`, and that of the kernels it replayed
+    name            VARCHAR,            -- the host call ('cudaGraphLaunch', 'cuGraphLaunch', 'hipGraphLaunch', ...); NULL when the trace lacks it
+    graph_id        BIGINT,             -- the graph launched (CUPTI graphId) when the trace says, else NULL
+    graph_exec_id   BIGINT,             -- its instantiated executable (CUPTI graphExecId) when the trace says, else NULL
+    start_ns        BIGINT,             -- the host call's start; NULL when the trace lacks the call
+    end_ns          BIGINT,             -- the host call's end
+    process_id      BIGINT,             -- OS process of the host call
+    thread_id       BIGINT,             -- OS thread of the host call
+    device_id       INTEGER,            -- GPU that ran the replay (NULL when its work ran on several)
+    stream_id       BIGINT,             -- stream it was launched on (graph-level record), else the one its work ran on when it is one
+    gpu_start_ns    BIGINT,             -- start of its GPU work (graph-level record, else its first kernel or memory operation); NULL when not recorded
+    gpu_end_ns      BIGINT,             -- end of its GPU work
+    kernel_count    INTEGER NOT NULL,   -- its kernels in `kernels` (0 when hidden)
+    hidden          BOOLEAN NOT NULL    -- recorded as one graph-level activity with none of its kernels (nsys --cuda-graph-trace=graph): recapture with --cuda-graph-trace=node to see them
 );
 
 -- Named time ranges: CPU annotations (record_function, ProfilerStep#N, NVTX push/pop and start/end)

@@ -227,13 +227,17 @@ class TraceDB:
             self._insert(trace_id, table, cols, consume)
         if attach_to is not None:
             return trace_id
+        # GPU work hidden inside graph replays (nsys --cuda-graph-trace=graph) is GPU activity too.
         span = self.con.execute(
             "SELECT min(start_ns), max(end_ns) FROM (SELECT start_ns, end_ns FROM kernels WHERE trace_id = $t "
-            "UNION ALL SELECT start_ns, end_ns FROM memops WHERE trace_id = $t)",
+            "UNION ALL SELECT start_ns, end_ns FROM memops WHERE trace_id = $t "
+            "UNION ALL SELECT gpu_start_ns, gpu_end_ns FROM graph_replays WHERE trace_id = $t AND hidden)",
             {"t": trace_id},
         ).fetchone()
         self.con.execute(
-            "INSERT INTO traces VALUES ($id, $path, $fmt, $fv, $tv, $src, $size, $s, $e, $w)",
+            "INSERT INTO traces (trace_id, path, format, format_version, tool_version, source_path, size_bytes, "
+            "start_ns, end_ns, warnings, rank, world_size, dist_backend, process_groups) "
+            "VALUES ($id, $path, $fmt, $fv, $tv, $src, $size, $s, $e, $w, $rank, $world, $backend, $groups)",
             {
                 "id": trace_id,
                 "path": str(path),
@@ -245,6 +249,10 @@ class TraceDB:
                 "s": span[0] if span else None,
                 "e": span[1] if span else None,
                 "w": list(ingest.warnings),
+                "rank": ingest.rank,
+                "world": ingest.world_size,
+                "backend": ingest.dist_backend,
+                "groups": ingest.process_groups,
             },
         )
         return trace_id

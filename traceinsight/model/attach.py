@@ -123,16 +123,21 @@ def _attention_launches(steps: Iterable[Step]) -> Iterable[tuple[Step, Launch]]:
             yield s, launch
 
 
+# The properties that make devices rows one GPU model (trace_gpu.sql compares the same).
+_MODEL_COLUMNS = ("name", "num_sms", "compute_major", "compute_minor", "total_mem_bytes")
+
+
 def _device_row(db: TraceDB, trace_id: int, gpu_row: dict[str, Any]) -> dict[str, Any]:
     """The devices row of the GPU the trace's kernels ran on, merged over `gpu_row` (trace_gpu.sql). Kernels on a
-    device id that no devices row describes use the trace's only devices row, when it has exactly one (the SGLang
-    MI300X trace: kernels on device 9, properties under id 0); the device id stays the kernels'."""
+    device id that no devices row describes use the trace's devices rows when they all describe one GPU model (the
+    SGLang MI300X trace: kernels on device 9, properties under id 0 only); the device id stays the kernels'."""
     dev = gpu_row.get("device_id")
     rows = db.rows("SELECT * FROM devices WHERE trace_id = $t AND (device_id = $d OR $d IS NULL) "
                    "ORDER BY device_id LIMIT 1", {"t": trace_id, "d": dev})
     if not rows and dev is not None:
-        rows = db.rows("SELECT * FROM devices WHERE trace_id = $t LIMIT 2", {"t": trace_id})
-        rows = [{**rows[0], "device_id": dev}] if len(rows) == 1 else []
+        rows = db.rows("SELECT * FROM devices WHERE trace_id = $t ORDER BY device_id", {"t": trace_id})
+        one_model = len({tuple(r[c] for c in _MODEL_COLUMNS) for r in rows}) == 1
+        rows = [{**rows[0], "device_id": dev}] if one_model else []
     return {**gpu_row, **(rows[0] if rows else {})}
 
 
@@ -147,6 +152,13 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
     except TraceInsightError as exc:
         return Schedule(gpu=None, idle_gaps=gaps, notes=[f"no GPU model: {exc}"])
     sched = Schedule(gpu=gpu, idle_gaps=gaps)
+    if gpu.identified_by == "properties":
+        named = f"names it {device.get('name')!r}" if device.get("name") else "does not name it"
+        mem = device.get("total_mem_bytes")
+        sched.notes.append(
+            f"GPU identified as {gpu.name} from compute capability {gpu.compute_capability[0]}."
+            f"{gpu.compute_capability[1]}, {gpu.num_sms} SMs" + (f" and {mem / 2**30:.0f} GiB" if mem else "")
+            + f" (the trace {named})")
     graph_ids = {r["kernel_id"] for r in db.rows(
         "SELECT kernel_id FROM kernels WHERE trace_id = $t AND graph_node_id IS NOT NULL", {"t": trace_id})}
     sched.cuda_graph_kernels = frozenset(graph_ids)

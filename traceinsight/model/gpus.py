@@ -1,7 +1,9 @@
 """GPU limits the schedule model needs, from the bundled table (`gpus.toml`) and the trace's own device row.
 
-`gpu_for(name, overrides)` picks the table entry whose patterns match the trace's device name and lets every
-property the trace states win over the table. Units: bytes, bytes per second, counts.
+`gpu_for(name, overrides)` picks the table entry whose patterns match the trace's device name (else, for a device
+the trace leaves unnamed or names as nothing the table knows, the one its compute capability, SM count and memory
+single out: `match_gpu_by_properties`) and lets every property the trace states win over the table. Units: bytes,
+bytes per second, counts.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class GPU:
     hbm_bandwidth_bytes_per_s: float | None = None  # peak DRAM bandwidth; None when unknown
     l2_bytes: int | None = None
     patterns: tuple[str, ...] = ()
+    mem_bytes: int | None = None  # device memory as the runtime reports it; tells apart entries of one architecture
+    identified_by: str = "name"  # how gpu_for chose it: 'name' | 'properties' | 'architecture' (key 'custom')
 
     @property
     def warp_alloc_granularity(self) -> int:
@@ -95,6 +99,11 @@ _OVERRIDE_KEYS: dict[str, str] = {
     "reserved_smem_per_block_bytes": "reserved_smem_per_block_bytes",
 }
 _MAJOR_KEYS = ("compute_major", "computeMajor", "computeCapabilityMajor")
+_SM_KEYS = ("num_sms", "numSms", "smCount")
+_WARP_KEYS = ("warp_size", "warpSize", "threadsPerWarp")
+_MEM_KEYS = ("total_mem_bytes", "totalGlobalMem", "totalMemory")
+# How far a device's memory may be from an entry's mem_bytes for the entry to be it (ECC, carve-outs, VF shares).
+MEM_TOLERANCE = 0.15
 _MINOR_KEYS = ("compute_minor", "computeMinor", "computeCapabilityMinor")
 
 
@@ -132,6 +141,29 @@ def match_gpu(name: str) -> GPU | None:
         if any(re.search(p, name, re.IGNORECASE) for p in gpu.patterns):
             return gpu
     return None
+
+
+def match_gpu_by_properties(
+    cc: tuple[int, int], num_sms: int, warp_size: int | None = None, mem_bytes: int | None = None
+) -> GPU | None:
+    """The table entry a device is by its properties, for a trace that does not name it (TraceLens' vLLM MI300X
+    traces: deviceProperties `name` empty) or names it as nothing in the table: the entries of this compute
+    capability, SM (CU) count and warp size; the one there is, else the one whose mem_bytes is within
+    MEM_TOLERANCE of `mem_bytes` (cc 9.0 with 132 SMs: H200 with 141 GB, H100 SXM with 80, H100 NVL with 94;
+    cc 9.4 with 304 CUs: MI300X with 192 GB, MI325X with 256). None when nothing, or more than one, fits: an H100 SXM
+    and an H800 look alike, so does an unnamed 132-SM Hopper without a memory size."""
+    same = [g for g in known_gpus() if g.compute_capability == cc and g.num_sms == num_sms
+            and (warp_size is None or g.warp_size == warp_size)]
+
+    def fits(g: GPU) -> bool:
+        return mem_bytes is not None and g.mem_bytes is not None and abs(g.mem_bytes - mem_bytes) <= (
+            MEM_TOLERANCE * mem_bytes)
+
+    if len(same) == 1:
+        only = same[0]
+        return only if mem_bytes is None or only.mem_bytes is None or fits(only) else None
+    chosen = [g for g in same if fits(g)]
+    return chosen[0] if len(chosen) == 1 else None
 
 
 def _arch_defaults(cc: tuple[int, int], warp_size: int = 32) -> dict[str, Any]:
@@ -172,6 +204,13 @@ def gpu_for(name: str | None, overrides: Mapping[str, Any] | None = None) -> GPU
     overrides = overrides or {}
     base = match_gpu(name or "")
     major, minor = _first(overrides, _MAJOR_KEYS), _first(overrides, _MINOR_KEYS)
+    sms = _first(overrides, _SM_KEYS)
+    if base is None and major is not None and sms is not None:
+        base = match_gpu_by_properties((major, minor or 0), sms, _first(overrides, _WARP_KEYS),
+                                       _first(overrides, _MEM_KEYS))
+        if base is not None:
+            base = replace(base, identified_by="properties")
+            name = None  # the table's name: the trace's is empty or says nothing the table knows
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         field_name = _OVERRIDE_KEYS.get(key)
@@ -190,6 +229,7 @@ def gpu_for(name: str | None, overrides: Mapping[str, Any] | None = None) -> GPU
         params: dict[str, Any] = {**table_defaults, **arch}
         params.update(changes)
         params.setdefault("name", name or "unknown GPU")
+        params["identified_by"] = "architecture"
         known = {f.name for f in fields(GPU)}
         return GPU(key="custom", **{k: v for k, v in params.items() if k in known and k != "key"})
     if name:

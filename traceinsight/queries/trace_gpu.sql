@@ -1,7 +1,9 @@
 -- The GPU that ran most of trace $trace's kernel time, with its properties (NULL where the trace has none).
--- Kernels on a device id that no devices row describes take the properties of the trace's only devices row when
--- it has exactly one (TraceLens' SGLang MI300X trace: kernels on device 9, deviceProperties under id 0); the
--- device_id stays the kernels' own.
+-- Kernels on a device id that no devices row describes take the properties of the trace's devices rows when they
+-- all describe one GPU model (same name, SM count, compute capability and memory): TraceLens' SGLang MI300X trace
+-- runs its kernels on device 9 with deviceProperties under id 0 only; a node's eight identical GPUs listed as 0..7
+-- serve kernels on any other id alike. The device_id stays the kernels' own. The name is the trace's, empty or not:
+-- the model (model/gpus.py) identifies an unnamed GPU from these properties.
 -- Columns: device_id; name; num_sms; compute_major; compute_minor; regs_per_sm; smem_per_sm_bytes;
 --          max_threads_per_sm; max_blocks_per_sm; kernel_ns (kernel time on it, ns).
 WITH used AS (
@@ -11,7 +13,8 @@ WITH used AS (
 ), props AS (
     SELECT u.device_id, u.kernel_ns,
            CASE WHEN u.device_id IS NULL OR u.device_id IN (SELECT device_id FROM devs) THEN u.device_id
-                WHEN (SELECT count(*) FROM devs) = 1 THEN (SELECT min(device_id) FROM devs)
+                WHEN (SELECT count(DISTINCT (name, num_sms, compute_major, compute_minor, total_mem_bytes)) FROM devs) = 1
+                THEN (SELECT min(device_id) FROM devs)
            END AS props_id
     FROM used u
 )
