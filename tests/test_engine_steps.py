@@ -73,6 +73,24 @@ def test_one_engine_iteration_is_one_step() -> None:
         assert a.schedule is not None
         b = a.schedule.batches[0]
         assert (b.batch_size, b.total_kv_tokens, b.phase, b.decode_requests) == (32, kv, "decode", 32)
+        # Replayed from one HIP graph: the whole forward (a full graph), on an MI300X (the vLLM trace names none).
+        assert (b.cuda_graph, b.graph_mode) == (True, "full") and a.schedule.gpu is not None
+        assert a.schedule.gpu.name == "AMD Instinct MI300X"
+
+
+def test_piecewise_graph_and_mixed_step() -> None:
+    """TraceLens' vLLM piecewise step (9 prefill and 37 decode requests): 25 graph pieces between 24 eager attention
+    launches; the step is mixed and so is each unified-attention launch that served both."""
+    from traceinsight.pipeline import analyze
+
+    _, (a,) = analyze([REPO / "examples" / "engines" /
+                       "tracelens_vllm_prefilldecode_piecewise__graph_execution.json.gz"], cache=False)
+    (s,) = a.steps
+    assert s.phase == "mixed" and {x.phase for x in s.launches} == {"mixed"} and len(s.launches) == 24
+    assert a.schedule is not None
+    b = a.schedule.batches[0]
+    assert (b.batch_size, b.prefill_requests, b.decode_requests, b.query_tokens) == (46, 9, 37, 8192)
+    assert (b.cuda_graph, b.graph_mode) == (True, "piecewise")
     # SGLang's own span nested in the iteration's range completes what the outer name says.
     _, (a,) = analyze([TRACELENS / "sglang_mi300x_Qwen3-8B_decode.json.gz"], cache=False)
     assert a.steps[0].engine is not None and a.steps[0].engine.batch_size == 32

@@ -141,6 +141,19 @@ def _device_row(db: TraceDB, trace_id: int, gpu_row: dict[str, Any]) -> dict[str
     return {**gpu_row, **(rows[0] if rows else {})}
 
 
+def step_graph_modes(db: TraceDB, trace_id: int) -> dict[int, str]:
+    """Per step key (group_steps' `Step.key`), how its kernels ran under CUDA / HIP graphs: 'full' when every
+    attention kernel of the step came from a graph replay, 'piecewise' when replays ran between eager attention
+    kernels (step_graphs.sql); steps without a replay are left out. Leaves _kernel_replay (kernel_graph_replay.sql)
+    in the database."""
+    db.sql("CREATE OR REPLACE TEMP TABLE _kernel_replay AS " + sql("kernel_graph_replay"), {"trace": trace_id})
+    out = {}
+    for r in db.rows(sql("step_graphs"), {"trace": trace_id}):
+        if r["replays"]:
+            out[r["step_key"]] = "full" if r["graph_attention"] == r["attention"] else "piecewise"
+    return out
+
+
 def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any]) -> Schedule:
     """Build the schedule model of one trace (see the module docstring)."""
     from traceinsight.errors import TraceInsightError
@@ -161,6 +174,8 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             + f" (the trace {named})")
     graph_ids = {r["kernel_id"] for r in db.rows(
         "SELECT kernel_id FROM kernels WHERE trace_id = $t AND graph_node_id IS NOT NULL", {"t": trace_id})}
+    modes = step_graph_modes(db, trace_id)
+    graph_ids |= {r["kernel_id"] for r in db.rows("SELECT kernel_id FROM _kernel_replay WHERE replay_id IS NOT NULL")}
     sched.cuda_graph_kernels = frozenset(graph_ids)
     index = SidecarIndex(sidecar_rows(db, trace_id))
     matched: dict[int, dict[str, Any]] = {}
@@ -217,6 +232,9 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             sb = trace_batches[key]
         if s.engine is not None:
             sb = with_engine(sb, s.engine)
+        mode = modes.get(s.key)
+        if mode is not None:
+            sb = replace(sb, graph_mode=mode, cuda_graph=True if sb.cuda_graph is None or r is None else sb.cuda_graph)
         sched.batches[s.index] = sb
         pb = planner_batch(sb) if sb.source == "sidecar" else None
         for launch in s.launches:
