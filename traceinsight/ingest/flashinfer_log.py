@@ -71,7 +71,8 @@ PREFILL_CLASS = "BatchPrefillWithPagedKVCacheWrapper"
 BACKEND_NAMES = {"fa2": "flashinfer-fa2", "fa3": "flashinfer-sm90"}
 
 
-_HEAD = re.compile(rb"(?m)^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8}\] FlashInfer API (?:Call: |Logging - System Information)")
+_HEAD = re.compile(rb"(?m)^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8}\] "
+                   rb"FlashInfer API (?:Call: |Logging - System Information)")
 
 
 def looks_like_log(head: bytes) -> bool:
