@@ -99,10 +99,12 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
             f"an Nsight Compute CSV ({n} profiled kernel{'s' if n != 1 else ''}) holds per-kernel metrics, not a "
             "timeline: give it with --ncu beside a trace of the same run (traceinsight analyze TRACE --ncu "
             f"{Path(meta['path']).name})")
-    if meta["format"] == "sidecar":
+    if meta["format"] in ("sidecar", "flashinfer-log"):
+        what = ("a sidecar (each step's batch composition)" if meta["format"] == "sidecar"
+                else "a FlashInfer API log (the batches of its plan() calls)")
         analysis.warnings.append(
-            "a sidecar (each step's batch composition), not a trace: give it with --meta beside the trace it "
-            f"describes (traceinsight analyze TRACE --meta {Path(meta['path']).name})")
+            f"{what}, not a trace: give it with --meta beside the trace it describes (traceinsight analyze TRACE "
+            f"--meta {Path(meta['path']).name})")
     if steps:
         analysis.extra["steps_from"] = STEPS_FROM[steps[0].evidence]
     analysis.host_ops = _host_ops_reader(db, trace_id, meta)

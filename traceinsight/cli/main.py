@@ -133,8 +133,8 @@ def _paths(values: tuple[str, ...]) -> list[Path]:
 path_arg = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 meta_option = click.option(
     "--meta", "meta", multiple=True, type=click.Path(path_type=str),
-    help="Sidecar with each step's batch composition (collector sidecar or *.meta.json[.gz]), attached to the "
-         "first trace.")
+    help="Sidecar with each step's batch composition (collector sidecar, *.meta.json[.gz], or FlashInfer's API "
+         "log: FLASHINFER_LOGLEVEL=10 with its plan() dumps beside it), attached to the first trace.")
 ncu_option = click.option(
     "--ncu", "ncu", multiple=True, type=click.Path(path_type=str),
     help="Nsight Compute CSV (ncu --csv, details page or --page raw) to match to the first trace's kernels.")

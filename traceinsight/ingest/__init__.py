@@ -50,6 +50,10 @@ def read_file(path: Path) -> tuple[Ingest, Path]:
         from traceinsight.ingest import ncu_csv
 
         return ncu_csv.read(path), path
+    if fmt == "flashinfer-log":
+        from traceinsight.ingest import flashinfer_log
+
+        return flashinfer_log.read(path), path
     from traceinsight.ingest import kineto, sidecar
 
     streamed = kineto.read(path)  # a Kineto trace, streamed; None for other JSON (sidecars), parsed whole below

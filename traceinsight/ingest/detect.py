@@ -66,7 +66,8 @@ def sqlite_tables(path: Path) -> set[str]:
 
 
 def detect(path: Path) -> str:
-    """Return 'json' (Kineto trace or sidecar, decided after parsing), 'nsys-sqlite', 'nsys-rep' or 'ncu-csv'."""
+    """Return 'json' (Kineto trace or sidecar, decided after parsing), 'nsys-sqlite', 'nsys-rep', 'ncu-csv' or
+    'flashinfer-log' (FlashInfer's API log, a sidecar source)."""
     check_readable(path)
     with path.open("rb") as fh:
         head = fh.read(_PEEK_BYTES)
@@ -83,6 +84,10 @@ def detect(path: Path) -> str:
         )
     if head.startswith(NSYS_REP_MAGIC):
         return "nsys-rep"
+    from traceinsight.ingest.flashinfer_log import looks_like_log
+
+    if looks_like_log(head):  # before JSON: a level-1 log's lines start with '['
+        return "flashinfer-log"
     stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if stripped[:1] in (b"{", b"["):
         return "json"

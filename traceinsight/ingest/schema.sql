@@ -166,7 +166,7 @@ CREATE TABLE IF NOT EXISTS ncu_metrics (
     text            VARCHAR             -- the raw cell
 );
 
--- Batch composition per step from a sidecar (collector output or the *.meta.json files).
+-- Batch composition per step from a sidecar (collector output or the *.meta.json files) or a FlashInfer API log.
 CREATE TABLE IF NOT EXISTS batches (
     trace_id        INTEGER NOT NULL,
     step_key        VARCHAR NOT NULL,   -- what the sidecar calls the step; matched against range names
@@ -192,7 +192,9 @@ CREATE TABLE IF NOT EXISTS batches (
     call_sm_margin  INTEGER,            -- SMs the call left out of the persistent grid
     call_causal     BOOLEAN,            -- causal masking
     call_scheduler_metadata BOOLEAN,    -- precomputed scheduler metadata was passed
-    call_max_seqlen_k BIGINT            -- the max_seqlen_k argument (tokens; FA3's static split heuristic reads it)
+    call_max_seqlen_k BIGINT,           -- the max_seqlen_k argument (tokens; FA3's static split heuristic reads it)
+    log_call        INTEGER,            -- FlashInfer API log: this plan() call's position among the log's plan() calls (0-based)
+    log_runs        BIGINT[]            -- FlashInfer API log: positions (0-based) of the run() calls this plan served, among the log's run() calls
 );
 
 -- ---------------------------------------------------------------------------------------------------------------

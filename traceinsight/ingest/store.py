@@ -226,6 +226,9 @@ class TraceDB:
         for table, cols in ingest.tables.items():
             self._insert(trace_id, table, cols, consume)
         if attach_to is not None:
+            if ingest.warnings:  # what the attached file's reader warned of (a sidecar source without KV lengths)
+                self.con.execute("UPDATE traces SET warnings = list_concat(coalesce(warnings, []), $w::VARCHAR[]) "
+                                 "WHERE trace_id = $t", {"w": list(ingest.warnings), "t": trace_id})
             return trace_id
         # GPU work hidden inside graph replays (nsys --cuda-graph-trace=graph) is GPU activity too.
         span = self.con.execute(

@@ -30,6 +30,7 @@ from traceinsight.model.batches import (
 )
 from traceinsight.model.gpus import gpu_for
 from traceinsight.model.launch_models import cached_plan, calibrate_costs, model_from_plan, model_from_trace
+from traceinsight.model.log_match import is_log_row, match_log
 from traceinsight.model.occupancy import BACKENDS, CUDA_CORE, FA2, FA3, occupancy_limits
 from traceinsight.model.phases import PREFILL_PHASES, phase_from_query_lengths, tile_padding
 from traceinsight.model.planners import Plan
@@ -177,12 +178,18 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
     modes = step_graph_modes(db, trace_id)
     graph_ids |= {r["kernel_id"] for r in db.rows("SELECT kernel_id FROM _kernel_replay WHERE replay_id IS NOT NULL")}
     sched.cuda_graph_kernels = frozenset(graph_ids)
-    index = SidecarIndex(sidecar_rows(db, trace_id))
+    rows = sidecar_rows(db, trace_id)
+    log_rows = [r for r in rows if is_log_row(r)]
+    index = SidecarIndex([r for r in rows if not is_log_row(r)])
     matched: dict[int, dict[str, Any]] = {}
     for s in steps:
         r = index.match(s)
         if r is not None:
             matched[s.index] = r
+    if log_rows:  # a FlashInfer API log: by the order of its calls (model/log_match.py)
+        by_log, note = match_log([s for s in steps if s.index not in matched], log_rows, sched.cuda_graph_kernels)
+        matched.update(by_log)
+        sched.notes.append(note)
 
     # (a) thresholds, one per attention kernel variant (its most common launch shape).
     by_name: dict[str, list[Kernel]] = defaultdict(list)

@@ -85,7 +85,10 @@ def batch_from_sidecar(row: dict[str, Any], launch: Launch, thr: KernelThreshold
     q_k, kv_k = _shape_from_kernel(launch.attention, thr)
     kv_lens = tuple(int(x) for x in row["kv_lens"]) if row.get("kv_lens") is not None else None
     b = row.get("batch_size") or (len(kv_lens) if kv_lens else None)
-    known = [f"batch composition from the sidecar (key {row['step_key']!r})"]
+    if row.get("log_call") is not None:
+        known = [f"batch composition from FlashInfer's API log (plan() call {row['log_call']})"]
+    else:
+        known = [f"batch composition from the sidecar (key {row['step_key']!r})"]
     call = {k: row[f"call_{k}"] for k in CALL_FIELDS if row.get(f"call_{k}") is not None}
     if kv_lens is None:
         known.append("the sidecar gives the batch size but not the KV lengths")
