@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 TRACELENS = REPO / "tests" / "data" / "foreign" / "tracelens"
 
 
-@pytest.mark.parametrize("a", engine_steps.annotations(), ids=lambda a: f"{a.engine}:{a.pattern.pattern[:30]}")
+@pytest.mark.parametrize("a", engine_steps.patterns(), ids=lambda a: f"{a.engine}:{a.pattern.pattern[:30]}")
 def test_each_pattern_reads_its_examples(a: engine_steps.Annotation) -> None:
     assert a.examples, "every pattern carries examples from its source"
     assert len(a.expect) in (0, len(a.examples))

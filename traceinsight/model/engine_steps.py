@@ -110,7 +110,7 @@ def parse(text: str, where: str = "engine_steps.toml") -> tuple[Annotation, ...]
 
 
 @functools.cache
-def annotations() -> tuple[Annotation, ...]:
+def patterns() -> tuple[Annotation, ...]:
     """The built-in patterns (model/engine_steps.toml), most specific first."""
     text = resources.files("traceinsight.model").joinpath("engine_steps.toml").read_text(encoding="utf-8")
     return parse(text)
@@ -145,7 +145,7 @@ def _derived(v: dict[str, int], phase: str | None) -> dict[str, Any]:
 @functools.lru_cache(maxsize=65536)
 def match(name: str) -> StepInfo | None:
     """What the range name `name` says as an engine annotation (the first pattern that matches), or None."""
-    for a in annotations():
+    for a in patterns():
         m = a.pattern.search(name)
         if m is not None:
             return info_from(a, name, m)
