@@ -422,3 +422,27 @@ def test_fleet_worst_steps_ranks_by_gpu_span_against_the_traces_median_with_the_
     assert got[1]["findings"] == ["split-kv-off", "sm-idle"] and got[2]["findings"] == ["split-kv-off"]
     every = {(r["trace"], r["step"]): r["findings"] for r in _fleet().rows("fleet_worst_steps", top=100)}
     assert len(every) == 7 and every[("a", 0)] == []  # a step no finding names
+
+
+def test_step_recovered_choice_makes_gpu_windows_of_the_iterations() -> None:
+    """Recovered iterations become GPU-side ranges on their device: each holds the kernels inside its window only."""
+    x = _two_steps()
+    x.run("step_kernel_launch", trace=T)
+    x.run("step_recovered_choice", trace=T, ids=[10, 11], names=["iteration 0", "iteration 1"], lo=[1100, 2100],
+          hi=[1450, 2450], device=0)
+    x.run("step_members", trace=T)
+    got = x.db.rows("SELECT step_key, list(kernel_id ORDER BY kernel_id) AS k FROM _step_members GROUP BY step_key "
+                    "ORDER BY step_key")
+    assert [(r["step_key"], r["k"]) for r in got] == [(10, [0, 1, 2]), (11, [3, 4, 5])]
+    assert {r["kind"] for r in x.db.rows("SELECT kind FROM _step_chosen")} == {"recovered"}
+
+
+def test_step_graphs_tells_full_from_piecewise() -> None:
+    """Step 0's attention kernel ran inside a replay (full graph); step 1's GEMM came from a replay and its attention
+    kernel ran eagerly (piecewise)."""
+    x = _two_steps()
+    _group(x, names=["ProfilerStep#0", "ProfilerStep#1"])
+    x.db.sql("CREATE TEMP TABLE _kernel_replay AS SELECT * FROM (VALUES (0, 100), (1, 100), (2, 100), (3, 101), "
+             "(4, NULL), (5, NULL)) v(kernel_id, replay_id)")
+    got = x.rows("step_graphs", trace=T)
+    assert sorted(got) == [(1, 1, 3, 3, 1, 1), (2, 1, 1, 3, 0, 1)]

@@ -148,7 +148,9 @@ def step_graph_modes(db: TraceDB, trace_id: int) -> dict[int, str]:
     kernels (step_graphs.sql); steps without a replay are left out. Leaves _kernel_replay (kernel_graph_replay.sql)
     in the database."""
     db.sql("CREATE OR REPLACE TEMP TABLE _kernel_replay AS " + sql("kernel_graph_replay"), {"trace": trace_id})
-    out = {}
+    out: dict[int, str] = {}
+    if not db.rows("SELECT 1 FROM duckdb_tables() WHERE table_name = '_step_members' LIMIT 1"):
+        return out  # steps not grouped on this connection (a caller that built them itself)
     for r in db.rows(sql("step_graphs"), {"trace": trace_id}):
         if r["replays"]:
             out[r["step_key"]] = "full" if r["graph_attention"] == r["attention"] else "piecewise"
