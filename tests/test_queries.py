@@ -446,3 +446,14 @@ def test_step_graphs_tells_full_from_piecewise() -> None:
              "(4, NULL), (5, NULL)) v(kernel_id, replay_id)")
     got = x.rows("step_graphs", trace=T)
     assert sorted(got) == [(1, 1, 3, 3, 1, 1), (2, 1, 1, 3, 0, 1)]
+
+
+def test_device_activity_is_one_devices_kernels_and_memops_in_start_order() -> None:
+    x = Inline()
+    x.kernel(0, "gemm", "gemm", 100, 200)
+    x.kernel(1, "attn", "attention", 300, 400)
+    x.kernel(2, "other gpu", "gemm", 150, 250, device=1)
+    x.memop(50, 90)
+    x.memop(220, 260, device=1)
+    assert x.rows("device_activity", trace=T, device=0) == [(50, 90, "memop"), (100, 200, "gemm"),
+                                                             (300, 400, "attention")]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceinsight.ingest.store import TraceDB
+from traceinsight.queries import sql
 
 # Fewest attention launches an iteration of a model holds (layers; a one-layer "model" is a kernel benchmark),
 # and most (attention launches per iteration looked for).
@@ -50,37 +51,22 @@ SCAN_GAPS = 20_000
 LAYER_GEMM_SHARE = 0.5
 MODEL_FAMILIES = ("gemm", "moe")
 
-ACTIVITY_SQL = """
-SELECT k.start_ns, k.end_ns, kl.family FROM kernels k JOIN kernel_labels kl ON kl.name = k.name
-WHERE k.trace_id = $trace AND k.device_id IS NOT DISTINCT FROM $device
-UNION ALL
-SELECT m.start_ns, m.end_ns, 'memop' AS family FROM memops m
-WHERE m.trace_id = $trace AND m.device_id IS NOT DISTINCT FROM $device
-ORDER BY 1, 2
-"""
-BUSIEST_DEVICE_SQL = """
-SELECT device_id FROM kernels WHERE trace_id = $trace GROUP BY device_id ORDER BY sum(dur_ns) DESC, device_id LIMIT 1
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class Iterations:
-    """Recovered iterations: per iteration its window on `device_id` (ns) and attention launches; `evidence` says
-    in words what cut them."""
+    """Recovered iterations: per iteration its window on `device_id` (first activity start, last activity end, ns)."""
 
     device_id: int | None
     windows: list[tuple[int, int]]
-    launches_per_iteration: int
-    evidence: str
 
 
 def recover(db: TraceDB, trace_id: int) -> Iterations | None:
     """The iterations of trace `trace_id` (see the module docstring), or None when the trace shows none."""
-    dev = db.rows(BUSIEST_DEVICE_SQL, {"trace": trace_id})
-    if not dev:
+    gpu = db.rows(sql("trace_gpu"), {"trace": trace_id})  # the GPU that ran most of the kernel time
+    if not gpu:
         return None
-    device = dev[0]["device_id"]
-    rows = db.rows(ACTIVITY_SQL, {"trace": trace_id, "device": device})
+    device = gpu[0]["device_id"]
+    rows = db.rows(sql("device_activity"), {"trace": trace_id, "device": device})
     starts = [r["start_ns"] for r in rows]
     ends = [r["end_ns"] for r in rows]
     families = [r["family"] for r in rows]
@@ -105,15 +91,7 @@ def recover(db: TraceDB, trace_id: int) -> Iterations | None:
     opens = [max(range(attn[j] + 1, attn[j + 1] + 1), key=lambda i: (idle[i], -i)) for j in cut]
     edges = [0, *opens, len(rows)]
     windows = [(starts[a], max(ends[a:b])) for a, b in zip(edges, edges[1:], strict=False)]
-    bounds = [-1, *cut, len(attn) - 1]
-    per = max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
-    if len(windows) == 1:
-        evidence = (f"one model forward: {len(attn)} attention launches with GEMMs between them and no host gap "
-                    "that repeats")
-    else:
-        evidence = (f"{len(windows)} iterations of up to {per} attention launches, cut where the GPU waited for the "
-                    "host between forwards")
-    return Iterations(device_id=device, windows=windows, launches_per_iteration=per, evidence=evidence)
+    return Iterations(device_id=device, windows=windows)
 
 
 def _boundaries(gaps: list[int], model: list[bool]) -> list[int] | None:
