@@ -19,6 +19,7 @@ unknown (None).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -451,33 +452,37 @@ def _choose_windows(db: TraceDB, trace_id: int, found: iterations.Iterations) ->
         "lo": [w[0] for w in found.windows], "hi": [w[1] for w in found.windows], "device": found.device_id})
 
 
-def _engine_ranges(db: TraceDB) -> list[tuple[int, int, int | None, engine_steps.StepInfo]]:
-    """Every engine iteration range of the trace: (start_ns, end_ns, thread_id, what its name says), by start."""
+# An engine iteration range: (start_ns, end_ns, thread_id, range_id, what its name says).
+EngineRange = tuple[int, int, int | None, int, engine_steps.StepInfo]
+
+
+def _engine_ranges(db: TraceDB) -> list[EngineRange]:
+    """Every engine iteration range of the trace (CPU side), by start."""
     out = []
-    for r in db.rows("SELECT name, start_ns, end_ns, thread_id FROM _step_ranges WHERE side = 'cpu' "
+    for r in db.rows("SELECT range_id, name, start_ns, end_ns, thread_id FROM _step_ranges WHERE side = 'cpu' "
                      "ORDER BY start_ns, end_ns DESC"):
         info = engine_steps.match(r["name"])
         if info is not None and info.level == "iteration":
-            out.append((r["start_ns"], r["end_ns"], r["thread_id"], info))
+            out.append((r["start_ns"], r["end_ns"], r["thread_id"], r["range_id"], info))
     return out
 
 
-def _attach_engine_info(steps: list[Step], ranges: list[tuple[int, int, int | None, engine_steps.StepInfo]]
-                        ) -> None:
+def _attach_engine_info(steps: list[Step], ranges: list[EngineRange]) -> None:
     """Each engine step's `engine`: what its own range's name says, completed by the iteration annotations nested
     in it on the same thread (SGLang writes `step[DECODE bs=32]` inside a vLLM-style `execute_...`)."""
-    import bisect
-
     starts = [r[0] for r in ranges]
+    own = {r[3]: r for r in ranges}
     for s in steps:
-        if s.range_start_ns is None or s.range_end_ns is None:
+        mine = own.get(s.range_id) if s.range_id is not None else None
+        if mine is None:  # a GPU-side range: its own name only
+            s.engine = engine_steps.match(s.name)
             continue
-        info = engine_steps.match(s.name)
-        i = bisect.bisect_left(starts, s.range_start_ns)
-        while i < len(ranges) and ranges[i][0] <= s.range_end_ns:
-            start, end, _, inner = ranges[i]
-            if end <= s.range_end_ns and inner.name != s.name:
-                info = inner if info is None else info.merged(inner)
+        _, end, thread, _, info = mine
+        i = bisect.bisect_left(starts, mine[0])
+        while i < len(ranges) and ranges[i][0] <= end:
+            _, inner_end, inner_thread, rid, inner = ranges[i]
+            if rid != s.range_id and inner_end <= end and (thread is None or inner_thread in (None, thread)):
+                info = info.merged(inner)
             i += 1
         s.engine = info
 
