@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 import re
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from traceinsight.errors import FormatError
+from traceinsight.model.toml_tables import versioned_tables
 
 # The named groups a pattern may capture, all integers but `phase` (text, mapped by phase_map).
 FIELDS = ("batch_size", "query_tokens", "kv_tokens", "prefill_requests", "decode_requests", "prefill_query_tokens",
@@ -75,14 +75,8 @@ class StepInfo:
 
 def parse(text: str, where: str = "engine_steps.toml") -> tuple[Annotation, ...]:
     """Validate engine_steps.toml's text; a mistake is a one-line FormatError naming `where` and the entry."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise FormatError(f"{where}: not TOML: {exc}") from None
-    if doc.get("version") != 1 or set(doc) - {"version", "annotation"}:
-        raise FormatError(f"{where}: expected version = 1 and [[annotation]] tables only")
     out = []
-    for i, raw in enumerate(doc.get("annotation", [])):
+    for i, raw in enumerate(versioned_tables(text, where, "annotation")):
         at = f"{where}: annotation {i + 1}"
         if not isinstance(raw, dict) or set(raw) - _KEYS or not {"engine", "pattern", "level"} <= set(raw):
             raise FormatError(f"{at}: keys must be engine, pattern, level and optionally {sorted(_KEYS)}")

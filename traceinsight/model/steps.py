@@ -23,7 +23,6 @@ import bisect
 import functools
 import json
 import re
-import tomllib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from traceinsight.ingest.arrow_numpy import python_values
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model import engine_steps, iterations
 from traceinsight.model.kernel_table import ensure_labels
+from traceinsight.model.toml_tables import versioned_tables
 from traceinsight.queries import sql
 
 ATTENTION = "attention"
@@ -63,14 +63,8 @@ class SplitRule:
 
 def parse_split_rules(text: str, where: str = "split_signal.toml") -> tuple[SplitRule, ...]:
     """Validate split_signal.toml's text; a mistake is a one-line FormatError naming `where` and the rule."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise FormatError(f"{where}: not TOML: {exc}") from None
-    if doc.get("version") != 1 or set(doc) - {"version", "rule"}:
-        raise FormatError(f"{where}: expected version = 1 and [[rule]] tables only")
     rules = []
-    for i, raw in enumerate(doc.get("rule", [])):
+    for i, raw in enumerate(versioned_tables(text, where, "rule")):
         at = f"{where}: rule {i + 1}"
         if not isinstance(raw, dict) or set(raw) - _SPLIT_KEYS or not {"backend", "signal", "source"} <= set(raw):
             raise FormatError(f"{at}: keys must be backend, signal, source and optionally kernel, parts, parts_note")
