@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -279,14 +280,27 @@ class Loop:
             walls.append((time.perf_counter() - t0) * 1e3)
         return float(statistics.median(walls))
 
+    @contextmanager
+    def _like_measured(self) -> Iterator[None]:
+        """The host overhead of the measured region: under torch.profiler a throwaway profiling session of the
+        same kind (CPU + CUDA activities, shapes recorded; never exported), else nothing (NVTX costs ~nothing)."""
+        if self.cfg.profiler != "torch":
+            yield
+            return
+        act = self.t.profiler.ProfilerActivity
+        with self.t.profiler.profile(activities=[act.CPU, act.CUDA], record_shapes=True):
+            yield
+
     def size_burst(self, last: LoopStep) -> None:
         """Size the gemm-burst MLP so that a burst step takes about `gemm_factor` x a plain step, wall time.
 
         Open loop first: a probe width is timed with CUDA events and scaled linearly (the GEMMs are
         weight-bandwidth bound at decode row counts) to (gemm_factor - 1) x the step. Eager steps are host-bound
         (the GPU idles while Python enqueues), so part of that extra GPU work hides in the idle time: the last
-        warm-up step `last` is then re-run plain and with the burst, and the width grows by the wall time still
-        missing (beyond the idle time, the wall grows one for one with GPU work). `burst_info` keeps the width,
+        warm-up step `last` is then re-run plain and with the burst (under a throwaway torch.profiler session when
+        the run is profiled by torch: its host overhead lengthens every step and so widens the idle time), and the
+        width grows by the wall time still missing (beyond the idle time, the wall grows one for one with GPU
+        work). `burst_info` keeps the width,
         the targets, every probe and the measured extra GPU time per row count; all of it happens before the
         measured region."""
         rows = sorted({s.rows for s in self.plan.steps if s.event == GEMM_EVENT})
@@ -307,7 +321,8 @@ class Loop:
         for _ in range(2):
             self.stack.set_burst(width)
             self._extra_ms(last.rows)  # cuBLAS picks its kernels for this width outside the timed steps
-            plain, burst = self._walls(last, 3), self._walls(burst_step, 3)
+            with self._like_measured():
+                plain, burst = self._walls(last, 3), self._walls(burst_step, 3)
             closed.append({"width": width, "plain_wall_ms": round(plain, 3), "burst_wall_ms": round(burst, 3),
                            "ratio": round(burst / plain, 3)})
             missing = self.lc.gemm_factor * plain - burst

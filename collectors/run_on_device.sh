@@ -302,9 +302,12 @@ loop_full() {
 # 1500 tokens in chunks of 1024 (partial last chunks), pure decode steps between them.
 MIXED=(--batch 32 --layers 2 --chunk 1024 --events chunked-prefill@6:3000,chunked-prefill@16:6000,chunked-prefill@30:1500
        --gzip-sidecar)
-BURST=(--paths tc-fa2 --batch 48 --layers 2 --events gemm-burst@20:4,gemm-burst@36:2 --gemm-factor 1.6 --gzip-sidecar)
+BURST=(--paths tc-fa2 --batch 48 --layers 2 --events gemm-burst@20:4,gemm-burst@36:2 --gemm-factor 1.6
+       --gzip-sidecar)
 
-captures() {  # captures smoke|full
+wanted() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }  # ONLY=name,name: just these
+
+captures() {  # captures smoke|full (full: ONLY=sdpa,mixed_fa2,mixed_fa3,burst,abtest picks some)
   warm core --paths cuda-core & W1=$!
   warm fa2 --paths tc-fa2 & W2=$!
   warm auto --paths tc-auto & W3=$!
@@ -321,8 +324,10 @@ captures() {  # captures smoke|full
       --timeout 90 --deadline $(( DEADLINE - $(elapsed) - 60 ))
     echo "s_abtest rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
   else
-    timeout 200 python3 -m collectors.sdpa --out "$C/sdpa" --name sdpa_q32kv4d128_torch --steps 3
-    echo "sdpa rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    if wanted sdpa; then
+      timeout 200 python3 -m collectors.sdpa --out "$C/sdpa" --name sdpa_q32kv4d128_torch --steps 3
+      echo "sdpa rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    fi
     await $W1 $W2 $W3
     C0=$C; C=$C0/mixed
     job mixed_fa2 120 loop "${B[@]}" --paths tc-fa2 --prefill-backend fa2 "${MIXED[@]}" --steps 40 --warmup 6 \
@@ -332,9 +337,11 @@ captures() {  # captures smoke|full
     C=$C0/gemm_burst
     job burst 120 loop "${B[@]}" "${BURST[@]}" --steps 46 --warmup 6 --name burst_fa2_torch
     C=$C0
-    timeout $(( HARD - $(elapsed) - 20 )) python3 -m collectors.abtest --out "$C/abtest" --timeout 120 \
-      --deadline $(( DEADLINE - $(elapsed) - 30 ))
-    echo "abtest rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    if wanted abtest; then
+      timeout $(( HARD - $(elapsed) - 20 )) python3 -m collectors.abtest --out "$C/abtest" --timeout 120 \
+        --deadline $(( DEADLINE - $(elapsed) - 30 ))
+      echo "abtest rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    fi
   fi
   for d in "$C" "$C"/*/; do loop_summary "$d"; done
 }
