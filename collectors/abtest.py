@@ -28,6 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collectors.runtime import require_gpu
+from traceinsight.errors import TraceInsightError
+
 SHAPE = ("--qo-heads", "64", "--kv-heads", "8", "--head-dim", "128")
 HIDDEN = 64 * 128
 MLP = 20480  # the loop's default width at hidden 8192: 2.5 x hidden, rounded up to a multiple of 256
@@ -136,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         runs = select(a.only)
-    except ValueError as exc:
+        require_gpu()  # one line here rather than one failed capture per run
+    except (ValueError, TraceInsightError) as exc:
         print(f"traceinsight: error: {exc}", file=sys.stderr)
         return 2
     start, failed = time.monotonic(), 0

@@ -64,10 +64,26 @@ def test_sdpa_plan_errors(runs: list[tuple[str, str]], repeats: int, message: st
 def test_sdpa_collector_without_torch_is_one_line_exit_2_and_needs_no_gpu_stack_to_import() -> None:
     bad = subprocess.run([sys.executable, "-m", "collectors.sdpa", "--out", "/nonexistent", "--backends", "nope"],
                          capture_output=True, text=True, cwd=REPO)
-    assert bad.returncode == 2 and bad.stderr == "traceinsight: error: unknown backend 'nope'\n"
+    assert bad.returncode == 2 and bad.stderr == ("traceinsight: error: unknown backend 'nope' (choose from flash, "
+                                                  "efficient, cudnn, math)\n")
     code = "import sys, collectors.sdpa, collectors.abtest; print(sorted(m for m in ('torch',) if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["sdpa"], "the SDPA collector needs torch (with CUDA) and an NVIDIA GPU"),
+    (["sdpa", "--steps", "0"], "--steps must be at least 1, got 0"),
+    (["abtest"], "collecting needs the [collect] extra"),
+    (["abtest", "--only", "aa1,nope"], "--only: unknown run 'nope' (choose from aa1, aa2, aa3, aa_nsys, "),
+])
+def test_collect_sdpa_and_abtest_errors_are_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "traceinsight", "collect", *args, "--out", str(out)],
+                         capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 2 and res.stdout == "", res
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith(f"traceinsight: error: {message}"), res.stderr
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------------------------------------- loop options
