@@ -368,7 +368,8 @@ def run_extra(kind: str, out: Path, o: dict[str, Any]) -> int:
 @click.option("--tiny", is_flag=True, help="sdpa, abtest: the smoke run's sizes (sdpa: KV lengths / 16; abtest: 8 "
               "measured steps a run).")
 @click.option("--only", default="", help="abtest: comma-separated run names (aa1, aa2, aa3, aa_nsys, ab_split_off, "
-              "ab_cuda_core, ab_mlp125, ab_mlp103; default all).")
+              "ab_cuda_core, ab_mlp125, ab_mlp103, fa3_aa1, fa3_aa2, fa3_ab_splits1), or flashinfer / fa3 for all "
+              "runs of that library (default: flashinfer; fa3 needs the fa3-fwd wheel).")
 @click.option("--gzip-sidecar", is_flag=True, help="Write NAME.sidecar.json.gz instead of NAME.sidecar.json.")
 def collect(kind: str, out: Path, **options: Any) -> None:
     """Run a FlashInfer (or, with --backend fa3, FlashAttention-3) decode-attention collector on this machine's GPU
