@@ -20,7 +20,7 @@
 # A/A + A/B captures of python -m collectors.abtest; `captures smoke` runs each at a tiny size.
 #
 # Run from the repository root. Expects (carried beside the checkout, git-ignored):
-#   .whl/    flashinfer-python 0.6.1, apache-tvm-ffi 0.1.9, nvtx, nvidia-cudnn-frontend, einops, tabulate,
+#   .whl/    flashinfer-python 0.6.1, apache-tvm-ffi 0.1.9, nvtx, einops, tabulate,
 #            ninja, nvidia-ml-py wheels (cp312 / py3, manylinux x86_64) — see collectors/README.md
 #   .debs/   Debian libdw1 + libelf1 (+ libbz2, liblzma): QdstrmImporter needs libdw.so.1
 #   .jitcache/jit_so.tgz (optional) FlashInfer kernels compiled by an earlier run, used as its AOT folder
