@@ -1,0 +1,62 @@
+"""The rules that judge a distributed run as a whole (its ranks aligned, `traceinsight.model.ranks`), and
+`attach_runs`, which finds the runs among analyzed traces, aligns them, runs these rules and gives each rank's
+analysis the run (`extra["run"]`), the findings and the rules' outcomes. Kept apart from the per-trace catalogue
+(`registry.RULES`): a trace analyzed alone is judged as before."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import ModuleType
+
+from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.diagnose.finding import Finding, sort_findings
+from traceinsight.diagnose.rule import RuleResult
+from traceinsight.diagnose.rules import rank_straggler
+from traceinsight.ingest.store import TraceDB
+from traceinsight.model.ranks import RunAlignment, align_run, find_runs
+
+RUN_RULES: tuple[ModuleType, ...] = (rank_straggler,)
+
+
+def run_rules(run: RunAlignment) -> tuple[list[Finding], list[RuleResult]]:
+    """Every run rule on `run`: the findings and one outcome per rule."""
+    findings: list[Finding] = []
+    results: list[RuleResult] = []
+    for r in RUN_RULES:
+        found = list(r.apply(run))
+        findings.extend(found)
+        results.append(RuleResult(r.ID, r.NAME, "fired" if found else "passed", "" if found else r.PASSED,
+                                  len(found)))
+    return findings, results
+
+
+def for_rank(f: Finding, run: RunAlignment, rank: int) -> Finding:
+    """A run finding as one rank's analysis holds it: its saving is the wait on that rank (the straggler's own
+    analysis names it and saves nothing itself)."""
+    straggler = f.evidence.get("straggler_rank")
+    if straggler is None:
+        return f
+    mine = int(f.evidence.get("wait_by_rank_ns", {}).get(rank, 0))
+    who = "this rank" if straggler == rank else f"rank {straggler}"
+    summary = (f"{f.summary} [{who} is the straggler]" if straggler == rank
+               else f"{f.summary} [this rank (rank {rank}) waited {mine / 1e6:.3g} ms for {who}]")
+    return replace(f, summary=summary, saving_ns=None if straggler == rank else mine,
+                   evidence={**f.evidence, "rank": rank, "this_rank_wait_ns": mine})
+
+
+def attach_runs(db: TraceDB, analyses: list[TraceAnalysis]) -> list[RunAlignment]:
+    """Align every multi-rank run among `analyses` and attach it to its ranks' analyses; the runs."""
+    by_id = {a.trace_id: a for a in analyses}
+    runs: list[RunAlignment] = []
+    for files in find_runs(db, list(by_id)):
+        run = align_run(db, files)
+        runs.append(run)
+        findings, results = run_rules(run)
+        doc = run.to_json()
+        for f in files:
+            a = by_id[f.trace_id]
+            a.extra["run"] = doc
+            a.findings = sort_findings([*a.findings, *(for_rank(x, run, f.rank) for x in findings)])
+            a.checks = [*a.checks, *results]
+            a.cache["run"] = run
+    return runs
