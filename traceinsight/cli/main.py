@@ -292,7 +292,7 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
         _emit_perfetto(db, analyses, out)
     else:
         _emit(analyses, fmt, out, max_steps, steps, width)
-    if kept is not None:
+    if kept is not None and not any("run" in a.extra for a in analyses):  # a run's section is not kept
         analysis_cache.store(db, analyses, kept)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
@@ -369,15 +369,26 @@ def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps:
             con = make_console(file=fh, no_color=True, width=width)
             for a in analyses:
                 render(a, con, max_steps=max_steps or None)  # a file keeps its warnings in its header
+            _emit_runs(analyses, con)
         return
     con = make_console(width=width)
     if len(analyses) > 1:
         from traceinsight.report.text import render_fleet
 
         render_fleet(analyses, con)
+        _emit_runs(analyses, con)
         return
     for a in analyses:
         render(a, con, max_steps=max_steps or None, warnings=False)  # they went to stderr
+
+
+def _emit_runs(analyses: list[Any], con: Any) -> None:
+    """The multi-rank section of each distributed run among the analyses (report/ranks.py)."""
+    from traceinsight.report.ranks import render_run, runs_of
+
+    for run, members in runs_of(analyses):
+        con.print()
+        render_run(run, [f.to_json() for f in members[0].findings if f.id == "rank-straggler"], con)
 
 
 @main.command(name="sql")
