@@ -252,3 +252,14 @@ def test_one_rank_alone_is_analyzed_as_before() -> None:
     code, out = _cli(NCCL_RANK0, "-q", "--no-cache", "--format", "json")
     doc = json.loads(out)
     assert "run" not in doc and all(c["id"] != "rank-straggler" for c in doc["checks"])
+
+
+def test_the_run_rules_are_declared_as_the_catalogues_rules_are() -> None:
+    from traceinsight.diagnose.registry import RULE_IDS
+    from traceinsight.diagnose.run_rules import RUN_RULES
+
+    for r in RUN_RULES:
+        assert r.__doc__ and r.NAME and r.DESCRIPTION and r.PASSED and callable(r.apply)
+        assert r.ID not in RULE_IDS  # a trace analyzed alone is judged by the same catalogue as before
+        for name in (n for n in dir(r) if n.isupper() and isinstance(getattr(r, n), int | float)):
+            assert any(t in name for t in ("_NS", "FRACTION", "MIN", "MAX")), (r.ID, name)

@@ -3,7 +3,7 @@
 A collective finishes on every rank when the last rank has arrived, so each other rank's kernel spends the
 difference waiting (`traceinsight.model.ranks`: wait = last arrival - own arrival, bounded by the kernel). A rank
 is a straggler when the waits it causes (the other ranks' waits in the collectives it arrived last at) are at
-least STRAGGLER_MIN_SHARE of all the waiting in the run and at least CAUSED_MIN_NS. What made it late is what it
+least STRAGGLER_MIN_FRACTION of all the waiting in the run and at least CAUSED_MIN_NS. What made it late is what it
 ran between the previous collective and this one: its kernel time by family and its GPU idle ('host'), against
 the median of the other ranks over the same collectives; the part that grew most is the cause. A stall common to
 all ranks delays every arrival alike: no rank waits, nothing fires.
@@ -32,9 +32,9 @@ WAIT_MIN_NS = 50_000
 # A straggler caused at least this much waiting in all (ns) ...
 CAUSED_MIN_NS = 1_000_000
 # ... and at least this share of all the waiting in the run.
-STRAGGLER_MIN_SHARE = 0.25
+STRAGGLER_MIN_FRACTION = 0.25
 # Warning (else info) when the waits it caused are at least this share of the other ranks' time in collectives.
-WARNING_WAIT_SHARE = 0.2
+WARNING_WAIT_FRACTION = 0.2
 
 
 def late_collectives(run: RunAlignment, rank: int) -> list[Collective]:
@@ -66,7 +66,7 @@ def apply(run: RunAlignment) -> list[Finding]:
     findings: list[Finding] = []
     for rank in run.rank_ids:
         caused = caused_wait_ns(run, rank)
-        if caused < CAUSED_MIN_NS or caused < STRAGGLER_MIN_SHARE * total_wait:
+        if caused < CAUSED_MIN_NS or caused < STRAGGLER_MIN_FRACTION * total_wait:
             continue
         late = late_collectives(run, rank)
         k = run.rank_ids.index(rank)
@@ -76,7 +76,7 @@ def apply(run: RunAlignment) -> list[Finding]:
         steps = sorted({c.step for c in late}, key=run.steps.index if all(c.step in run.steps for c in late)
                        else str)
         kinds = sorted({c.kind for c in late})
-        severity = Severity.WARNING if others_coll and caused >= WARNING_WAIT_SHARE * others_coll else Severity.INFO
+        severity = Severity.WARNING if others_coll and caused >= WARNING_WAIT_FRACTION * others_coll else Severity.INFO
         why = (f"its {cause} time grew by {fmt_ns(cause_ns)} against the other ranks before those collectives"
                if cause_ns > 0 else "no part of its work before them grew against the other ranks")
         findings.append(Finding(
