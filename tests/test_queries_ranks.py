@@ -3,7 +3,7 @@ others."""
 
 from __future__ import annotations
 
-from test_queries import T, Inline
+from test_queries import Inline, T
 
 
 def test_rank_kernels_gives_every_kernel_its_family_and_earliest_launch_in_start_order() -> None:
