@@ -263,3 +263,30 @@ def test_the_run_rules_are_declared_as_the_catalogues_rules_are() -> None:
         assert r.ID not in RULE_IDS  # a trace analyzed alone is judged by the same catalogue as before
         for name in (n for n in dir(r) if n.isupper() and isinstance(getattr(r, n), int | float)):
             assert any(t in name for t in ("_NS", "FRACTION", "MIN", "MAX")), (r.ID, name)
+
+
+def _sql(*args: Any) -> list[dict[str, Any]]:
+    r = CliRunner().invoke(main, ["sql", *map(str, args), "--format", "json"])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+def test_sql_answers_on_the_run_tables_as_the_json_document_says() -> None:
+    code, out = _cli(*PAIR, "-q", "--no-cache", "--format", "json")
+    run = json.loads(out)["traces"][0]["run"]
+    rows = _sql(*PAIR, "select collective, rank, dur_ns, wait_ns, transfer_ns, last_rank from rank_collectives "
+                       "order by collective, rank")
+    assert [(r["collective"], r["rank"], r["dur_ns"], r["wait_ns"], r["last_rank"]) for r in rows] == [
+        (c["index"], x["rank"], x["dur_ns"], x["wait_ns"], c["last_rank"]) for c in run["collectives"]
+        for x in c["ranks"]]
+    assert all(r["wait_ns"] + r["transfer_ns"] == r["dur_ns"] for r in rows)
+    bad = _sql(*PAIR, "select count(*) as n from rank_collectives where wait_ns < 0 or wait_ns > dur_ns "
+                      "or (rank = last_rank and wait_ns <> 0)")
+    assert bad == [{"n": 0}]
+    steps = _sql(*PAIR, "select s.step, s.rank, s.wait_ns, sum(b.busy_ns) as busy from rank_steps s "
+                        "join rank_step_busy b using (run, step, rank) group by all order by s.step, s.rank")
+    assert [(r["step"], r["rank"], r["wait_ns"]) for r in steps] == sorted(
+        (s["step"], s["rank"], s["wait_ns"]) for s in run["rank_steps"])
+    assert _sql(NCCL_RANK0, "select count(*) as n from rank_collectives") == [{"n": 0}]  # one rank: no run

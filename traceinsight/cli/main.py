@@ -409,7 +409,11 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str, meta: tuple[str, .
     from traceinsight.ingest.schema import mentions_analysis
 
     traces = expand_paths(paths)
-    if mentions_analysis(query):
+    from traceinsight.report.run_tables import mentions_run_tables
+
+    if mentions_run_tables(query):  # a distributed run's tables: its ranks analyzed together now
+        names, rows = _sql_runs(traces, _paths(meta), _paths(ncu), query)
+    elif mentions_analysis(query):
         from traceinsight.cli import analysis_cache
 
         kept = analysis_cache.entry_path(traces, _paths(meta), _paths(ncu), None, None)  # `analyze`'s entry
@@ -442,6 +446,23 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str, meta: tuple[str, .
         from traceinsight.report.text import make_console
 
         make_console().print(t)
+
+
+def _sql_runs(traces: list[Path], meta: list[Path], ncu: list[Path], query: str) -> tuple[list[str],
+                                                                                         list[tuple[Any, ...]]]:
+    """`sql`'s answer to a query on the run tables (report/run_tables.py): the traces analyzed now, their runs
+    aligned and written as tables beside the analysis tables."""
+    from traceinsight.ingest.safe_sql import readonly_query
+    from traceinsight.model.kernel_table import ensure_labels
+    from traceinsight.pipeline import analyze as run_analysis
+    from traceinsight.report.run_tables import write_run_tables
+    from traceinsight.report.tables import write_tables
+
+    db, analyses = run_analysis(traces, meta=meta, ncu=ncu)
+    write_tables(db, analyses)
+    ensure_labels(db)
+    write_run_tables(db, list({id(r): r for a in analyses if (r := a.cache.get("run")) is not None}.values()))
+    return readonly_query(db, query)
 
 
 def _sql_analyzed(traces: list[Path], meta: list[Path], ncu: list[Path], query: str,
