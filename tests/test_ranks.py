@@ -290,3 +290,20 @@ def test_sql_answers_on_the_run_tables_as_the_json_document_says() -> None:
     assert [(r["step"], r["rank"], r["wait_ns"]) for r in steps] == sorted(
         (s["step"], s["rank"], s["wait_ns"]) for s in run["rank_steps"])
     assert _sql(NCCL_RANK0, "select count(*) as n from rank_collectives") == [{"n": 0}]  # one rank: no run
+
+
+def test_the_html_report_has_the_rank_by_step_wait_heatmap(tmp_path: Path) -> None:
+    import re
+
+    out = tmp_path / "r.html"
+    code, _ = _cli(*PAIR, "-q", "--no-cache", "--format", "html", "--out", out)
+    assert code == 0
+    page = out.read_text()
+    code, text = _cli(*PAIR, "-q", "--no-cache", "--format", "json")
+    run = json.loads(text)["traces"][0]["run"]
+    cells = re.findall(r'data-rank="(\d+)" data-step="([^"]+)" data-wait-ns="(\d+)"', page)
+    assert sorted((int(r), s, int(w)) for r, s, w in cells) == sorted(
+        (s["rank"], s["step"], s["wait_ns"]) for s in run["rank_steps"])
+    assert page.count('<table class="collectives">') == 1 and "rank 1 arrived last at 5 of 5" in page
+    code, _ = _cli(NCCL_RANK0, "-q", "--no-cache", "--format", "html", "--out", tmp_path / "one.html")
+    assert 'class="heatmap"' not in (tmp_path / "one.html").read_text()

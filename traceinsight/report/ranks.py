@@ -42,7 +42,8 @@ def render_run(run: dict[str, Any], findings: list[dict[str, Any]], console: Con
     n = run["collectives_matched"]
     aligned = ("every rank's collective sequence is the same" if run["sequences_identical"] else
                "unmatched collectives (lost by a rank's trace): " +
-               ", ".join(f"rank {r['rank']} {r['unmatched_collectives']} of {r['collectives']}" for r in run["ranks"]))
+               ", ".join(f"rank {r['rank']}: {r['unmatched_collectives']} of {r['collectives']} unmatched"
+                   for r in run["ranks"]))
     console.print(Text(f"Run: {len(ranks)} of {run['world_size']} ranks ({', '.join(map(str, ranks))}); "
                        f"{n} collectives matched on every rank; {aligned}", style="bold"))
     offs = ", ".join(f"rank {r['rank']} {fmt_ns(r['clock_offset_ns'])}" for r in run["ranks"][1:])
