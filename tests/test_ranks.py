@@ -307,3 +307,12 @@ def test_the_html_report_has_the_rank_by_step_wait_heatmap(tmp_path: Path) -> No
     assert page.count('<table class="collectives">') == 1 and "rank 1 arrived last at 5 of 5" in page
     code, _ = _cli(NCCL_RANK0, "-q", "--no-cache", "--format", "html", "--out", tmp_path / "one.html")
     assert 'class="heatmap"' not in (tmp_path / "one.html").read_text()
+
+
+def test_a_folder_or_a_glob_gives_the_same_run_and_leaves_the_other_runs_file_alone() -> None:
+    _, folder = _cli(HTA, "-q", "--no-cache", "--format", "json")
+    _, glob = _cli(str(HTA / "sampled_rank-*.json.gz"), "-q", "--no-cache", "--format", "json")
+    by_name = {Path(t["trace"]["path"]).name: t for t in json.loads(folder)["traces"]}
+    assert "run" not in by_name["nccl_data_rank0.json.gz"]  # rank 0 of another (2-rank) run, alone here
+    runs = [t["run"] for t in json.loads(glob)["traces"]]
+    assert by_name["sampled_rank-0.json.gz"]["run"]["collectives"] == runs[0]["collectives"]
