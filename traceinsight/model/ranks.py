@@ -29,7 +29,6 @@ Times in ns.
 from __future__ import annotations
 
 import bisect
-import json
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -212,11 +211,13 @@ class _Call:
 class _Rank:
     file: RankFile
     calls: dict[tuple[str, str], list[_Call]]
-    starts: np.ndarray  # every kernel's start (ns), sorted
+    starts: np.ndarray  # every kernel's start (ns), in start order
     ends: np.ndarray
-    families: list[str]
+    family_names: list[str]  # the distinct families; `families` holds each kernel's index into it
+    families: np.ndarray
     launch: np.ndarray  # launch call start (ns), -1 when unknown
     steps: list[tuple[str, int, int]]  # (name, host start, host end)
+    max_dur: int  # the longest kernel (ns): how far back a kernel overlapping a time may start
 
 
 def _kind(name: str, args: CollectiveArgs | None) -> str:
@@ -229,33 +230,34 @@ def _kind(name: str, args: CollectiveArgs | None) -> str:
 
 
 def _read_rank(db: TraceDB, f: RankFile) -> _Rank:
-    rows = db.rows(sql("rank_kernels"), {"trace": f.trace_id})
+    cols = db.sql(sql("rank_kernels"), {"trace": f.trace_id}).fetchnumpy()
     args: dict[int, CollectiveArgs] = {}
     meta = db.rows("SELECT format, coalesce(source_path, path) AS src FROM traces WHERE trace_id = $t",
                    {"t": f.trace_id})[0]
     if meta["format"] == "kineto" and Path(meta["src"]).is_file():
         args = read_collective_args(Path(meta["src"]))
+    fam = np.array(["other" if x is None else str(x) for x in cols["family"].tolist()], dtype=str)
+    names, codes = np.unique(fam, return_inverse=True)
+    starts = np.asarray(cols["start_ns"], dtype=np.int64)
+    ends = np.asarray(cols["end_ns"], dtype=np.int64)
+    launch = np.ma.filled(np.ma.asarray(cols["launch_ns"]).astype(np.int64), -1)
     streams: dict[Any, int] = {}
     calls: dict[tuple[str, str], list[_Call]] = {}
-    for r in rows:
-        if r["family"] != "communication":
-            continue
-        a = args.get(r["correlation_id"]) if r["correlation_id"] is not None else None
+    for i in np.nonzero(fam == "communication")[0].tolist():
+        corr = cols["correlation_id"][i]
+        a = args.get(int(corr)) if corr is not np.ma.masked else None
         if a is not None and a.group_name:
             group = a.group_name
         else:
-            group = f"stream#{streams.setdefault(r['stream_id'], len(streams))}"
-        kind = _kind(r["name"], a)
+            stream = cols["stream_id"][i]
+            group = f"stream#{streams.setdefault(None if stream is np.ma.masked else int(stream), len(streams))}"
+        kind = _kind(str(cols["name"][i]), a)
         calls.setdefault((group, kind), []).append(
-            _Call(r["kernel_id"], group, kind, r["start_ns"], r["end_ns"], r["launch_ns"], a))
+            _Call(int(cols["kernel_id"][i]), group, kind, int(starts[i]), int(ends[i]),
+                  None if launch[i] < 0 else int(launch[i]), a))
     steps = [(s["name"], s["start_ns"], s["end_ns"]) for s in db.rows(sql("rank_steps"), {"trace": f.trace_id})]
-    return _Rank(
-        f, calls,
-        np.array([r["start_ns"] for r in rows], dtype=np.int64),
-        np.array([r["end_ns"] for r in rows], dtype=np.int64),
-        [r["family"] or "other" for r in rows],
-        np.array([-1 if r["launch_ns"] is None else r["launch_ns"] for r in rows], dtype=np.int64),
-        steps)
+    return _Rank(f, calls, starts, ends, [str(n) for n in names], np.asarray(codes, dtype=np.int64), launch, steps,
+                 int((ends - starts).max()) if len(starts) else 0)
 
 
 # ------------------------------------------------------------------ clocks and matching
@@ -384,7 +386,6 @@ def _steps(ranks: list[_Rank]) -> tuple[list[str], Any]:
     def step_of(r: _Rank, _k: int, c: _Call) -> str:
         return name_of(r, c.launch if c.launch is not None else c.start)
 
-    step_of.name_of = name_of  # type: ignore[attr-defined]
     return (ref_names or ["all"]), step_of
 
 
@@ -403,7 +404,7 @@ def _components(r: _Rank, lo: int, hi: int) -> dict[str, int]:
     kernels on other streams count as 'communication') and GPU idle ('host')."""
     if hi <= lo:
         return {}
-    i0 = int(np.searchsorted(r.starts, lo - _max_dur(r), side="left"))
+    i0 = int(np.searchsorted(r.starts, lo - r.max_dur, side="left"))
     i1 = int(np.searchsorted(r.starts, hi, side="left"))
     out: dict[str, int] = {}
     spans: list[tuple[int, int]] = []
@@ -411,7 +412,7 @@ def _components(r: _Rank, lo: int, hi: int) -> dict[str, int]:
         a, b = max(int(r.starts[i]), lo), min(int(r.ends[i]), hi)
         if b <= a:
             continue
-        fam = r.families[i]
+        fam = r.family_names[r.families[i]]
         out[fam] = out.get(fam, 0) + (b - a)
         spans.append((a, b))
     spans.sort()
@@ -430,43 +431,26 @@ def _components(r: _Rank, lo: int, hi: int) -> dict[str, int]:
     return out
 
 
-def _max_dur(r: _Rank) -> int:
-    got = getattr(r, "_max", None)
-    if got is None:
-        got = int((r.ends - r.starts).max()) if len(r.starts) else 0
-        r._max = got  # type: ignore[attr-defined]
-    return int(got)
-
-
 def _rank_steps(ranks: list[_Rank], steps: list[str], collectives: list[Collective]) -> list[RankStep]:
+    by_step: dict[str, list[Collective]] = {}
+    for c in collectives:
+        by_step.setdefault(c.step, []).append(c)
     out: list[RankStep] = []
     for k, r in enumerate(ranks):
-        step_names = {s[0] for s in r.steps}
+        ranges = {n: (a, b) for n, a, b in r.steps}
+        durs = r.ends - r.starts
         for name in steps:
-            if r.steps and name in step_names:
-                lo, hi = next((a, b) for n, a, b in r.steps if n == name)
+            if name in ranges:
+                lo, hi = ranges[name]
                 sel = (r.launch >= lo) & (r.launch < hi)
                 sel |= (r.launch < 0) & (r.starts >= lo) & (r.starts < hi)
                 span = hi - lo
             else:
                 sel = np.ones(len(r.starts), dtype=bool)
                 span = int(r.ends.max() - r.starts.min()) if len(r.starts) else 0
-            busy: dict[str, int] = {}
-            for i in np.nonzero(sel)[0].tolist():
-                fam = r.families[i]
-                busy[fam] = busy.get(fam, 0) + int(r.ends[i] - r.starts[i])
-            mine = [c for c in collectives if c.step == name]
+            sums = np.bincount(r.families[sel], weights=durs[sel], minlength=len(r.family_names))
+            busy = {r.family_names[i]: int(v) for i, v in enumerate(sums.tolist()) if v}
+            mine = by_step.get(name, [])
             out.append(RankStep(name, r.file.rank, span, dict(sorted(busy.items())),
                                 sum(c.ends_ns[k] - c.starts_ns[k] for c in mine), sum(c.waits_ns[k] for c in mine)))
     return out
-
-
-def process_groups(text: str | None) -> list[dict[str, Any]]:
-    """The run's process groups as the trace lists them (traces.process_groups), [] when unknown."""
-    if not text:
-        return []
-    try:
-        got = json.loads(text)
-    except ValueError:
-        return []
-    return got if isinstance(got, list) else []
