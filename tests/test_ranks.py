@@ -316,3 +316,29 @@ def test_a_folder_or_a_glob_gives_the_same_run_and_leaves_the_other_runs_file_al
     assert "run" not in by_name["nccl_data_rank0.json.gz"]  # rank 0 of another (2-rank) run, alone here
     runs = [t["run"] for t in json.loads(glob)["traces"]]
     assert by_name["sampled_rank-0.json.gz"]["run"]["collectives"] == runs[0]["collectives"]
+
+
+def test_four_ranks_one_late_the_others_all_wait_for_it(tmp_path: Path) -> None:
+    """World size 4 from HTA's real rank 0: ranks 1-3 copies (own clock offsets), rank 2 late by 2 ms before
+    collective 16; ranks 0, 1 and 3 each wait 2 ms in it."""
+    x_us, index = 2000.0, 16
+    paths = []
+    for rank in range(4):
+        doc = _doc(NCCL_RANK0)
+        doc["distributedInfo"].update(rank=rank, world_size=4)
+        if rank == 2:
+            _late(doc, x_us, index, grow_kernel=True)
+        else:
+            _waited(doc, x_us, index)
+        for e in doc["traceEvents"]:
+            if "ts" in e:
+                e["ts"] += rank * 1_000_000.0 / 3  # rank r's clock r/3 s ahead
+        paths.append(_write(doc, tmp_path / f"r{rank}.json.gz"))
+    run = _align(paths)
+    assert run.rank_ids == [0, 1, 2, 3] and run.sequences_identical
+    assert [round(run.offsets_ns[r] / 1e6) for r in range(4)] == [0, 333, 667, 1000]
+    c = run.collectives[index]
+    assert c.last_rank == 2
+    assert [round(w / US) for w in c.waits_ns] == [2000, 2000, 0, 2000]
+    (f,) = run_rules(run)[0]
+    assert f.evidence["straggler_rank"] == 2 and f.saving_ns == pytest.approx(3 * x_us * US, abs=10 * US)
