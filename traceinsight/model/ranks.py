@@ -3,7 +3,8 @@ each collective's time split into waiting for the last rank and the transfer its
 
 - Runs (`find_runs`): traces whose header names a rank of a distributed run (Kineto `distributedInfo`: rank,
   world_size, backend, process groups; `traces` columns of the same names) are one run when they agree on world
-  size, backend and process groups, hold distinct ranks and overlap in time or in step names.
+  size and backend, hold distinct ranks and overlap in time or in step names. (Process groups are not compared:
+  a rank's `pg_config` may list only the groups it created or joined.)
 - Collectives: the communication kernels of each rank (family 'communication': NCCL/RCCL, custom all-reduce).
   A collective's group is its process group as torch.distributed recorded it on the kernel ('Process Group Name',
   `ingest.collective_args`), else its stream's order among the rank's communication streams; its kind is the
@@ -177,7 +178,7 @@ def find_runs(db: TraceDB, trace_ids: list[int]) -> list[list[RankFile]]:
     for f in files:
         for run in runs:
             head = run[0]
-            if ((head.world_size, head.backend, head.process_groups) == (f.world_size, f.backend, f.process_groups)
+            if ((head.world_size, head.backend) == (f.world_size, f.backend)
                     and all(g.rank != f.rank for g in run)
                     and any(_overlap(g, f) or names[g.trace_id] & names[f.trace_id] for g in run)):
                 run.append(f)

@@ -59,6 +59,9 @@ def render_run(run: dict[str, Any], findings: list[dict[str, Any]], console: Con
                       *(fmt_ns(s["busy_ns"].get(f)) if s["busy_ns"].get(f) else "-" for f in families),
                       fmt_ns(s["collective_ns"]), Text(fmt_ns(s["wait_ns"]), style="yellow" if s["wait_ns"] else ""))
     console.print(table)
+    if not n:
+        console.print("no collective kernel is matched on every rank (none of the ranks' communication kernels "
+                      "end together)")
     colls = sorted(run["collectives"], key=lambda c: -max(r["wait_ns"] for r in c["ranks"]))[:max_collectives]
     ct = Table(title=f"collectives ({len(colls)} of {n}, longest wait first)", box=box.SIMPLE_HEAD,
                title_justify="left")
@@ -69,7 +72,8 @@ def render_run(run: dict[str, Any], findings: list[dict[str, Any]], console: Con
         ct.add_row(str(c["index"]), c["kind"], c["group"], "-" if c["nelems"] is None else str(c["nelems"]),
                    c["step"], str(c["last_rank"]),
                    *(f"{fmt_ns(r['dur_ns'])} / {fmt_ns(r['wait_ns'])}" for r in c["ranks"]))
-    console.print(ct)
+    if colls:
+        console.print(ct)
     for f in findings:
         console.print(Text(f"{f['severity'].upper():8} ", style="yellow" if f["severity"] == "warning" else ""),
                       Text(f"{f['id']}  {f['summary']}"))
