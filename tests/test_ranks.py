@@ -342,3 +342,66 @@ def test_four_ranks_one_late_the_others_all_wait_for_it(tmp_path: Path) -> None:
     assert [round(w / US) for w in c.waits_ns] == [2000, 2000, 0, 2000]
     (f,) = run_rules(run)[0]
     assert f.evidence["straggler_rank"] == 2 and f.saving_ns == pytest.approx(3 * x_us * US, abs=10 * US)
+
+
+SMALL = Path(__file__).resolve().parents[1] / "examples" / "h200" / "flashinfer_decode_small.pt.trace.json.gz"
+
+
+def _tp_rank(rank: int, late_step: int, x_us: float, waited: bool) -> dict[str, Any]:
+    """The real H200 decode trace (18 annotated steps) as one rank of a 2-rank tensor-parallel run: an NCCL
+    all-reduce after each step's last kernel (the rank's GPU reaches it when its step's work ends; the next step's
+    GPU work starts after it, 22 µs later than in the file). Not `waited`:
+    this rank's longest attention kernel of `late_step` is x_us longer, and all GPU work after it x_us later.
+    `waited`: its all-reduce of that step lasts x_us longer (it waited), and all GPU work after it is x_us later."""
+    doc = _doc(SMALL)
+    doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 2}
+    ev = doc["traceEvents"]
+    gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")]
+    kernels = [e for e in gpu if e["cat"] == "kernel"]
+    steps = sorted((e for e in gpu if e["cat"] == "gpu_user_annotation" and e["name"].startswith("decode_step")),
+                   key=lambda e: e["ts"])  # each step's GPU-side range
+    colls, step_kernels = [], []
+    for i, s in enumerate(steps):
+        mine = [k for k in kernels if s["ts"] <= k["ts"] <= s["ts"] + s["dur"]]
+        step_kernels.append(mine)
+        end = max(k["ts"] + k["dur"] for k in mine)
+        for e in gpu:  # the next step's work waits for this step's all-reduce
+            if e["ts"] >= end and e is not s:
+                e["ts"] += 22.0
+        colls.append({"ph": "X", "cat": "kernel", "pid": 0, "tid": 99, "dur": 20.0, "ts": end + 1.0,
+                      "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                      "args": {"device": 0, "stream": 99, "correlation": 10_000_000 + i, "grid": [16, 1, 1],
+                               "block": [512, 1, 1]}})
+    coll = colls[late_step]
+    if waited:
+        cut = coll["ts"] + coll["dur"]
+        coll["dur"] += x_us
+    else:
+        attn = max((k for k in step_kernels[late_step] if "Decode" in k["name"] or "Prefill" in k["name"]),
+                   key=lambda k: k["dur"])
+        cut = attn["ts"] + attn["dur"]
+        attn["dur"] += x_us
+    for e in gpu + colls:
+        if e["ts"] >= cut:
+            e["ts"] += x_us
+    ev.extend(colls)
+    return doc
+
+
+def test_the_waiting_ranks_report_puts_the_straggler_in_its_own_slow_step(tmp_path: Path) -> None:
+    x_us, late = 1500.0, 10  # step 10: the next step starts 1.1 ms later
+    paths = [_write(_tp_rank(0, late, x_us, waited=True), tmp_path / "tp0.json.gz"),
+             _write(_tp_rank(1, late, x_us, waited=False), tmp_path / "tp1.json.gz")]
+    from traceinsight.pipeline import analyze
+
+    _, analyses = analyze(paths, cache=False)
+    run = analyses[0].cache["run"]
+    assert len(run.collectives) == 18 and run.sequences_identical
+    (f0,) = [f for f in analyses[0].findings if f.id == "rank-straggler"]
+    assert f0.evidence["straggler_rank"] == 1 and f0.evidence["cause"] == "attention"
+    assert f0.saving_ns == pytest.approx(x_us * US, abs=5 * US)
+    assert run.collectives[late].waits_ns[0] == pytest.approx(x_us * US, abs=5 * US)
+    # rank 0's own step that the all-reduce it waited in follows: the step made slow on rank 1
+    names = sorted((e["ts"], e["name"]) for e in _doc(SMALL)["traceEvents"]
+                   if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("decode_step"))
+    assert [analyses[0].steps[i].name for i in f0.steps] == [names[late][1]]

@@ -5,6 +5,7 @@ analysis the run (`extra["run"]`), the findings and the rules' outcomes. Kept ap
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import replace
 from types import ModuleType
 
@@ -30,17 +31,37 @@ def run_rules(run: RunAlignment) -> tuple[list[Finding], list[RuleResult]]:
     return findings, results
 
 
-def for_rank(f: Finding, run: RunAlignment, rank: int) -> Finding:
+def steps_holding(a: TraceAnalysis, run: RunAlignment, rank: int, indexes: list[int]) -> tuple[int, ...]:
+    """The indexes of `a`'s own steps (its decode steps, on its own clock) in which the collectives `indexes` of
+    the run started on `rank`: the last step whose GPU work started at or before the collective (a collective after
+    a step's kernels and before the next step's belongs to the step it follows, as a tensor-parallel all-reduce
+    does). Where this rank's report shows the time lost to the straggler."""
+    if not a.steps or not indexes:
+        return ()
+    k = run.rank_ids.index(rank)
+    off = run.offsets_ns[rank]
+    ordered = sorted(a.steps, key=lambda s: s.start_ns)
+    starts = [s.start_ns for s in ordered]
+    out: set[int] = set()
+    for i in indexes:
+        j = bisect.bisect_right(starts, run.collectives[i].starts_ns[k] + off) - 1
+        if j >= 0:
+            out.add(ordered[j].index)
+    return tuple(sorted(out))
+
+
+def for_rank(f: Finding, run: RunAlignment, rank: int, a: TraceAnalysis | None = None) -> Finding:
     """A run finding as one rank's analysis holds it: its saving is the wait on that rank (the straggler's own
-    analysis names it and saves nothing itself)."""
+    analysis names it and saves nothing itself), its steps that rank's steps the late collectives ran in."""
     straggler = f.evidence.get("straggler_rank")
     if straggler is None:
         return f
+    steps = steps_holding(a, run, rank, list(f.evidence.get("collective_indexes", []))) if a is not None else ()
     mine = int(f.evidence.get("wait_by_rank_ns", {}).get(rank, 0))
     who = "this rank" if straggler == rank else f"rank {straggler}"
     summary = (f"{f.summary} [{who} is the straggler]" if straggler == rank
                else f"{f.summary} [this rank (rank {rank}) waited {mine / 1e6:.3g} ms for {who}]")
-    return replace(f, summary=summary, saving_ns=None if straggler == rank else mine,
+    return replace(f, summary=summary, saving_ns=None if straggler == rank else mine, steps=steps,
                    evidence={**f.evidence, "rank": rank, "this_rank_wait_ns": mine})
 
 
@@ -56,7 +77,7 @@ def attach_runs(db: TraceDB, analyses: list[TraceAnalysis]) -> list[RunAlignment
         for f in files:
             a = by_id[f.trace_id]
             a.extra["run"] = doc
-            a.findings = sort_findings([*a.findings, *(for_rank(x, run, f.rank) for x in findings)])
+            a.findings = sort_findings([*a.findings, *(for_rank(x, run, f.rank, a) for x in findings)])
             a.checks = [*a.checks, *results]
             a.cache["run"] = run
     return runs

@@ -290,9 +290,9 @@ def match_tolerance_ns(ref: list[_Call], i: int, dur_ns: int) -> float:
     and MATCH_TOLERANCE_FRACTION of the shorter kernel, capped at MATCH_NEIGHBOUR_FRACTION of the time to the
     reference's neighbouring collective of the same kind (never wide enough to take the neighbour)."""
     tol = max(MATCH_TOLERANCE_MIN_NS, MATCH_TOLERANCE_FRACTION * dur_ns)
-    gaps = [ref[i].end - ref[i - 1].end] if i > 0 else []
+    gaps = [abs(ref[i].end - ref[i - 1].end)] if i > 0 else []
     if i + 1 < len(ref):
-        gaps.append(ref[i + 1].end - ref[i].end)
+        gaps.append(abs(ref[i + 1].end - ref[i].end))
     if gaps:
         tol = min(tol, MATCH_NEIGHBOUR_FRACTION * max(1, min(gaps)))
     return tol
