@@ -405,3 +405,12 @@ def test_the_waiting_ranks_report_puts_the_straggler_in_its_own_slow_step(tmp_pa
     names = sorted((e["ts"], e["name"]) for e in _doc(SMALL)["traceEvents"]
                    if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("decode_step"))
     assert [analyses[0].steps[i].name for i in f0.steps] == [names[late][1]]
+
+
+def test_the_markdown_report_has_the_run_section(tmp_path: Path) -> None:
+    out = tmp_path / "r.md"
+    code, _ = _cli(*PAIR, "-q", "--no-cache", "--format", "md", "--out", out)
+    text = out.read_text()
+    assert code == 0 and text.count("## Run: 2 of 128 ranks") == 1
+    assert "| 0 | 8.23 ms (117 ms) | 23.6 ms (99.8 ms) |" in text  # rank 0's wait (time in collectives) per step
+    assert "`rank-straggler` rank 1 arrived last at 5 of 5 collectives" in text

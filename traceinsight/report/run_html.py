@@ -19,7 +19,8 @@ def _esc(v: Any) -> str:
     return html.escape("" if v is None else str(v), quote=True)
 
 
-def _runs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def distinct_runs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The distinct runs among the documents' "run" keys (each rank's document holds its run)."""
     seen: list[dict[str, Any]] = []
     for d in docs:
         run = d.get("run")
@@ -28,11 +29,16 @@ def _runs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return seen
 
 
+def straggler_findings(docs: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's rank-straggler findings as the document of its first rank holds them."""
+    first = run["ranks"][0]["rank"]
+    return [f for d in docs if d.get("run") == run for f in d.get("findings", [])
+            if f.get("id") == "rank-straggler" and f.get("evidence", {}).get("rank") == first]
+
+
 def runs_html(docs: list[dict[str, Any]]) -> str:
     """The section of every run among `docs` ('' when none)."""
-    return "".join(run_html(run, n, [f for d in docs for f in d.get("findings", []) if f.get("id") == "rank-straggler"
-                                     and f.get("evidence", {}).get("rank") == run["ranks"][0]["rank"]])
-                   for n, run in enumerate(_runs(docs)))
+    return "".join(run_html(run, n, straggler_findings(docs, run)) for n, run in enumerate(distinct_runs(docs)))
 
 
 def _shade(share: float) -> str:
