@@ -405,6 +405,11 @@ def test_the_waiting_ranks_report_puts_the_straggler_in_its_own_slow_step(tmp_pa
     names = sorted((e["ts"], e["name"]) for e in _doc(SMALL)["traceEvents"]
                    if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("decode_step"))
     assert [analyses[0].steps[i].name for i in f0.steps] == [names[late][1]]
+    # and the straggler's own findings in its slow step (rank 1's report of that step), named on rank 0
+    (own_step,) = [s.index for s in analyses[1].steps if s.name == names[late][1]]
+    own = sorted({g.id for g in analyses[1].findings if own_step in g.steps and g.id != "rank-straggler"})
+    assert own and f0.evidence["straggler_findings"] == own and f0.evidence["straggler_steps"] == [own_step]
+    assert f"rank 1's own findings in those steps: {', '.join(own)}" in f0.summary
 
 
 def test_the_markdown_report_has_the_run_section(tmp_path: Path) -> None:

@@ -65,6 +65,24 @@ def for_rank(f: Finding, run: RunAlignment, rank: int, a: TraceAnalysis | None =
                    evidence={**f.evidence, "rank": rank, "this_rank_wait_ns": mine})
 
 
+def with_own_findings(f: Finding, run: RunAlignment, ranks: dict[int, TraceAnalysis]) -> Finding:
+    """A straggler finding with what the straggler's own analysis found in its steps the late collectives followed
+    (split-KV off, a slow path, a host stall, ...): the rank's own cause, named in every rank's report."""
+    if f.evidence.get("straggler_rank") is None:
+        return f
+    straggler = int(f.evidence["straggler_rank"])
+    a = ranks.get(straggler)
+    if a is None:
+        return f
+    steps = set(steps_holding(a, run, straggler, list(f.evidence.get("collective_indexes", []))))
+    own = sorted({g.id for g in a.findings if g.id != f.id and steps & set(g.steps)})
+    if not own:
+        return f
+    return replace(f, summary=f"{f.summary}; rank {straggler}'s own findings in those steps: {', '.join(own)}",
+                   evidence={**f.evidence, "straggler_steps": sorted(steps), "straggler_findings": own},
+                   related=tuple(own))
+
+
 def attach_runs(db: TraceDB, analyses: list[TraceAnalysis]) -> list[RunAlignment]:
     """Align every multi-rank run among `analyses` and attach it to its ranks' analyses; the runs."""
     by_id = {a.trace_id: a for a in analyses}
@@ -73,6 +91,8 @@ def attach_runs(db: TraceDB, analyses: list[TraceAnalysis]) -> list[RunAlignment
         run = align_run(db, files)
         runs.append(run)
         findings, results = run_rules(run)
+        ranks = {f.rank: by_id[f.trace_id] for f in files}
+        findings = [with_own_findings(x, run, ranks) for x in findings]
         doc = run.to_json()
         for f in files:
             a = by_id[f.trace_id]
