@@ -353,13 +353,13 @@ def align_run(db: TraceDB, files: list[RankFile]) -> RunAlignment:
         for k, (r, c) in enumerate(zip(ranks, calls, strict=True)):
             lo = prev_end[k]
             if lo is None:
-                lo = _step_gpu_start(r, step_of(r, k, c), c.start)
+                lo = _step_gpu_start(r, c.launch if c.launch is not None else c.start, c.start)
             before.append(_components(r, lo, c.start))
             prev_end[k] = c.end
         a = calls[0].args
         collectives.append(Collective(
             n, key[0], key[1], seq, a.in_nelems if a else None, a.dtype if a else None,
-            step_of(ranks[0], 0, calls[0]), starts, ends, waits, ranks[last_pos].file.rank, tuple(before)))
+            step_of(ranks[0], calls[0]), starts, ends, waits, ranks[last_pos].file.rank, tuple(before)))
     run = RunAlignment([r.file for r in ranks], files[0].world_size, offsets, collectives, counts, unmatched,
                        identical, [s for s in steps])
     run.steps_from = "ProfilerStep" if any(r.steps for r in ranks) else "whole trace"
@@ -368,7 +368,7 @@ def align_run(db: TraceDB, files: list[RankFile]) -> RunAlignment:
 
 
 def _steps(ranks: list[_Rank]) -> tuple[list[str], Any]:
-    """The steps of the run (names, in the reference's order) and a function (rank, position, call) -> the step a
+    """The steps of the run (names, in the reference's order) and a function (rank, call) -> the step a
     collective call of that rank belongs to (the host step range holding its launch, else its start). Steps are
     matched by name (ProfilerStep#N) when every rank has the reference's names, else by order."""
     ref_names = [s[0] for s in ranks[0].steps]
@@ -384,17 +384,17 @@ def _steps(ranks: list[_Rank]) -> tuple[list[str], Any]:
             return r.steps[i][0]
         return ref_names[i] if i < len(ref_names) else r.steps[i][0]
 
-    def step_of(r: _Rank, _k: int, c: _Call) -> str:
+    def step_of(r: _Rank, c: _Call) -> str:
         return name_of(r, c.launch if c.launch is not None else c.start)
 
     return (ref_names or ["all"]), step_of
 
 
-def _step_gpu_start(r: _Rank, step: str, fallback: int) -> int:
-    """The GPU start of the first kernel launched in `step` on rank r (the start of its first collective's
-    interval), else `fallback`."""
-    for name, lo, hi in r.steps:
-        if name == step:
+def _step_gpu_start(r: _Rank, at: int, fallback: int) -> int:
+    """The GPU start of the first kernel launched in rank r's own step range holding time `at` (a collective's
+    launch: the start of that step's first interval), else `fallback`."""
+    for _name, lo, hi in r.steps:
+        if lo <= at < hi:
             idx = np.nonzero((r.launch >= lo) & (r.launch < hi))[0]
             return int(r.starts[idx].min()) if len(idx) else fallback
     return fallback
