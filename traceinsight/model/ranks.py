@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from traceinsight.errors import TraceInsightError
 from traceinsight.ingest.collective_args import CollectiveArgs, read_collective_args
 from traceinsight.ingest.store import TraceDB
 from traceinsight.queries import sql
@@ -236,7 +237,10 @@ def _read_rank(db: TraceDB, f: RankFile) -> _Rank:
     meta = db.rows("SELECT format, coalesce(source_path, path) AS src FROM traces WHERE trace_id = $t",
                    {"t": f.trace_id})[0]
     if meta["format"] == "kineto" and Path(meta["src"]).is_file():
-        args = read_collective_args(Path(meta["src"]))
+        try:
+            args = read_collective_args(Path(meta["src"]))
+        except TraceInsightError:
+            args = {}  # the file changed since it was read: groups from streams, kinds from kernel names
     fam = np.array(["other" if x is None else str(x) for x in cols["family"].tolist()], dtype=str)
     names, codes = np.unique(fam, return_inverse=True)
     starts = np.asarray(cols["start_ns"], dtype=np.int64)
