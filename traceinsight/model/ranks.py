@@ -406,32 +406,29 @@ def _step_gpu_start(r: _Rank, at: int, fallback: int) -> int:
 
 def _components(r: _Rank, lo: int, hi: int) -> dict[str, int]:
     """Rank r's work in [lo, hi) of its own clock: kernel time by family (clipped to the interval; collective
-    kernels on other streams count as 'communication') and GPU idle ('host')."""
+    kernels on other streams count as 'communication') and GPU idle ('host': the interval less the union of its
+    kernels)."""
     if hi <= lo:
         return {}
     i0 = int(np.searchsorted(r.starts, lo - r.max_dur, side="left"))
     i1 = int(np.searchsorted(r.starts, hi, side="left"))
-    out: dict[str, int] = {}
-    spans: list[tuple[int, int]] = []
-    for i in range(i0, i1):
-        a, b = max(int(r.starts[i]), lo), min(int(r.ends[i]), hi)
-        if b <= a:
-            continue
-        fam = r.family_names[r.families[i]]
-        out[fam] = out.get(fam, 0) + (b - a)
-        spans.append((a, b))
-    spans.sort()
+    a = np.maximum(r.starts[i0:i1], lo)
+    b = np.minimum(r.ends[i0:i1], hi)
+    keep = b > a
+    a, b, fam = a[keep], b[keep], r.families[i0:i1][keep]
+    sums = np.bincount(fam, weights=b - a, minlength=len(r.family_names))
+    out = {r.family_names[i]: int(v) for i, v in enumerate(sums.tolist()) if v}
     busy = 0
-    cur_a = cur_b = None
-    for a, b in spans:
-        if cur_b is None or a > cur_b:
-            if cur_b is not None and cur_a is not None:
-                busy += cur_b - cur_a
-            cur_a, cur_b = a, b
-        else:
-            cur_b = max(cur_b, b)
-    if cur_b is not None and cur_a is not None:
-        busy += cur_b - cur_a
+    if len(a):
+        order = np.argsort(a, kind="stable")  # clipping at lo can reorder the starts
+        a, b = a[order], b[order]
+        reach = np.maximum.accumulate(b)
+        new = np.empty(len(a), dtype=bool)
+        new[0] = True
+        new[1:] = a[1:] > reach[:-1]  # a kernel starting after everything before it ended opens a new span
+        seg_start = a[new]
+        seg_end = np.maximum.reduceat(b, np.nonzero(new)[0])
+        busy = int((seg_end - seg_start).sum())
     out[HOST] = (hi - lo) - busy
     return out
 
