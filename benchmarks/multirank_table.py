@@ -118,13 +118,13 @@ def _injected(tmp: Path, x_us: float = 1500.0, index: int = 9, offset_s: float =
 def main(args: list[str]) -> None:
     paths = [Path(a) for a in args] or [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
     runs, analyses = _runs(paths)
-    print(f"## {', '.join(p.name for p in paths)}\n")
+    print(f"### {', '.join(p.name for p in paths)}\n")
     for run in runs:
         print("\n".join(_tables(run, analyses)))
     if args:
         return
     with tempfile.TemporaryDirectory() as tmp:
-        print("\n## Constructed: HTA's rank 0 of a 2-rank run, rank 1 late by 1.5 ms before its collective 9 "
+        print("\n### Constructed: HTA's rank 0 of a 2-rank run, rank 1 late by 1.5 ms before its collective 9 "
               "(a kernel grew), clock +2.5 s\n")
         runs, analyses = _runs(_injected(Path(tmp)))
         for run in runs:

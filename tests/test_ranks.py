@@ -419,3 +419,13 @@ def test_the_markdown_report_has_the_run_section(tmp_path: Path) -> None:
     assert code == 0 and text.count("## Run: 2 of 128 ranks") == 1
     assert "| 0 | 8.23 ms (117 ms) | 23.6 ms (99.8 ms) |" in text  # rank 0's wait (time in collectives) per step
     assert "`rank-straggler` rank 1 arrived last at 5 of 5 collectives" in text
+
+
+def test_docs_multirank_holds_the_tables_the_benchmark_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    import runpy
+
+    repo = Path(__file__).resolve().parents[1]
+    module = runpy.run_path(str(repo / "benchmarks" / "multirank_table.py"))
+    module["main"]([])
+    printed = capsys.readouterr().out.strip()
+    assert printed and printed in (repo / "docs" / "MULTIRANK.md").read_text()
