@@ -352,6 +352,9 @@ def render(docs: list[dict[str, Any]], schedules: Sequence[Gantt | str | None] |
     toc = " ".join(f'<a href="#t{i}-verdict">{esc((d.get("trace") or {}).get("path", "?").rsplit("/", 1)[-1])}</a>'
                    for i, d in enumerate(docs))
     parts.append(f'<nav class="toc">{toc}</nav>')
+    from traceinsight.report.run_html import runs_html
+
+    parts.append(runs_html(docs))  # the ranks of a distributed run, together (docs/MULTIRANK.md)
     for i, (doc, sched) in enumerate(zip(docs, schedules, strict=True)):
         parts.append(f'<h2 class="trace">Trace {i + 1}</h2>{trace_header(doc)}')
         parts.append(trace_body(doc, sched, prefix=f"t{i}-"))

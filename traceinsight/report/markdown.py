@@ -220,6 +220,9 @@ def render(docs: list[dict[str, Any]], out: Path, schedules: Sequence[Gantt | st
     if len(docs) == 1:
         parts += [_header(docs[0]), "", trace_md(docs[0], schedules[0], figs, "", 2)]
     else:
+        from traceinsight.report.run_md import runs_md
+
+        parts.append(runs_md(docs))  # the ranks of a distributed run, together (docs/MULTIRANK.md)
         for i, (doc, sched) in enumerate(zip(docs, schedules, strict=True)):
             parts += [f"## Trace {i + 1}", "", _header(doc), "", trace_md(doc, sched, figs, f"t{i}_", 3), ""]
     parts += ["", f"---\n_traceinsight {__version__}. Times are GPU times from the trace._", ""]
