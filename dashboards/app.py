@@ -391,7 +391,8 @@ def thresholds(doc: dict[str, Any]) -> None:
     if why:
         st.info(why)
         return
-    st.dataframe([{"kernel": t.get("kernel"), "backend": t.get("backend"), "KV heads": t.get("kv_heads"),
+    st.dataframe([{"kernel": t.get("kernel"), "backend": t.get("backend"), "shape": t.get("shape"),
+                   "variants": t.get("variants"), "KV heads": t.get("kv_heads"),
                    "CTAs/SM": t.get("occupancy"), "max grid": t.get("max_grid"), "B_th": t.get("b_threshold")}
                   for t in sections.threshold_rows(doc)], hide_index=True, width="stretch")
 

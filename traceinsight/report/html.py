@@ -312,14 +312,20 @@ def thresholds_html(doc: dict[str, Any]) -> str:
     if why:
         return _na(why)
     observed = sections.observed_switches(doc)
-    headers = [("kernel", ""), ("backend", ""), ("KV heads", "num"), ("CTAs / SM", "num"), ("max grid", "num"),
-               ("B_th", "num"), ("observed in this trace", "")]
-    body = [[esc(t.get("kernel")), esc(t.get("backend") or "–"), esc(t.get("kv_heads")), esc(t.get("occupancy")),
+    headers = [("kernel", ""), ("backend", ""), ("shape", "mono"), ("KV heads", "num"), ("CTAs / SM", "num"),
+               ("max grid", "num"), ("B_th", "num"), ("observed in this trace", "")]
+    body = [[f'<span title="{esc(t.get("name"))}">{esc(t.get("kernel"))}</span>' + _variants(t),
+             esc(t.get("backend") or "–"), esc(t.get("shape")), esc(t.get("kv_heads")), esc(t.get("occupancy")),
              esc(t.get("max_grid")), f"<b>{esc(t.get('b_threshold'))}</b>" if t.get("b_threshold") else "–",
              esc(observed.get((t.get("kernel"), t.get("backend")), "–"))]
             for t in sections.threshold_rows(doc)]
     return table(headers, body) + ('<p class="caption">B_th: the batch size from which the backend\'s planner '
                                    "turns split-KV off (B × KV heads ≥ max grid).</p>")
+
+
+def _variants(t: dict[str, Any]) -> str:
+    n = t.get("variants") or 1
+    return f' <small class="more">({n} template variants)</small>' if n > 1 else ""
 
 
 def methods_html(doc: dict[str, Any]) -> str:

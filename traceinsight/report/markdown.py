@@ -177,11 +177,12 @@ def thresholds_md(doc: dict[str, Any]) -> str:
     if why:
         return _na(why)
     observed = sections.observed_switches(doc)
-    rows = [[t.get("kernel"), t.get("backend") or "–", t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
+    rows = [[str(t.get("kernel")) + (f" ({t['variants']} template variants)" if t.get("variants", 1) > 1 else ""),
+             t.get("backend") or "–", t.get("shape") or "–", t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
              f"**{t['b_threshold']}**" if t.get("b_threshold") else "–",
              observed.get((t.get("kernel"), t.get("backend")), "–")] for t in sections.threshold_rows(doc)]
-    return md_table(["kernel", "backend", "KV heads", "CTAs / SM", "max grid", "B_th", "observed in this trace"],
-                    rows, right={2, 3, 4, 5})
+    return md_table(["kernel", "backend", "shape", "KV heads", "CTAs / SM", "max grid", "B_th",
+                     "observed in this trace"], rows, right={3, 4, 5, 6})
 
 
 def methods_md(doc: dict[str, Any]) -> str:
