@@ -60,6 +60,15 @@ def _na(text: str | None) -> str:
     return f"_{text}_" if text else ""
 
 
+def _finding_md(f: dict[str, Any], names: dict[int, str], lead: str) -> str:
+    """One finding by its id (its ref, e.g. `latency-spike#3`), severity, summary and first steps."""
+    steps = list(f.get("steps") or [])
+    shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in steps[:4]) + (" …" if len(steps) > 4 else "")
+    where = f" (steps {shown})" if steps else ""
+    sev = (f.get("severity") or "info").upper()
+    return f"  - {lead}`{f.get('ref') or f.get('id')}` {sev}: {f.get('summary', '')}{where}"
+
+
 def verdict_md(doc: dict[str, Any]) -> str:
     why = sections.missing(doc, "findings")
     if why:
@@ -79,8 +88,10 @@ def verdict_md(doc: dict[str, Any]) -> str:
             lines.append(f"  - {first['explanation']}")
         if first.get("remedy"):
             lines.append(f"  - Remedy: {first['remedy']}")
-        for f in g.findings[1:]:
-            lines.append(f"  - also: {f.get('summary', '')}")
+        for f in g.findings:
+            lines.append(_finding_md(f, names, ""))
+        for f in g.related:
+            lines.append(_finding_md(f, names, "evidence: "))
         if g.steps:
             shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in g.steps[:6])
             lines.append(f"  - Steps ({len(g.steps)}): {shown}" + (" …" if len(g.steps) > 6 else ""))
