@@ -237,3 +237,13 @@ def test_thresholds_table_one_row_per_kernel_backend_and_shape() -> None:
     out = io.StringIO()
     make_console(file=out, no_color=True, width=160).print(thresholds_table(doc))
     assert out.getvalue().count("FlashAttnFwdSm90") == 1
+
+
+def test_every_finding_of_the_serving_replay_is_on_the_html_page() -> None:
+    """The FA3 serving replay is the one example trace the fleet dataset leaves out (tests/test_fleet_analyze.py
+    checks every other trace's HTML and dashboard pages): its findings' refs are on its HTML page too."""
+    doc = orjson.loads(orjson.dumps(to_json(_analysis("serving_q64kv8d128_fa3_torch"))))
+    page = render([doc])
+    verdict = page[page.index('data-section="verdict"'):page.index('data-section="timeline"')]
+    refs = [f["ref"] for f in doc["findings"]]
+    assert refs and not [r for r in refs if f'<span class="fid">{r}</span>' not in verdict]
