@@ -119,6 +119,7 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
     if model:
         db.fit_memory()
         analysis.schedule = attach(db, trace_id, steps, gpu)
+        analysis.warnings.extend(analysis.schedule.warnings)
     db.fit_memory()
     # After the model: a sidecar's query lengths may have changed launch phases (prefill work is its own part).
     breakdowns(db, trace_id, steps)

@@ -221,7 +221,8 @@ def main() -> None:
               show_default=True,
               help="text (terminal), json (versioned schema traceinsight.analysis/1, docs/JSON.md), a "
                    "self-contained report: html (opens offline) or md (figures written beside --out), or perfetto: "
-                   "a Chrome trace (JSON) of the trace's kernels, steps and one slice per finding, for Perfetto UI.")
+                   "a Chrome trace (JSON) of the trace's kernels, steps and one slice per finding, for Perfetto UI, "
+                   "chrome://tracing or speedscope.")
 @meta_option
 @ncu_option
 @click.option("--step-pattern", default=None, metavar="REGEX",

@@ -60,6 +60,15 @@ def _na(text: str | None) -> str:
     return f"_{text}_" if text else ""
 
 
+def _finding_md(f: dict[str, Any], names: dict[int, str], lead: str) -> str:
+    """One finding by its id (its ref, e.g. `latency-spike#3`), severity, summary and first steps."""
+    steps = list(f.get("steps") or [])
+    shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in steps[:4]) + (" …" if len(steps) > 4 else "")
+    where = f" (steps {shown})" if steps else ""
+    sev = (f.get("severity") or "info").upper()
+    return f"  - {lead}`{f.get('ref') or f.get('id')}` {sev}: {f.get('summary', '')}{where}"
+
+
 def verdict_md(doc: dict[str, Any]) -> str:
     why = sections.missing(doc, "findings")
     if why:
@@ -79,8 +88,10 @@ def verdict_md(doc: dict[str, Any]) -> str:
             lines.append(f"  - {first['explanation']}")
         if first.get("remedy"):
             lines.append(f"  - Remedy: {first['remedy']}")
-        for f in g.findings[1:]:
-            lines.append(f"  - also: {f.get('summary', '')}")
+        for f in g.findings:
+            lines.append(_finding_md(f, names, ""))
+        for f in g.related:
+            lines.append(_finding_md(f, names, "evidence: "))
         if g.steps:
             shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in g.steps[:6])
             lines.append(f"  - Steps ({len(g.steps)}): {shown}" + (" …" if len(g.steps) > 6 else ""))
@@ -177,11 +188,12 @@ def thresholds_md(doc: dict[str, Any]) -> str:
     if why:
         return _na(why)
     observed = sections.observed_switches(doc)
-    rows = [[t.get("kernel"), t.get("backend") or "–", t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
+    rows = [[str(t.get("kernel")) + (f" ({t['variants']} template variants)" if t.get("variants", 1) > 1 else ""),
+             t.get("backend") or "–", t.get("shape") or "–", t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
              f"**{t['b_threshold']}**" if t.get("b_threshold") else "–",
              observed.get((t.get("kernel"), t.get("backend")), "–")] for t in sections.threshold_rows(doc)]
-    return md_table(["kernel", "backend", "KV heads", "CTAs / SM", "max grid", "B_th", "observed in this trace"],
-                    rows, right={2, 3, 4, 5})
+    return md_table(["kernel", "backend", "shape", "KV heads", "CTAs / SM", "max grid", "B_th",
+                     "observed in this trace"], rows, right={3, 4, 5, 6})
 
 
 def methods_md(doc: dict[str, Any]) -> str:

@@ -598,8 +598,35 @@ def params_text(params: dict[str, Any] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in (params or {}).items())
 
 
+# Template parameters that make a kernel's tile shape (FA3/FA2 kBlockM x kBlockN, FlashInfer's CTA tiles).
+TILE_PARAMS = ("kBlockM", "kBlockN", "cta_tile_q", "cta_tile_kv", "cta_q", "cta_kv")
+
+
+def threshold_shape(doc: dict[str, Any], t: dict[str, Any]) -> str:
+    """The launch shape a threshold row stands for: the kernel's tile (template parameters) and its resources per
+    CTA ('kBlockM=64 kBlockN=128; 256 threads, 255 regs, 147 KiB smem')."""
+    params = next((k.get("params") or {} for k in doc.get("kernels") or [] if k.get("name") == t.get("name")), {})
+    tile = " ".join(f"{p}={params[p]}" for p in TILE_PARAMS if params.get(p) is not None)
+    res = [f"{t['threads_per_block']} threads" if t.get("threads_per_block") else "",
+           f"{t['registers_per_thread']} regs" if t.get("registers_per_thread") else "",
+           f"{round(t['smem_bytes'] / 1024)} KiB smem" if t.get("smem_bytes") else ""]
+    return "; ".join(x for x in (tile, ", ".join(r for r in res if r)) if x)
+
+
 def threshold_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(doc.get("thresholds") or [])
+    """The split-KV thresholds, one row per kernel x backend x shape (`threshold_shape`, KV heads, occupancy,
+    max grid, B_th): template variants of a kernel that launch alike (FA3 with and without a causal mask) are one
+    row, with `variants` counting them and `shape` saying what the row stands for."""
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for t in doc.get("thresholds") or []:
+        shape = threshold_shape(doc, t)
+        key = (t.get("kernel"), t.get("backend"), shape, t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
+               t.get("b_threshold"))
+        if key in rows:
+            rows[key]["variants"] += 1
+        else:
+            rows[key] = {**t, "shape": shape, "variants": 1}
+    return list(rows.values())
 
 
 def model_coverage(doc: dict[str, Any]) -> dict[str, int]:
