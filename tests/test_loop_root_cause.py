@@ -56,7 +56,8 @@ def run(request: pytest.FixtureRequest) -> tuple[str, Any, dict[int, str | None]
 
 
 def _incidents(a: Any) -> list[Any]:
-    return [f for f in a.findings if f.id == "latency-spike"]
+    """The incidents (not the finding that groups the incidents of one cause as their root cause)."""
+    return [f for f in a.findings if f.id == "latency-spike" and not f.evidence.get("group")]
 
 
 def test_every_incident_is_caused_by_the_event_injected_at_its_onset(run: tuple[str, Any, dict]) -> None:
@@ -84,7 +85,10 @@ def test_each_injected_event_that_broke_the_trend_is_found(run: tuple[str, Any, 
         if table[i].spike or event in ("prefill", "chunked-prefill"):
             assert covered.get(i) == CAUSE[event], (name, i, event, table[i].ratio)
         elif event.startswith("host"):
-            assert table[i].ratio < 2.0, (name, i)  # a host stall left out only below the spike threshold
+            assert table[i].ratio < 2.0, (name, i)  # not a spike: below the spike threshold
+            if table[i].ratio >= 1.3:  # issue 27: a slow step all the same, with its cause
+                slow = [f for f in a.findings if f.id == "slow-steps" and i in f.steps]
+                assert slow and all(f.evidence["cause"] == "host-stall" for f in slow), (name, i, table[i].ratio)
     # Prefill-only steps and the chunked prefill (one incident from its first chunk) are found in every run.
     prefill = [f for f in _incidents(a) if f.evidence["cause"] == "prefill"]
     spans = sorted((f.evidence["first_step"], f.evidence["last_step"]) for f in prefill)
@@ -164,3 +168,4 @@ def test_explain_names_the_prefill_of_a_chunked_step() -> None:
     grown = {p["component"] for p in doc["attribution"] if p["delta_ns"] > 0}
     assert {"gemm", "prefill", "idle-host"} <= grown
     assert "chunk size" in doc["remedy"]
+
