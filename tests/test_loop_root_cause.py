@@ -169,3 +169,24 @@ def test_explain_names_the_prefill_of_a_chunked_step() -> None:
     assert {"gemm", "prefill", "idle-host"} <= grown
     assert "chunk size" in doc["remedy"]
 
+
+@pytest.mark.parametrize("name", ["loop_fa2_torch", "loop_fa2_nsys", "loop_core_torch"])
+def test_chunked_prefill_is_mixed_from_the_trace_alone(name: str) -> None:
+    """Issue 27: without the sidecar (ProfilerStep or NVTX step ranges, kernels only) the chunked-prefill steps
+    were prefill (0 of 8 on the FA2 runs). Now each launch's query tiles against the running decode batch
+    (the norm kernels' rows in the decode steps around it) name them mixed with the sidecar's shares, and the
+    prefill-only steps stay prefill."""
+    _, (a,) = analyze([LOOP / f"{name}.{RUNS[name]}"], cache=False)
+    truth = {k: (t or {}).get("event") for k, t in _truth(name).items()}  # keys: ProfilerStep#N, id=N
+    by_phase: dict[str, list[str | None]] = {}
+    for s in a.steps:
+        key = next(k for k in truth if s.name == k or s.name.endswith(f" {k}"))
+        by_phase.setdefault(s.phase, []).append(truth[key])
+    assert by_phase["mixed"] == ["chunked-prefill"] * 4, by_phase.get("mixed")
+    assert by_phase["prefill"] == ["prefill"] * 2
+    assert "chunked-prefill" not in by_phase["decode"] and "prefill" not in by_phase["decode"]
+    batch = 50 if "fa2" in name else 162  # the decode requests riding with the 1024-row chunk
+    for s in a.steps:
+        for x in s.launches if s.phase == "mixed" else ():
+            assert x.phase == "mixed" and "query tiles against the request count" in x.phase_evidence
+            assert x.tiles is not None and x.tiles["prefill_rows"] == 1024 * 8 and x.tiles["decode_rows"] == batch * 8
