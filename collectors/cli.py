@@ -28,7 +28,9 @@ from collectors.config import (
     NCU_METRICS,
     PACK_GQA,
     PATHS,
+    PREFILL_BACKENDS,
     PROFILERS,
+    SPLIT_KV,
     Fa3Config,
     LoopConfig,
     ModelShape,
@@ -224,17 +226,42 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
     loop = LoopConfig(o["batch"], o["layers"], o["vocab"], o["intermediate"], o["scenario"], o["events"],
                       o["first_event"], o["spacing"], parse_span(o["prompt_len"], "--prompt-len"),
                       parse_span(o["prefill_len"], "--prefill-len"), o["chunk"], o["chunk_prompt"], o["long_len"],
-                      o["onset_len"], o["stall_factor"], o["sleep_ms"], o["cpu_ms"])
+                      o["onset_len"], o["stall_factor"], o["sleep_ms"], o["cpu_ms"], gemm_factor=o["gemm_factor"],
+                      gemm_steps=o["gemm_steps"], split_kv=o["split_kv"], prefill_backend=o["prefill_backend"])
+    if loop.split_kv == "off" and paths[0] != "tc-fa2":
+        raise CollectError(f"collect: --split-kv off needs --paths tc-fa2 (FlashInfer 0.6.1 takes disable_split_kv "
+                           f"in its FA2 tensor-core decode planner only), got --paths {paths[0]}")
     try:
-        plan_loop(loop, steps, warmup, o["seed"], shape.page_size)
+        plan = plan_loop(loop, steps, warmup, o["seed"], shape.page_size)
     except ValueError as exc:
         raise CollectError(f"collect: {exc}") from None
+    if o["cuda_graph"] and any(e.kind == "gemm-burst" for e in plan.events):
+        raise CollectError("collect: gemm-burst events run eager only (a decode step's CUDA graph holds the stack "
+                           "without the extra MLP): drop --cuda-graph")
     return loop
+
+
+# ---------------------------------------------------------------------------------------------- sdpa, abtest
+EXTRA_KINDS = ("sdpa", "abtest")  # kinds with a driver of their own (collectors/sdpa.py, collectors/abtest.py)
+
+
+def run_extra(kind: str, out: Path, o: dict[str, Any]) -> int:
+    """Run `sdpa` or `abtest` with the options that apply to it; their own one-line errors, exit 2."""
+    if kind == "sdpa":
+        from collectors import sdpa
+
+        args = ["--out", str(out), "--steps", str(3 if o["steps"] is None else o["steps"]), "--seed", str(o["seed"])]
+        args += ["--name", o["name"]] if o["name"] else []
+        return sdpa.main(args + (["--tiny"] if o["tiny"] else []))
+    from collectors import abtest
+
+    only = ["--only", o["only"]] if o["only"] else []
+    return abtest.main(["--out", str(out), *(["--tiny"] if o["tiny"] else []), *only])
 
 
 # ---------------------------------------------------------------------------------------------- the command
 @click.command("collect", cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("kind", type=click.Choice(KINDS), metavar="KIND")
+@click.argument("kind", type=click.Choice(KINDS + EXTRA_KINDS), metavar="KIND")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the trace, the sidecar and the timing JSON (created).")
 @click.option("--name", default=None, help="File stem (default: KIND_SHAPE[_graph]_PROFILER).")
@@ -245,7 +272,7 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
 @click.option("--paths", default=None,
               help="Decode paths: cuda-core (use_tensor_cores=False), tc-fa2 (tensor cores, FA2 backend), "
                    "tc-auto (tensor cores, FlashInfer's choice: SM90 on Hopper for bf16). Default cuda-core,tc-fa2; "
-                   "loop: one of cuda-core, tc-fa2 (default tc-fa2); --backend fa3: fa3-varlen.")
+                   "loop: one of cuda-core, tc-fa2, tc-auto (default tc-fa2); --backend fa3: fa3-varlen.")
 @click.option("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)), show_default=True,
               help="Sweep/timing batch sizes (requests).")
 @click.option("--dists", default=",".join(DISTRIBUTIONS), show_default=True,
@@ -289,7 +316,8 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
                    "prefill, an onset join, a long join), host, prefill, join, none.")
 @click.option("--events", default="",
               help="Loop: explicit events instead of the scenario, KIND@STEP[:TOKENS],... (KIND host-sleep, "
-                   "host-cpu, prefill, chunked-prefill, long-join; STEP a measured step).")
+                   "host-cpu, prefill, chunked-prefill, long-join, gemm-burst; STEP a measured step; gemm-burst's "
+                   ":N is its count of consecutive steps).")
 @click.option("--first-event", type=int, default=22, show_default=True, help="Loop: measured step of the first event.")
 @click.option("--spacing", type=int, default=22, show_default=True, help="Loop: steps from one event to the next.")
 @click.option("--prefill-len", default="4096:8192", show_default=True, help="Loop: prefill prompt tokens LOW:HIGH.")
@@ -302,6 +330,15 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
               help="Loop: host stalls last this many times the median warm-up step, unless --sleep-ms/--cpu-ms.")
 @click.option("--sleep-ms", type=float, default=0.0, show_default=True, help="Loop: host-sleep stall (0: derived).")
 @click.option("--cpu-ms", type=float, default=0.0, show_default=True, help="Loop: host-cpu stall (0: derived).")
+@click.option("--gemm-factor", type=float, default=1.6, show_default=True,
+              help="Loop: a gemm-burst step takes about this many times the median warm-up step (extra GEMMs).")
+@click.option("--gemm-steps", type=int, default=4, show_default=True,
+              help="Loop: consecutive steps of a gemm-burst event given without :STEPS.")
+@click.option("--split-kv", type=click.Choice(SPLIT_KV), default="auto", show_default=True,
+              help="Loop: off plans the decode wrapper with disable_split_kv=True (tc-fa2 only).")
+@click.option("--prefill-backend", type=click.Choice(PREFILL_BACKENDS), default="fa2", show_default=True,
+              help="Loop: BatchPrefillWithPagedKVCacheWrapper backend of prefill and mixed steps (fa3: SM90 kernels, "
+                   "Hopper).")
 @click.option("--ncu-metrics", default="",
               help="ncu: comma-separated metrics (default: collectors.config.NCU_METRICS); 'none' with "
                    "--ncu-sections: the sections alone.")
@@ -328,6 +365,10 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
               help="FA3: pack_gqa=None (auto, default: FA3 decides), True (on) or False (off).")
 @click.option("--workspace-mb", type=int, default=512, show_default=True, help="FlashInfer float workspace (MiB).")
 @click.option("--drop-nsys-rep", is_flag=True, help="nsys: keep only the SQLite export.")
+@click.option("--tiny", is_flag=True, help="sdpa, abtest: the smoke run's sizes (sdpa: KV lengths / 16; abtest: 8 "
+              "measured steps a run).")
+@click.option("--only", default="", help="abtest: comma-separated run names (aa1, aa2, aa3, aa_nsys, ab_split_off, "
+              "ab_cuda_core, ab_mlp125, ab_mlp103; default all).")
 @click.option("--gzip-sidecar", is_flag=True, help="Write NAME.sidecar.json.gz instead of NAME.sidecar.json.")
 def collect(kind: str, out: Path, **options: Any) -> None:
     """Run a FlashInfer (or, with --backend fa3, FlashAttention-3) decode-attention collector on this machine's GPU
@@ -335,8 +376,13 @@ def collect(kind: str, out: Path, **options: Any) -> None:
 
     KIND is sweep (paths x distributions x batch sizes at fixed total tokens), serving (continuous-batching
     replay), timing (the sweep's cases timed with CUDA events) or loop (a model-like decode loop with injected,
-    known slow steps; FlashInfer only). Needs the [collect] extra (FA3: the fa3-fwd wheel) and an NVIDIA GPU.
+    known slow steps; FlashInfer only), sdpa (PyTorch SDPA decode through every backend, collectors/sdpa.py:
+    --name, --steps, --seed, --tiny) or abtest (one decode loop captured three times, under Nsight Systems, and
+    with one change each: A/A and A/B, collectors/abtest.py: --only, --tiny). Needs the [collect] extra (FA3: the
+    fa3-fwd wheel) and an NVIDIA GPU.
     """
+    if kind in EXTRA_KINDS:
+        raise click.exceptions.Exit(run_extra(kind, out, options))
     cfg = build_config(kind, out, **options)
     from collectors.runner import run
 
