@@ -70,8 +70,8 @@ def tiles_for(rows: int, group: int, tile_rows: int) -> int:
     return math.ceil(rows * group / tile_rows)
 
 
-def mixed_from_tiles(tiles: int, tile_rows: int, step_rows: int,
-                     decode_requests: Sequence[int]) -> tuple[list[int], int, str] | None:
+def mixed_from_tiles(tiles: int, tile_rows: int, step_rows: int, decode_requests: Sequence[int],
+                     groups: Sequence[int] = GROUPS) -> tuple[list[int], int, str] | None:
     """Whether a prefill-shaped launch (a causal tensor-core launch, `tiles` query tiles of `tile_rows` rows) in a
     step of `step_rows` token rows served prefill rows alone or the running decode batch with them (chunked
     prefill), from the trace alone: each reading implies the GQA group G that packs the rows into tiles.
@@ -79,10 +79,13 @@ def mixed_from_tiles(tiles: int, tile_rows: int, step_rows: int,
     - mixed, with B decode requests (`decode_requests`: the running batch of the decode steps around it): each
       decode request takes one tile (G <= tile_rows), the other step_rows - B prefill rows the rest.
     Returns (query rows per request: B ones and the prefill rows, G, evidence) when only the mixed reading fits
-    a G of GROUPS, else None (prefill alone fits, or neither does: not enough to say)."""
+    a G of `groups` (GROUPS, or the G other launches of the kernel settled on), else None (prefill alone fits,
+    or neither does: not enough to say)."""
     if tiles <= 0 or tile_rows <= 0 or step_rows <= 0:
         return None
-    groups = [g for g in GROUPS if g <= tile_rows]
+    groups = [g for g in groups if g <= tile_rows]
+    if not groups:
+        return None
     alone = [g for g in groups if 0 <= tiles - tiles_for(step_rows, g, tile_rows) <= TILE_SLACK]
     if alone:
         return None
@@ -96,7 +99,8 @@ def mixed_from_tiles(tiles: int, tile_rows: int, step_rows: int,
                     f"query tiles against the request count: {tiles} tiles of {tile_rows} rows are the {b} decode "
                     f"requests of the steps around it (one tile each) and {tiles - b} tiles for {q} prefill rows at "
                     f"G = {g}; as prefill alone the step's {step_rows} token rows would take "
-                    f"{tiles_for(step_rows, g, tile_rows)} tiles at that G, and no G of {groups[0]}-{groups[-1]} "
+                    f"{tiles_for(step_rows, g, tile_rows)} tiles at that G, and no G of "
+                    f"{groups[0] if len(groups) == 1 else f'{groups[0]}-{groups[-1]}'} "
                     f"makes {tiles} (chunked prefill mixed with decode: {b} decode and {q} prefill rows, "
                     f"{b / step_rows:.0%} / {q / step_rows:.0%})")
     return None

@@ -452,6 +452,8 @@ def _mixed_from_tiles(db: TraceDB, trace_id: int, steps: list[Step]) -> None:
             rows_of[i] = grids.most_common(1)[0][0] if grids else None
         return rows_of[i]
 
+    # The batches around each candidate, and its rows (read only where a decode step is near).
+    around: dict[int, tuple[int, list[int]]] = {}
     for i in cands:
         near = [next((j for j in r if decode[j]), None)
                 for r in (range(i - 1, max(-1, i - 1 - MIXED_NEIGHBOUR_STEPS), -1),
@@ -460,15 +462,31 @@ def _mixed_from_tiles(db: TraceDB, trace_id: int, steps: list[Step]) -> None:
             continue
         n = rows(i)
         batches = [b for j in near if j is not None and (b := rows(j))]
-        if not n or not batches:
-            continue
+        if n and batches:
+            around[i] = (n, list(dict.fromkeys(batches)))
+    # Every GQA group first; then, for the launches that reading left open, the one group the kernel's settled
+    # launches agree on (a kernel has one shape: prefill alone may fit a chunk at another G by chance).
+    settled: dict[str, set[int]] = defaultdict(set)
+    open_: list[tuple[Launch, int, int, list[int]]] = []
+    for i, (n, batches) in around.items():
         for x in steps[i].launches:
             tile = int(x.attention.params["cta_tile_q"])
-            got = mixed_from_tiles(x.attention.grid[0], tile, n, list(dict.fromkeys(batches)))
-            if got is not None:
-                qo, group, evidence = got
-                x.phase, x.phase_evidence = MIXED, evidence
-                x.tiles = tile_padding(qo, tile, group)
+            got = mixed_from_tiles(x.attention.grid[0], tile, n, batches)
+            if got is None:
+                open_.append((x, tile, n, batches))
+                continue
+            _set_mixed(x, tile, got)
+            settled[x.attention.name].add(got[1])
+    for x, tile, n, batches in open_:
+        groups = settled.get(x.attention.name, set())
+        if len(groups) == 1 and (got := mixed_from_tiles(x.attention.grid[0], tile, n, batches, tuple(groups))):
+            _set_mixed(x, tile, got)
+
+
+def _set_mixed(x: Launch, tile: int, got: tuple[list[int], int, str]) -> None:
+    qo, group, evidence = got
+    x.phase, x.phase_evidence = MIXED, evidence
+    x.tiles = tile_padding(qo, tile, group)
 
 
 # Varlen / unified kernels that serve both phases, and why one that split along KV ran decode.
