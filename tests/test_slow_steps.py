@@ -47,3 +47,19 @@ def test_the_gemm_burst_is_named_by_its_component(meta: bool) -> None:
 def test_thresholds_are_data_in_one_place() -> None:
     assert (slow_steps.SLOW_RATIO, latency_spike.SPIKE_RATIO) == (1.3, 2.0)
     assert slow_steps.THRESHOLDS is latency_spike.THRESHOLDS
+
+
+def test_explain_names_the_slow_step_and_its_incident() -> None:
+    from click.testing import CliRunner
+
+    from traceinsight.cli.main import main
+
+    r = CliRunner().invoke(main, ["explain", str(BURST / "burst_fa2_torch.pt.trace.json.gz"), "--step", "21",
+                                  "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert not doc["spike"] and doc["cause"] == "kernels:gemm" and doc["cause_component"] == "gemm"
+    assert (doc["incident"]["first_step"], doc["incident"]["last_step"]) == (20, 23)
+    r = CliRunner().invoke(main, ["explain", str(BURST / "burst_fa2_torch.pt.trace.json.gz"), "--step", "21"],
+                           env={"COLUMNS": "120", "NO_COLOR": "1"})
+    assert "a slow step, short of a spike" in r.stdout and "incident of steps 20-23" in r.stdout
