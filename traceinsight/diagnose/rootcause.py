@@ -76,13 +76,17 @@ def _parent(i: int, findings: Sequence[Finding]) -> int | None:
     f = findings[i]
     mine = set(f.steps)
     if f.id in BY_CAUSE:
-        if f.evidence.get("group"):
-            return None
         cause = f.evidence.get("cause")
+        # A recurring cause's group: latency-spike's first, then slow-steps' (one root per cause, whichever rule
+        # found its incidents); a group itself goes under latency-spike's group of the same cause, if any.
+        groups = sorted((j for j, g in enumerate(findings) if j != i and g.id in BY_CAUSE
+                         and g.evidence.get("group") and g.evidence.get("cause") == cause),
+                        key=lambda j: BY_CAUSE.index(findings[j].id))
+        if f.evidence.get("group"):
+            return next((j for j in groups if findings[j].id == SPIKE_ID and f.id != SPIKE_ID), None)
         cands = [j for j, g in enumerate(findings) if j != i and g.id == cause and g.id not in BY_CAUSE]
         if not cands:
-            return next((j for j, g in enumerate(findings) if g.id == f.id and g.evidence.get("group")
-                         and g.evidence.get("cause") == cause), None)
+            return groups[0] if groups else None
     else:
         wanted = SYMPTOMS.get(f.id, ())
         cands = [j for j, g in enumerate(findings) if j != i and g.id in wanted
@@ -228,6 +232,15 @@ def _claim(i: int, findings: Sequence[Finding], roots: Sequence[int]) -> tuple[i
     """What a root claims, in all and step by step: its own saving; when it has none, the largest of its
     symptoms' savings."""
     own = findings[i]
+    if own.saving_ns is not None and own.id in BY_CAUSE and own.evidence.get("group"):
+        # A recurring cause: its incidents, and those of the other rule's findings it holds (slow steps under a
+        # spike group, or a lone spike under a slow-steps group), step by step.
+        per_step = dict(own.step_saving_ns)
+        for j, g in enumerate(findings):
+            if roots[j] == i and j != i and g.id in BY_CAUSE:
+                for st, v in g.step_saving_ns.items():
+                    per_step.setdefault(st, v)
+        return sum(per_step.values()), per_step
     if own.saving_ns is not None:
         return own.saving_ns, own.step_saving_ns
     others = [g for j, g in enumerate(findings) if roots[j] == i and j != i and g.saving_ns is not None]

@@ -428,7 +428,7 @@ def _groups(records: list[_Record], listed: list[Finding]) -> list[Finding]:
             id=ID,
             severity=severity,
             steps=tuple(steps),
-            summary=(f"{cid} in {len(members)} incidents of slow steps ({step_ranges(steps)}): up to "
+            summary=(f"{cid} in {len(members)} latency-spike incidents ({step_ranges(steps)}): up to "
                      f"{fmt_ns(worst.wall_ns)} vs a {fmt_ns(worst.baseline_ns)} baseline ({worst.ratio:.1f}x), "
                      f"{fmt_ns(excess)} of excess time in all"),
             evidence={

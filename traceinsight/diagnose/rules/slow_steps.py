@@ -162,6 +162,13 @@ def incidents(ctx: TraceAnalysis) -> list[_Incident]:
     return out
 
 
+def _rose(m: _Slow) -> str:
+    """What rose, in words: 'the step 1.6x (gemm grew most)' or 'idle-host 7.2x'."""
+    if m.whole:
+        return f"the step {m.ratio:.1f}x" + (f" ({m.component} grew most)" if m.component else "")
+    return f"{m.component} {m.ratio:.1f}x"
+
+
 def _severity(cost_ns: float, total_ns: float) -> Severity:
     if total_ns > 0 and cost_ns >= CRITICAL_COST_FRACTION * total_ns:
         return Severity.CRITICAL
@@ -210,8 +217,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             id=ID,
             severity=_severity(inc.cost_ns, total),
             steps=tuple(inc.steps),
-            summary=(f"{n} slow step{'s' if n > 1 else ''} ({step_ranges(inc.steps)}): {inc.component or 'time'} "
-                     f"up {w.ratio:.1f}x, {fmt_ns(inc.cost_ns)} in all; cause: {inc.cause}"),
+            summary=(f"{n} slow step{'s' if n > 1 else ''} ({step_ranges(inc.steps)}): {_rose(w)}, "
+                     f"{fmt_ns(inc.cost_ns)} in all; cause: {inc.cause}"),
             evidence=_evidence(inc),
             explanation=(
                 f"Step {w.att.step} took {fmt_ns(w.att.wall_ns)} where the trend of the steps of its kind predicts "
@@ -242,8 +249,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             id=ID,
             severity=_severity(cost, total),
             steps=tuple(steps),
-            summary=(f"{cid} in {len(members)} incidents of slow steps ({step_ranges(steps)}): up to "
-                     f"{worst.ratio:.1f}x, {fmt_ns(cost)} in all"),
+            summary=(f"{cid} in {len(members)} incidents of slow steps ({step_ranges(steps)}): "
+                     f"{fmt_ns(cost)} in all; worst step {worst.att.step}, {_rose(worst)}"),
             evidence={"cause": cid, "cause_component": members[0].component, "group": True,
                       "incidents": len(members), "slow_steps": len(steps), "first_step": steps[0],
                       "last_step": steps[-1], "worst_step": worst.att.step, "worst_ratio": round(worst.ratio, 2),
