@@ -85,31 +85,28 @@ def slow_steps(ctx: TraceAnalysis, table: dict[int, StepAttribution]) -> dict[in
     for att in table.values():
         by_data[id(att.data)].append(att)
     out: dict[int, _Slow] = {}
-    for atts in by_data.values():
+    for atts in by_data.values():  # one series (part) at a time, its steps as arrays: a long trace has 10^5
         d = atts[0].data
         rows = np.array([a.row for a in atts], np.int64)
         wall = np.array([a.wall_ns for a in atts], float)
         base = np.array([a.baseline_ns for a in atts], float)
-        calm = ~np.array([a.spike for a in atts], bool)
-        band = noise_band((wall - base)[calm])
-        deltas = d.values[rows] - d.bases[rows]
-        bands = np.array([noise_band(deltas[calm, j]) for j in range(len(d.names))], float)
-        for k, a in enumerate(atts):
-            if a.spike:
-                continue
-            excess = wall[k] - base[k]
-            if base[k] > 0 and wall[k] >= ratio * base[k] and excess >= max(excess_min, band):
-                out[a.step] = _Slow(a, a.component, float(excess), float(wall[k] / base[k]), True)
-                continue
-            best: tuple[float, int] | None = None
-            for j in range(len(d.names)):
-                v, b, dj = d.values[a.row, j], d.bases[a.row, j], deltas[k, j]
-                if b > 0 and v >= ratio * b and dj >= max(excess_min, bands[j], share * base[k]):
-                    if best is None or dj > best[0]:
-                        best = (float(dj), j)
-            if best is not None:
-                j = best[1]
-                out[a.step] = _Slow(a, d.names[j], best[0], float(d.values[a.row, j] / d.bases[a.row, j]), False)
+        spike = np.array([a.spike for a in atts], bool)
+        band = noise_band((wall - base)[~spike])
+        whole = ~spike & (base > 0) & (wall >= ratio * base) & (wall - base >= max(excess_min, band))
+        values, bases = d.values[rows], d.bases[rows]
+        deltas = values - bases
+        bands = np.array([noise_band(deltas[~spike, j]) for j in range(len(d.names))], float)
+        need = np.maximum(np.maximum(bands[None, :], excess_min), share * base[:, None])
+        ok = (bases > 0) & (values >= ratio * bases) & (deltas >= need)
+        part = ~spike & ~whole & ok.any(axis=1) if len(d.names) else np.zeros(len(atts), bool)
+        best = np.argmax(np.where(ok, deltas, -np.inf), axis=1) if len(d.names) else np.zeros(len(atts), np.int64)
+        for k in np.flatnonzero(whole | part).tolist():
+            a = atts[k]
+            if whole[k]:
+                out[a.step] = _Slow(a, a.component, float(wall[k] - base[k]), float(wall[k] / base[k]), True)
+            else:
+                j = int(best[k])
+                out[a.step] = _Slow(a, d.names[j], float(deltas[k, j]), float(values[k, j] / bases[k, j]), False)
     return out
 
 
