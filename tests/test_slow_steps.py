@@ -63,3 +63,17 @@ def test_explain_names_the_slow_step_and_its_incident() -> None:
     r = CliRunner().invoke(main, ["explain", str(BURST / "burst_fa2_torch.pt.trace.json.gz"), "--step", "21"],
                            env={"COLUMNS": "120", "NO_COLOR": "1"})
     assert "a slow step, short of a spike" in r.stdout and "incident of steps 20-23" in r.stdout
+
+
+def test_a_threshold_is_overridden_per_analysis() -> None:
+    """limits= overrides the data. At a slow ratio of 2 the 1.6x steps are found by their GEMM time alone (4.6x
+    its baseline), at 6 not at all; a warning cost fraction of 50% makes their incidents infos."""
+    trace = BURST / "burst_fa2_torch.pt.trace.json.gz"
+    _, (a,) = analyze([trace], cache=False, limits={"slow-steps.SLOW_RATIO": 2.0})
+    found = [f for f in a.findings if f.id == "slow-steps" and not f.evidence.get("group")]
+    assert len(found) == 2 and {f.evidence["rose"] for f in found} == {"component"}
+    assert {f.evidence["cause_component"] for f in found} == {"gemm"}
+    _, (a,) = analyze([trace], cache=False, limits={"slow-steps.SLOW_RATIO": 6.0})
+    assert not [f for f in a.findings if f.id == "slow-steps"]
+    _, (a,) = analyze([trace], cache=False, limits={"slow-steps.WARNING_COST_FRACTION": 0.5})
+    assert {f.severity.value for f in a.findings if f.id == "slow-steps"} == {"info"}

@@ -58,13 +58,13 @@ MAX_INCIDENTS = 20
 MAD_SIGMA_RATIO = 1.4826
 
 
-def noise_band(residuals: np.ndarray) -> float:
-    """NOISE_SIGMAS_MIN robust standard deviations of `residuals` (1.4826 x their median absolute deviation): how
-    far a step's time strays from its baseline when nothing goes wrong. 0 for no residuals."""
+def noise_band(residuals: np.ndarray, sigmas: float = NOISE_SIGMAS_MIN) -> float:
+    """`sigmas` (NOISE_SIGMAS_MIN) robust standard deviations of `residuals` (1.4826 x their median absolute
+    deviation): how far a step's time strays from its baseline when nothing goes wrong. 0 for no residuals."""
     if residuals.size == 0:
         return 0.0
     med = float(np.median(residuals))
-    return float(NOISE_SIGMAS_MIN * MAD_SIGMA_RATIO * np.median(np.abs(residuals - med)))
+    return float(sigmas * MAD_SIGMA_RATIO * np.median(np.abs(residuals - med)))
 
 
 @dataclass
@@ -81,6 +81,7 @@ def slow_steps(ctx: TraceAnalysis, table: dict[int, StepAttribution]) -> dict[in
     ratio = limit(ctx, ID, "SLOW_RATIO", SLOW_RATIO)
     excess_min = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
     share = limit(ctx, ID, "COMPONENT_MIN_SHARE", COMPONENT_MIN_SHARE)
+    sigmas = limit(ctx, ID, "NOISE_SIGMAS_MIN", NOISE_SIGMAS_MIN)
     by_data: dict[int, list[StepAttribution]] = defaultdict(list)
     for att in table.values():
         by_data[id(att.data)].append(att)
@@ -91,11 +92,11 @@ def slow_steps(ctx: TraceAnalysis, table: dict[int, StepAttribution]) -> dict[in
         wall = np.array([a.wall_ns for a in atts], float)
         base = np.array([a.baseline_ns for a in atts], float)
         spike = np.array([a.spike for a in atts], bool)
-        band = noise_band((wall - base)[~spike])
+        band = noise_band((wall - base)[~spike], sigmas)
         whole = ~spike & (base > 0) & (wall >= ratio * base) & (wall - base >= max(excess_min, band))
         values, bases = d.values[rows], d.bases[rows]
         deltas = values - bases
-        bands = np.array([noise_band(deltas[~spike, j]) for j in range(len(d.names))], float)
+        bands = np.array([noise_band(deltas[~spike, j], sigmas) for j in range(len(d.names))], float)
         need = np.maximum(np.maximum(bands[None, :], excess_min), share * base[:, None])
         ok = (bases > 0) & (values >= ratio * bases) & (deltas >= need)
         part = ~spike & ~whole & ok.any(axis=1) if len(d.names) else np.zeros(len(atts), bool)
@@ -166,10 +167,11 @@ def _rose(m: _Slow) -> str:
     return f"{m.component} {m.ratio:.1f}x"
 
 
-def _severity(cost_ns: float, total_ns: float) -> Severity:
-    if total_ns > 0 and cost_ns >= CRITICAL_COST_FRACTION * total_ns:
+def _severity(cost_ns: float, total_ns: float, critical: float, warning: float) -> Severity:
+    """Severity by cost: the incident's time against all the steps' time (CRITICAL_/WARNING_COST_FRACTION)."""
+    if total_ns > 0 and cost_ns >= critical * total_ns:
         return Severity.CRITICAL
-    if total_ns > 0 and cost_ns >= WARNING_COST_FRACTION * total_ns:
+    if total_ns > 0 and cost_ns >= warning * total_ns:
         return Severity.WARNING
     return Severity.INFO
 
@@ -197,6 +199,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     if not found:
         return []
     total = float(sum(s.wall_ns for s in ctx.steps))
+    fractions = (limit(ctx, ID, "CRITICAL_COST_FRACTION", CRITICAL_COST_FRACTION),
+                 limit(ctx, ID, "WARNING_COST_FRACTION", WARNING_COST_FRACTION))
     by_index = ctx.steps_by_index()
 
     def remedy(inc: _Incident) -> str:
@@ -212,7 +216,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         n = len(inc.members)
         return Finding(
             id=ID,
-            severity=_severity(inc.cost_ns, total),
+            severity=_severity(inc.cost_ns, total, *fractions),
             steps=tuple(inc.steps),
             summary=(f"{n} slow step{'s' if n > 1 else ''} ({step_ranges(inc.steps)}): {_rose(w)}, "
                      f"{fmt_ns(inc.cost_ns)} in all; cause: {inc.cause}"),
@@ -244,7 +248,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         worst = max((m.worst for m in members), key=lambda w: w.ratio)
         out.append(Finding(
             id=ID,
-            severity=_severity(cost, total),
+            severity=_severity(cost, total, *fractions),
             steps=tuple(steps),
             summary=(f"{cid} in {len(members)} incidents of slow steps ({step_ranges(steps)}): "
                      f"{fmt_ns(cost)} in all; worst step {worst.att.step}, {_rose(worst)}"),
