@@ -95,7 +95,8 @@ def verdict_md(doc: dict[str, Any]) -> str:
         if g.steps:
             shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in g.steps[:6])
             lines.append(f"  - Steps ({len(g.steps)}): {shown}" + (" …" if len(g.steps) > 6 else ""))
-    return "\n".join(lines) + checks_md(doc)
+    savings = sections.savings_line(doc)
+    return "\n".join(lines) + (f"\n\n_{savings}._" if savings else "") + checks_md(doc)
 
 
 def checks_md(doc: dict[str, Any]) -> str:
