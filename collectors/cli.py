@@ -12,7 +12,9 @@ from typing import Any
 
 import click
 
-from collectors.config import (
+from traceinsight.errors import TraceInsightError
+
+from .config import (
     BACKENDS,
     DEFAULT_BATCH_SIZES,
     DEFAULT_STEPS,
@@ -36,8 +38,7 @@ from collectors.config import (
     ServingConfig,
     default_name,
 )
-from collectors.distributions import DEFAULT_TOTAL_TOKENS, DISTRIBUTIONS
-from traceinsight.errors import TraceInsightError
+from .distributions import DEFAULT_TOTAL_TOKENS, DISTRIBUTIONS
 
 
 class CollectError(click.ClickException):
@@ -210,7 +211,7 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
                 warmup: int) -> LoopConfig:
     """The loop kind's options, checked (its schedule is planned once here, so a misplaced event is an error
     before any GPU work)."""
-    from collectors.loop_plan import plan_loop
+    from .loop_plan import plan_loop
 
     if len(paths) != 1 or paths[0] not in LOOP_PATHS:
         raise CollectError(f"collect: loop runs one decode path: --paths {' or --paths '.join(LOOP_PATHS)}")
@@ -338,7 +339,7 @@ def collect(kind: str, out: Path, **options: Any) -> None:
     known slow steps; FlashInfer only). Needs the [collect] extra (FA3: the fa3-fwd wheel) and an NVIDIA GPU.
     """
     cfg = build_config(kind, out, **options)
-    from collectors.runner import run
+    from .runner import run
 
     try:
         made = run(cfg)

@@ -29,13 +29,13 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from collectors.annotate import Annotator
-from collectors.config import PATHS, RunConfig
-from collectors.flashinfer_decode import DecodeBench, PagedBatch, paged_batch, read_plan
-from collectors.loop_plan import HOST_EVENTS, LoopPlan, LoopStep, nvtx_key, nvtx_name, plan_loop, torch_key
-from collectors.profile import Session
-from collectors.runtime import Runtime
-from collectors.sidecar import StepRecord
+from .annotate import Annotator
+from .config import PATHS, RunConfig
+from .flashinfer_decode import DecodeBench, PagedBatch, paged_batch, read_plan
+from .loop_plan import HOST_EVENTS, LoopPlan, LoopStep, nvtx_key, nvtx_name, plan_loop, torch_key
+from .profile import Session
+from .runtime import Runtime
+from .sidecar import StepRecord
 
 EPS = 1e-5
 CPU_MM = 512  # host-cpu stalls multiply CPU float32 matrices of CPU_MM x CPU_MM (about 1 ms each on 16 cores)

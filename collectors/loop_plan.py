@@ -25,7 +25,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from collectors.config import LOOP_EVENTS, LOOP_SCENARIOS, LoopConfig
+from .config import LOOP_EVENTS, LOOP_SCENARIOS, LoopConfig
 
 HOST_EVENTS = ("host-sleep", "host-cpu")
 

@@ -14,23 +14,20 @@ only the analysis object gives (every launch's schedule, why a step took its tim
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # charts.py, sources.py beside this file
+# Streamlit runs this file as a script: its neighbours by their package's name (this folder is shipped, and mapped
+# by an editable install, as traceinsight.dashboards).
+from traceinsight.dashboards import charts, fleet_view, sources
 
-import charts  # noqa: E402
-import fleet_view  # noqa: E402
-import sources  # noqa: E402
-
-from traceinsight.errors import TraceInsightError  # noqa: E402
-from traceinsight.report import sections  # noqa: E402
-from traceinsight.report.figures import Gantt  # noqa: E402
-from traceinsight.units import fmt_ns  # noqa: E402
+from traceinsight.errors import TraceInsightError
+from traceinsight.report import sections
+from traceinsight.report.figures import Gantt
+from traceinsight.units import fmt_ns
 
 PATHS_ENV = "TRACEINSIGHT_DASHBOARD_PATHS"
 META_ENV = "TRACEINSIGHT_DASHBOARD_META"

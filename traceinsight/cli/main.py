@@ -155,10 +155,17 @@ memory_option = click.option(
          "fit spills to the cache folder.")
 
 
+# The collectors' command: the source tree's collectors/ folder, which the wheel (and an editable install) map to
+# `traceinsight.collectors` (pyproject.toml's package-dir).
+COLLECTORS_CLI = "traceinsight.collectors.cli"
+# Modules of this package that hold no command.
+NOT_COMMANDS = frozenset({"main", "__main__", "analysis_cache", "saved_output"})
+
+
 class _Commands(click.Group):
     """The `traceinsight` group. Besides the commands of this module, those in their own modules of this package
     (`traceinsight/cli/<name>.py`, each exposing a click command `command` named like the module) and the
-    collectors' `collect` (when the collectors package ships beside traceinsight) are imported when used, or
+    collectors' `collect` (traceinsight.collectors) are imported when used, or
     listed (`--help`): importing all of them (and with them the collectors' run configuration) took ~40 ms of
     every `traceinsight analyze`."""
 
@@ -175,11 +182,10 @@ def _module_commands() -> list[str]:
     import importlib.util
     import pkgutil
 
-    import traceinsight.cli as pkg
-
-    names = [info.name for info in pkgutil.iter_modules(pkg.__path__) if info.name not in ("main", "__main__")]
+    names = [info.name for info in pkgutil.iter_modules([str(Path(__file__).parent)])
+             if info.name not in NOT_COMMANDS]
     try:
-        if importlib.util.find_spec("collectors.cli") is not None:
+        if importlib.util.find_spec(COLLECTORS_CLI) is not None:
             names.append("collect")
     except ImportError:  # no collectors package
         pass
@@ -193,10 +199,10 @@ def _module_command(name: str) -> click.Command | None:
 
     if name == "collect":
         try:
-            from collectors.cli import collect  # optional: the collectors package ships beside traceinsight
+            collect = getattr(importlib.import_module(COLLECTORS_CLI), "collect", None)
         except ImportError:
             return None
-        return collect
+        return collect if isinstance(collect, click.Command) else None
     if name not in _module_commands():
         return None
     command = getattr(importlib.import_module(f"traceinsight.cli.{name}"), "command", None)
@@ -304,7 +310,7 @@ def _emit_kept(src: Any, fmt: str, out: str | None, max_steps: int, steps: str, 
     """`analyze`'s output from a kept analysis (cli/analysis_cache.py): its warnings on stderr, the report, the
     exit status."""
     from traceinsight.cli.analysis_cache import warnings
-    from traceinsight.cli.report import emit
+    from traceinsight.cli.saved_output import emit
     from traceinsight.diagnose.finding import fail_exit_code
 
     kept = warnings(src)
