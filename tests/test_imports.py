@@ -6,7 +6,11 @@ at module level or inside a function (a deferred import is a circle all the same
   and are left out).
 - Stages import only leftward (docs/DESIGN.md): ingest -> labels -> model -> diagnose -> report; the CLI, the
   dashboards, the fleet, the collectors, the pipeline and the Python API on top. The modules of no stage
-  (errors, units, components, queries, process) sit below them all. Imports for type checking count here."""
+  (errors, units, components, queries, tuning) sit below them all. Imports for type checking count here.
+
+One edge is left out of both: the package's root (`import traceinsight`, which the stages read `__version__`
+from) forwards `traceinsight.open` and `traceinsight.Analysis` to traceinsight.api on first access (PEP 562), a
+facade over the top of the stack that runs only when a user asks for the API."""
 
 from __future__ import annotations
 
@@ -78,7 +82,10 @@ def imports(module: str, path: Path) -> list[tuple[str, bool]]:
     return out
 
 
-GRAPH = {m: imports(m, p) for m, p in MODULES.items()}
+# The root's forward to the Python API (see above).
+FACADE = ("traceinsight", "traceinsight.api")
+GRAPH = {m: [(t, typing_only) for t, typing_only in imports(m, p) if (m, t) != FACADE]
+         for m, p in MODULES.items()}
 
 
 def rank(module: str) -> int:
@@ -137,6 +144,11 @@ def test_the_graph_is_read() -> None:
     assert {m.split(".")[1] for m in MODULES if m.count(".")} >= {*STAGES, "cli", "collectors", "dashboards"}
     assert ("traceinsight.pipeline", False) in GRAPH["traceinsight.cli.main"]  # a deferred import
     assert ("traceinsight.collectors.config", False) in GRAPH["traceinsight.collectors.cli"]  # a relative one
+
+
+def test_the_facade_is_the_roots_only_import_of_a_later_stage() -> None:
+    root = imports("traceinsight", MODULES["traceinsight"])
+    assert {t for t, _ in root} == {FACADE[1]}
 
 
 def test_cycles_are_found() -> None:

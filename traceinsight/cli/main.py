@@ -219,6 +219,9 @@ def main() -> None:
     Nsight Compute CSV (ncu --csv: the default details page or --page raw). The format is detected from the
     content.
     """
+    from traceinsight.tuning import tune
+
+    tune()  # the command's process is its own: tuned for long analyses (the library leaves a caller's alone)
 
 
 @main.command()
@@ -284,16 +287,17 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
     if kept is not None and save is None and fmt != "perfetto" and (src := analysis_cache.lookup(kept)) is not None:
         _emit_kept(src, fmt, out, max_steps, steps, width, fail_on)  # analyzed before: its report from its tables
         return
+    from traceinsight.api import open as open_analysis
     from traceinsight.diagnose.finding import fail_exit_code
-    from traceinsight.pipeline import analyze as run_analysis
     from traceinsight.report.progress import ingest_progress
 
     with ingest_progress(traces + _paths(meta) + _paths(ncu), quiet=quiet):
-        db, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
-                                    cache=False if no_cache else None)
+        result = open_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
+                               cache=False if no_cache else None)
+    db, analyses = result.db, result.analyses
     warn_analyses(analyses)
     if save is not None:
-        _save(db, analyses, save, no_cache)
+        result.save(save, no_cache)
     if fmt == "perfetto":
         _emit_perfetto(db, analyses, out)
     else:
@@ -321,17 +325,6 @@ def _emit_kept(src: Any, fmt: str, out: str | None, max_steps: int, steps: str, 
     code = fail_exit_code([f for d in docs for f in d["findings"]], fail_on)
     if code:
         sys.exit(code)
-
-
-def _save(db: Any, analyses: list[Any], out_dir: Path, no_cache: bool) -> None:
-    """Write the analyses as a Parquet dataset with their analysis tables (`traceinsight report` reads it)."""
-    from traceinsight.ingest.parquet import export_parquet
-    from traceinsight.model.kernel_table import ensure_labels
-    from traceinsight.report.tables import write_tables
-
-    write_tables(db, analyses)
-    ensure_labels(db)
-    export_parquet(db, [a.trace_id for a in analyses], out_dir, options={"no_cache": no_cache, "analysis": True})
 
 
 def _emit_perfetto(db: Any, analyses: list[Any], out: str | None) -> None:
