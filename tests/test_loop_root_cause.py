@@ -70,7 +70,7 @@ def test_every_incident_is_caused_by_the_event_injected_at_its_onset(run: tuple[
         assert event is not None, f"{name}: incident {f.summary} starts at step {first}, where nothing was injected"
         assert e["cause"] == CAUSE[event], (name, f.summary)
         # Onset: the incident starts at the injected event, and the steps before it did not carry the same event.
-        assert events.get(first - 1) != event or event == "chunked-prefill" and events.get(first - 1) is None
+        assert events.get(first - 1) != event, (name, f.summary)
         assert e["cause"] != "unexplained"
 
 
@@ -83,12 +83,31 @@ def test_each_injected_event_that_broke_the_trend_is_found(run: tuple[str, Any, 
             continue
         if table[i].spike or event in ("prefill", "chunked-prefill"):
             assert covered.get(i) == CAUSE[event], (name, i, event, table[i].ratio)
-        elif event.startswith("host"):
-            assert table[i].ratio < 2.0, (name, i)  # a host stall left out only below the spike threshold
     # Prefill-only steps and the chunked prefill (one incident from its first chunk) are found in every run.
     prefill = [f for f in _incidents(a) if f.evidence["cause"] == "prefill"]
     spans = sorted((f.evidence["first_step"], f.evidence["last_step"]) for f in prefill)
     assert spans == [(66, 66), (132, 132), (154, 157)], (name, spans)
+
+
+# Runs where the analysis misses injected host stalls: a defect, held here so that a fix shows (strict xfail).
+# Judged by the sidecar's truth alone: every host event of the scenario is a stall of 1.5x the median warm-up step
+# (`truth.ms`, 6.7-10.9 ms against steps of 5-8.5 ms), made to be found.
+MISSED_HOST_STALLS = {
+    "loop_fa2_torch": "the 6.8 ms host sleeps at steps 22 and 88 lengthen 8.5 ms steps 1.85x, under latency-spike's "
+                      "2x threshold: not reported",
+}
+
+
+def test_every_injected_host_stall_is_found(run: tuple[str, Any, dict], request: pytest.FixtureRequest) -> None:
+    name, a, events = run
+    if name in MISSED_HOST_STALLS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=MISSED_HOST_STALLS[name]))
+    truth = _truth(name)
+    stalls = {s.index: truth[a.schedule.batches[s.index].step_key] for s in a.steps
+              if (events[s.index] or "").startswith("host")}
+    assert sorted(stalls) == [22, 44, 88, 110] and all(t["ms"] > 6 for t in stalls.values())
+    covered = {s: f.evidence["cause"] for f in _incidents(a) for s in f.steps}
+    assert {i: covered.get(i) for i in stalls} == dict.fromkeys(stalls, "host-stall"), name
 
 
 def test_the_long_request_incident_starts_at_its_onset(run: tuple[str, Any, dict]) -> None:
@@ -135,7 +154,10 @@ def test_host_stalls_say_what_the_host_did(run: tuple[str, Any, dict]) -> None:
             assert top["name"] == "aten::mm" and top["in_stall_ns"] > 4 * top["usual_ns"], ev
         else:  # time.sleep: no profiled op covers it
             assert ev["untracked_ns"] > 0.5 * ev["stall_ns"], ev
-        assert "CUDA graphs cut launch overhead but do not hide a stalled host" in f.remedy or "graph" in name
+        if "graph" in name:  # the steps replay CUDA graphs already: the remedy does not offer them
+            assert "The step already replays CUDA graphs" in f.remedy and "CUDA graphs cut" not in f.remedy
+        else:
+            assert "CUDA graphs cut launch overhead but do not hide a stalled host" in f.remedy
 
 
 def test_chunked_prefill_launches_are_mixed_with_their_tile_padding(run: tuple[str, Any, dict]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -39,14 +40,25 @@ def tuned() -> bool:
 
 
 def tune() -> None:
-    """Tune this process for long analyses (see the module's docstring). Idempotent; not undone."""
+    """Tune this process for long analyses (see the module's docstring). Idempotent; not undone. Arrow's pool is
+    switched when an analysis opens its database (`arrow_pool`): a command that never needs pyarrow (a report
+    from kept tables) does not import it."""
     global _tuned
+    _set_mmap_threshold(MMAP_THRESHOLD_BYTES)
+    _tuned = True
+    if "pyarrow" in sys.modules:
+        arrow_pool()
+
+
+def arrow_pool() -> None:
+    """In a tuned process, pyarrow's default memory pool set to the system allocator (each analysis's database
+    asks, `ingest.store.TraceDB`); untuned, nothing."""
+    if not _tuned:
+        return
     import pyarrow as pa
 
     if pa.default_memory_pool().backend_name != "system":
         pa.set_memory_pool(pa.system_memory_pool())
-    _set_mmap_threshold(MMAP_THRESHOLD_BYTES)
-    _tuned = True
 
 
 @functools.cache

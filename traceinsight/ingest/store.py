@@ -15,6 +15,7 @@ import pyarrow as pa
 from traceinsight.ingest.arrow_numpy import COMPUTE_MIN_ROWS, ints, text_bytes
 from traceinsight.ingest.base import Columns, Ingest
 from traceinsight.ingest.schema import schema_sql, table_names
+from traceinsight.tuning import arrow_pool
 
 # Tables whose rows get a per-trace id in start order, and the name of that id column.
 _ID_COLUMNS = {"kernels": "kernel_id", "ranges": "range_id"}
@@ -107,10 +108,10 @@ def spill_dir() -> Path:
 
 class TraceDB:
     """One DuckDB connection holding the normalized tables of one or more traces, its memory capped by
-    `memory_limit()` and its spill files under `spill_dir()` (process-wide tuning is the CLI's:
-    traceinsight.tuning)."""
+    `memory_limit()` and its spill files under `spill_dir()`."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, read_only: bool = False) -> None:
+        arrow_pool()  # the command's choice (traceinsight.tuning), nothing when the library is called
         self.path = str(path) if path is not None else ":memory:"
         self.con = duckdb.connect(self.path, read_only=read_only)
         limit = memory_limit()
