@@ -194,3 +194,16 @@ def test_the_probe_sees_the_commands_tuning() -> None:
     assert got["after"]["threshold_fixed"] is True
     assert got["after"]["arrow_pool"] == "system" != got["before"]["arrow_pool"]
     assert got["gc_off_during"] is True
+
+
+def test_the_readmes_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's Python example, on the bundled sweep trace in place of its placeholder paths."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    code = readme.split("### From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace('"trace.pt.trace.json.gz"', repr(str(SWEEP))).replace('"trace.meta.json.gz"',
+                                                                           repr(str(SWEEP_META)))
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own README's example
+    assert isinstance(scope["a"], ti.Analysis)
+    assert (tmp_path / "saved").is_dir() and (tmp_path / "r.md").is_file()
