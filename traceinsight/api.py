@@ -49,18 +49,20 @@ def open(  # noqa: A001 - `traceinsight.open`, as `duckdb.connect` / `pyarrow.pa
     ncu: Paths | None = None,
     step_pattern: str | None = None,
     cache: bool | None = None,
+    diagnostics: bool = True,
 ) -> Analysis:
     """Analyze the traces at `paths` (files, folders searched recursively, or globs; each its own trace) as
     `traceinsight analyze` does: sidecars (`meta`: the collectors' sidecar, `*.meta.json[.gz]`, or FlashInfer's
     API log) and Nsight Compute CSVs (`ncu`) attach to the first trace; `step_pattern` (a regular expression) takes
     only the ranges it matches as steps; `cache` (None: the default of $TRACEINSIGHT_CACHE) reuses the ingest cache
-    of an unchanged file. Bad input raises `traceinsight.errors.TraceInsightError` (one line, as the command says
-    it)."""
+    of an unchanged file; `diagnostics` False skips the rules (no findings: steps, model and replays only). Bad
+    input raises `traceinsight.errors.TraceInsightError` (one line, as the command says it)."""
     from traceinsight.ingest.paths import expand_paths
     from traceinsight.pipeline import analyze
 
     traces = expand_paths(_paths(paths))
-    db, analyses = analyze(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern, cache=cache)
+    db, analyses = analyze(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern, cache=cache,
+                           diagnostics=diagnostics)
     return Analysis(db, analyses)
 
 
@@ -188,14 +190,16 @@ class Analysis:
             raise InputError(f"{a.path}: a step and all_steps exclude each other")
         known = replayable_steps(a.schedule, a.steps)
         by_index = a.steps_by_index()
+        sidecar = "pass --meta SIDECAR (meta= in Python)"
         if step is not None:
             if step not in by_index:
-                raise InputError(f"{a.path}: no step {step} (the trace has {len(a.steps)} steps)")
+                raise InputError(f"{a.path}: no step {step} (the trace has {len(a.steps)} steps, "
+                                 f"0..{len(a.steps) - 1})")
             if step not in known:
-                raise InputError(f"{a.path}: step {step} has no known batch composition (KV lengths): give a sidecar")
+                raise InputError(f"{a.path}: step {step} has no known batch composition (KV lengths): {sidecar}")
             chosen = [step]
         elif not known:
-            raise InputError(f"{a.path}: no step has a known batch composition (KV lengths): give a sidecar")
+            raise InputError(f"{a.path}: no step has a known batch composition (KV lengths): {sidecar}")
         elif all_steps:
             chosen = known
         else:
