@@ -23,8 +23,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from collectors import sidecar
-from collectors.sdpa_plan import (
+from . import sidecar
+from .sdpa_plan import (
     BACKENDS,
     CASES,
     LAYOUTS,

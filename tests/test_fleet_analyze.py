@@ -56,7 +56,7 @@ def pool_dataset(tmp_path_factory: pytest.TempPathFactory, inputs: list[str]) ->
     out = tmp_path_factory.mktemp("fleet") / "pool"
     r = _run(["fleet", "analyze", *inputs, "--out", str(out), "--workers", "2", "--reports", "json,html",
               "--no-cache", "-q"])
-    assert r.returncode in (0, 4), r.stderr
+    assert r.returncode == 4, r.stderr  # one input is not a trace (tracelens_kernel_times.json.gz, below)
     return out
 
 
@@ -86,7 +86,7 @@ def ray_dataset(tmp_path_factory: pytest.TempPathFactory, inputs: list[str]) -> 
                             "--ray", "127.0.0.1:6379", "--reports", "json", "--no-cache", "-q"],
                            capture_output=True, text=True, timeout=600, cwd=REPO,
                            env=dict(os.environ, PYTHON=sys.executable, RAY_TMP=ray_tmp))
-        assert r.returncode in (0, 4), r.stderr[-3000:]
+        assert r.returncode == 4, r.stderr[-3000:]  # the same input that is not a trace
         assert "on Ray (127.0.0.1:6379)" in r.stdout, r.stdout
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
