@@ -30,8 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .runtime import require_gpu
 from traceinsight.errors import TraceInsightError
+
+from .runtime import require_gpu
 
 SHAPE = ("--qo-heads", "64", "--kv-heads", "8", "--head-dim", "128")
 HIDDEN = 64 * 128

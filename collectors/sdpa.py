@@ -23,6 +23,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from traceinsight.errors import ToolMissingError, TraceInsightError
+
 from . import sidecar
 from .sdpa_plan import (
     BACKENDS,
@@ -38,7 +40,6 @@ from .sdpa_plan import (
     plan_steps,
     scaled,
 )
-from traceinsight.errors import ToolMissingError, TraceInsightError
 
 
 def _torch() -> Any:
