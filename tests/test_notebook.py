@@ -32,11 +32,11 @@ def test_notebook_runs() -> None:
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert not [o for c in code for o in c.outputs if o.get("output_type") == "error"]
     shown = [_text(c) for c in code]
-    assert "390 steps, 23 findings" in shown[0]
+    assert "390 steps, 44 findings" in shown[0]
     assert shown[1].split("\n")[1].split()[:3] == ["0", "critical", "split-kv-off"]
     assert "flashinfer-cuda-core    260" in shown[3]  # 260 launches of the CUDA-core decode kernel
     assert shown[5] == "('split-kv-off', 13816404, 341326)"  # step 150's cause, wall time and baseline
     # The report printed in the notebook is laid out as the command's (no notebook display of rich's own).
     report = shown[8]
-    assert report.splitlines()[3].startswith("Findings: 6 root causes (23 findings")
+    assert report.splitlines()[3].startswith("Findings: 7 root causes (44 findings")
     assert all(line == line.rstrip() for line in report.splitlines())

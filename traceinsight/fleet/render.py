@@ -301,7 +301,7 @@ def _link_of(doc: dict[str, Any], trace: str | None) -> str | None:
 
 def render_markdown(doc: dict[str, Any], base: str = "", top: int = TOP) -> str:
     """The report as GitHub-flavoured Markdown; links relative, reaching the dataset folder by `base`."""
-    from traceinsight.report.markdown import md_table
+    from traceinsight.report.md_table import md_table
 
     ov = doc["overview"]
 
