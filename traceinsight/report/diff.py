@@ -14,6 +14,7 @@ import orjson
 
 from traceinsight.diagnose.finding import severity_rank
 from traceinsight.errors import FormatError, InputError
+from traceinsight.report.gate import KernelSamples, Thresholds, gate, gate_lines
 from traceinsight.report.json_doc import step_summary
 
 SCHEMA = "traceinsight.diff/1"
@@ -302,9 +303,11 @@ def _trace(doc: dict[str, Any]) -> dict[str, Any]:
     return {"path": tr.get("path"), "format": tr.get("format"), "gpu": (tr.get("gpu") or {}).get("name")}
 
 
-def diff_docs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """The diff of two analysis documents (schema traceinsight.diff/1)."""
-    doc = {
+def diff_docs(before: dict[str, Any], after: dict[str, Any], samples_before: KernelSamples | None = None,
+              samples_after: KernelSamples | None = None, thresholds: Thresholds | None = None) -> dict[str, Any]:
+    """The diff of two analysis documents (schema traceinsight.diff/1), with the regression gate (`gate`: groups
+    paired by kind, report/gate.py) over the kernel execution times `samples_*` when the inputs were traces."""
+    doc: dict[str, Any] = {
         "schema": SCHEMA,
         "before": _trace(before),
         "after": _trace(after),
@@ -314,7 +317,9 @@ def diff_docs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         "thresholds": _thresholds(before, after),
         "findings": _findings(before, after),
         "matched_steps": _steps_by_name(before, after),
+        "gate": gate(before, after, samples_before, samples_after, thresholds or Thresholds()),
     }
+    doc["gate"]["summary"] = gate_lines(doc["gate"])
     doc["summary"] = headline(doc)
     return doc
 
@@ -393,6 +398,20 @@ def render_text(d: dict[str, Any], console: Any) -> None:
         console.print()
         for line in d["summary"]:
             console.print(Text(f" • {line}"))
+    g = d["gate"]
+    console.print()
+    console.print(Text("Regression gate", style="bold"))
+    for line in g["summary"] + [f"note: {n}" for n in g["notes"]]:
+        console.print(Text(f" • {line}"))
+    gt = table("Step and kernel groups (paired by kind; change of median and p90 [95% CI])",
+               ["group", "verdict", "n", "median", "p90", "per step", "cause"], {"n", "per step"})
+    for row in g["step_groups"] + g["kernel_groups"]:
+        if not row["metrics"]:
+            continue
+        v = row["verdict"] + (" (path)" if row["status"] == "path-change" else "")
+        gt.add_row(row["group"], Text(v, style=_VERDICT_STYLE.get(row["verdict"], "")),
+                   f"{row['n_before']}->{row['n_after']}", *(_metric_cell(row, m) for m in ("median", "p90")),
+                   _signed_ns(row["per_step_ns"]), "; ".join(c["text"] for c in row["causes"]) or "-")
     ft = table("Findings", ["id", "status", "before", "after"], set())
     for f in d["findings"]:
         def side(g: dict[str, Any] | None) -> str:
@@ -420,10 +439,54 @@ def render_text(d: dict[str, Any], console: Any) -> None:
         tt.add_row(str(t["kernel"]), t["backend"] or "-", str(t["kv_heads"]),
                    Text(t["status"], style=style.get(t["status"], "")),
                    *(f"{b.get(c) or '-'} -> {a.get(c) or '-'}" for c in ("occupancy", "max_grid", "b_threshold")))
-    for t in (ft, kt, famt, tt):
+    for t in (gt, ft, kt, famt, tt):
         if t.row_count:
             console.print()
             console.print(t)
+
+
+_VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "unchanged": "dim"}
+
+
+def _metric_cell(row: dict[str, Any], m: str) -> str:
+    v = (row.get("metrics") or {}).get(m) or {}
+    if v.get("change") is None:
+        return "-"
+    if v.get("ci_low") is None:
+        return f"{v['change']:+.1%} (n<5)"
+    return f"{v['change']:+.1%} [{v['ci_low']:+.1%}, {v['ci_high']:+.1%}]"
+
+
+def _signed_ns(ns: int | None) -> str:
+    from traceinsight.units import fmt_ns
+
+    if ns is None:
+        return "-"
+    return ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns))
+
+
+def _gate_html(g: dict[str, Any]) -> str:
+    from traceinsight.report.html import esc, table
+
+    cls = {"regressed": "up", "improved": "down"}
+    items = "".join(f"<li>{esc(line)}</li>" for line in g["summary"] + [f"note: {n}" for n in g["notes"]])
+    rows = []
+    for row in g["step_groups"] + g["kernel_groups"]:
+        if not row["metrics"]:
+            continue
+        v = row["verdict"] + (" (path change)" if row["status"] == "path-change" else "")
+        rows.append([esc(row["group"]), f'<span class="{cls.get(row["verdict"], "")}">{esc(v)}</span>',
+                     f"{row['n_before']} → {row['n_after']}", esc(_metric_cell(row, "median")),
+                     esc(_metric_cell(row, "p90")), esc(_signed_ns(row["per_step_ns"])),
+                     esc("; ".join(c["text"] for c in row["causes"]) or "–")])
+    unpaired = [f"{row['status']}: {row['group']}" for row in g["step_groups"] + g["kernel_groups"]
+                if not row["metrics"]]
+    more = ("<p>Without a partner: " + esc("; ".join(unpaired)) + "</p>") if unpaired else ""
+    return ('<section data-section="gate"><h2>Regression gate</h2>'
+            f'<ul>{items}</ul>' + (table([("group", ""), ("verdict", ""), ("n", "num"), ("median [95% CI]", "num"),
+                                          ("p90 [95% CI]", "num"), ("per step", "num"), ("cause", "")], rows)
+                                   if rows else '<p class="na">no group paired</p>')
+            + more + f'<p class="caption">{esc(g["method"])}</p></section>')
 
 
 def render_html(d: dict[str, Any]) -> str:
@@ -447,6 +510,7 @@ def render_html(d: dict[str, Any]) -> str:
              f'after <b>{esc(d["after"]["path"])}</b> ({esc(d["after"]["gpu"])})</p></header>']
     items = "".join(f"<li>{esc(line)}</li>" for line in d["summary"]) or "<li>no change</li>"
     parts.append(f'<section data-section="summary"><h2>What changed</h2><ul>{items}</ul></section>')
+    parts.append(_gate_html(d["gate"]))
     rows = [[esc(f["id"]), st(f["status"]), side(f["before"]), side(f["after"])] for f in d["findings"]]
     parts.append('<section data-section="findings"><h2>Findings</h2>'
                  + (table([("id", "mono"), ("status", ""), ("before", ""), ("after", "")], rows) if rows
