@@ -32,7 +32,7 @@ def _metric(row: Mapping[str, Any], m: str) -> str:
     return f"{v['change']:+.1%} [{v['ci_low']:+.1%}, {v['ci_high']:+.1%}]"
 
 
-VERDICT_MARK = {"regressed": "🔴 regressed", "improved": "🟢 improved", "unchanged": "unchanged"}
+VERDICT_MARK = {"regressed": "**regressed**", "improved": "**improved**", "unchanged": "unchanged"}
 
 
 def _groups_table(rows: list[Mapping[str, Any]], kind: str) -> list[str]:
@@ -75,7 +75,7 @@ def render_markdown(d: Mapping[str, Any]) -> str:
             shown, more = _shown(paired)
             lines += ["", f"### {title}", "", *_groups_table(shown, title[:-1].lower())]
             if more:
-                lines += ["", f"{more} more unchanged {title.lower()} groups: see `--format json`."]
+                lines += ["", f"{more} more unchanged {title[:-1].lower()} groups: see `--format json`."]
         unpaired = [r for r in rows if not r.get("metrics")]
         if unpaired:
             lines += ["", f"{title} without a partner:", ""]
