@@ -7,8 +7,8 @@ change injected: the right group must regress or improve, with its cause, exit 3
 For each pair: the `traceinsight diff` exit status under --fail-on-regression, the step groups and kernel groups
 compared, the largest |median change| of any paired group (the A/A pairs' is the run-to-run floor a threshold must
 stay above), and the groups that regressed / improved with their change, interval and cause. Pairs come from
-PAIRS below (examples/loop) and, when present, from examples/gate/truth.json (the A/A and A/B captures of
-`collect` made for the gate; each pair there says what was injected and where it must show).
+PAIRS below (examples/loop) and from every examples/**/abtest.truth.json (the A/A and A/B captures of
+collectors/abtest.py; each pair there says what was injected and where it must show).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOP = ROOT / "examples" / "loop"
-GATE = ROOT / "examples" / "gate"
 
 
 def _loop(name: str) -> tuple[str, str]:
@@ -42,17 +41,29 @@ PAIRS: dict[str, tuple[str, tuple[str, str], tuple[str, str], str]] = {
 }
 
 
+def truth_files() -> list[Path]:
+    """Every abtest.truth.json under examples/ (collectors/abtest.py writes one beside its captures)."""
+    return sorted((ROOT / "examples").glob("**/abtest.truth.json"))
+
+
 def truth_pairs() -> dict[str, tuple[str, tuple[str, str], tuple[str, str], str]]:
-    """The pairs examples/gate/truth.json lists (when the gate captures are there)."""
-    path = GATE / "truth.json"
-    if not path.is_file():
-        return {}
-    doc = json.loads(path.read_text())
+    """The pairs of each abtest.truth.json (schema traceinsight.abtest/1): runs by name, pairs of run names."""
     out = {}
-    for p in doc.get("pairs") or []:
-        def side(s: dict[str, Any]) -> tuple[str, str]:
-            return str(GATE / s["trace"]), str(GATE / s["sidecar"]) if s.get("sidecar") else ""
-        out[p["name"]] = (p.get("kind", "A/B"), side(p["before"]), side(p["after"]), p.get("expect", ""))
+    for path in truth_files():
+        doc = json.loads(path.read_text())
+        runs = {r["name"]: r for r in doc.get("runs") or []}
+
+        def side(name: str, folder: Path = path.parent, runs: dict[str, Any] = runs) -> tuple[str, str]:
+            r = runs[name]
+            return str(folder / r["trace"]), str(folder / r["sidecar"]) if r.get("sidecar") else ""
+
+        for p in doc.get("pairs") or []:
+            if p["before"] not in runs or p["after"] not in runs:
+                continue
+            expect = p["expect"] + (f" in {p['group']}" if p.get("group") else "") + (
+                f" ({p['change']})" if p.get("change") else "") + (f"; {p['compare']}" if p.get("compare") else "")
+            out[f"{path.parent.name}: {p['before']} vs {p['after']}"] = (
+                p.get("kind", "A/B"), side(p["before"]), side(p["after"]), expect)
     return out
 
 
