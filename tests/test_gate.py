@@ -11,6 +11,7 @@ captures of examples/loop (NVIDIA H200, examples/loop/README.md):
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,28 @@ def test_markdown_is_a_table_per_kind_of_group() -> None:
     assert lines[head].startswith("| step | verdict |") and lines[head + 1].startswith("|---|")
     assert "regressed" in lines[head + 2] and "idle-host grew by" in lines[head + 2]
     assert "### Kernels" in lines
+
+
+def test_html_shows_both_runs_side_by_side(tmp_path: Path) -> None:
+    """The page draws latency against batch size for both runs on one axes and the two step timelines; the
+    points are the medians of each side's decode steps per batch size (the sidecars' batch sizes 160-165)."""
+    from traceinsight.report.diff_figures import latency_by_batch
+
+    b, mb = _trace("core_graph_torch")
+    a, ma = _trace("core_torch")
+    out = tmp_path / "diff.html"
+    r = CliRunner().invoke(main, ["diff", b, a, "--meta-before", mb, "--meta-after", ma, "--format", "html",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text(encoding="utf-8")
+    section = text[text.index('data-section="side-by-side"'):]
+    section = section[:section.index("</section>")]
+    assert section.count("<svg") == 2 and "http://" not in section.replace('"http://www.w3.org', "")
+    assert "before (234 steps)" in section and "after (234 steps)" in section  # the legend: decode steps
+    with gzip.open(mb) as fh:
+        sidecar = json.load(fh)
+    sizes = {s["batch_size"] for s in sidecar["steps"] if s.get("phase") == "decode"}
+    assert sizes == {160, 161, 162, 163, 164, 165}
+    doc = json.loads(CliRunner().invoke(main, ["analyze", b, "--meta", mb, "--format", "json", "--steps",
+                                               "all"]).stdout)
+    assert {p[0] for p in latency_by_batch(doc)} == sizes

@@ -115,7 +115,7 @@ def command(before: Path, after: Path, fmt: str, out: Path | None, meta_before: 
             sys.stdout.flush()
     elif fmt in ("html", "markdown", "md"):
         if fmt == "html":
-            text = render_html(d)
+            text = render_html(d, (doc_b, doc_a))
         else:
             from traceinsight.report.diff_markdown import render_markdown
 

@@ -489,8 +489,9 @@ def _gate_html(g: dict[str, Any]) -> str:
             + more + f'<p class="caption">{esc(g["method"])}</p></section>')
 
 
-def render_html(d: dict[str, Any]) -> str:
-    """The diff as a self-contained HTML page (same style as the report)."""
+def render_html(d: dict[str, Any], docs: tuple[dict[str, Any], dict[str, Any]] | None = None) -> str:
+    """The diff as a self-contained HTML page (same style as the report); with the two analysis documents
+    (`docs`: before, after), their latency against batch size and step timelines side by side."""
     from traceinsight.report.html import esc, page, table
     from traceinsight.units import fmt_ns
 
@@ -511,6 +512,10 @@ def render_html(d: dict[str, Any]) -> str:
     items = "".join(f"<li>{esc(line)}</li>" for line in d["summary"]) or "<li>no change</li>"
     parts.append(f'<section data-section="summary"><h2>What changed</h2><ul>{items}</ul></section>')
     parts.append(_gate_html(d["gate"]))
+    if docs is not None:
+        from traceinsight.report.diff_figures import side_by_side_html
+
+        parts.append(side_by_side_html(*docs))
     rows = [[esc(f["id"]), st(f["status"]), side(f["before"]), side(f["after"])] for f in d["findings"]]
     parts.append('<section data-section="findings"><h2>Findings</h2>'
                  + (table([("id", "mono"), ("status", ""), ("before", ""), ("after", "")], rows) if rows
