@@ -85,10 +85,13 @@ def parse_share(text: str | None, option: str) -> float | None:
               help="The change of a group's median its interval must clear for a verdict [default: 5%].")
 @click.option("--threshold-p90", default=None, metavar="SHARE",
               help="The change of a group's p90 its interval must clear for a verdict [default: 5%].")
+@click.option("--noise", "noise", multiple=True, type=click.Path(path_type=Path), metavar="AA_DIFF.json",
+              help="A diff of two captures of the same workload (`diff A1 A2 --format json`); repeatable. Each "
+                   "group's threshold grows by the largest change its A/A diffs show (the run-to-run noise).")
 @user_errors
 def command(before: Path, after: Path, fmt: str, out: Path | None, meta_before: tuple[str, ...],
             meta_after: tuple[str, ...], step_pattern: str | None, fail_on: str | None,
-            threshold_median: str | None, threshold_p90: str | None) -> None:
+            threshold_median: str | None, threshold_p90: str | None, noise: tuple[Path, ...]) -> None:
     """Compare BEFORE and AFTER (trace files, JSON written by `analyze --format json`, or folders written by
     `analyze --save`): steps and kernels paired by kind, the change of each group's median and p90 with a
     bootstrap confidence interval, a verdict where it clears the threshold and its cause; per kernel family and
@@ -102,7 +105,13 @@ def command(before: Path, after: Path, fmt: str, out: Path | None, meta_before: 
     base = fail if fail is not None else DEFAULT_THRESHOLD
     med = parse_share(threshold_median, "--threshold-median")
     p90 = parse_share(threshold_p90, "--threshold-p90")
-    th = Thresholds(median=med if med is not None else base, p90=p90 if p90 is not None else base)
+    cal = None
+    if noise:
+        from traceinsight.report.diff import load_analysis_json
+        from traceinsight.report.gate import calibration
+
+        cal = calibration([(str(p), load_analysis_json(p)) for p in noise])
+    th = Thresholds(median=med if med is not None else base, p90=p90 if p90 is not None else base, calibration=cal)
     doc_b, samples_b = _doc(before, meta_before, step_pattern)
     doc_a, samples_a = _doc(after, meta_after, step_pattern)
     d = diff_docs(doc_b, doc_a, samples_b, samples_a, th)

@@ -50,6 +50,8 @@ def load_analysis_json(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (orjson.JSONDecodeError, EOFError, gzip.BadGzipFile) as exc:
         raise FormatError(f"{path}: damaged analysis JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"{path}: a JSON {type(doc).__name__}, not a traceinsight document")
     if doc.get("schema") == "traceinsight.analyses/1":
         traces = doc.get("traces") or []
         if len(traces) != 1:

@@ -42,6 +42,10 @@ GROUP_VERDICTS = ("regressed", "improved", "unchanged")
 COMPONENT_CAUSE_SHARE = 0.5
 # Split-KV counts as newly off when the share of launches without it grew by at least this much.
 SPLIT_OFF_SHARE_RISE = 0.2
+# Unchanged groups whose median moved by at least this much (and whose interval excludes 0) get a summary line
+# saying the change is there but below the gate; at most BELOW_LINES of them.
+BELOW_SHOWN = 0.02
+BELOW_LINES = 5
 METHOD = (f"percentile bootstrap ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}) of the relative change "
           f"of each quantile, {CONFIDENCE:.0%} interval; quantile = order statistic of rank ceil(q*n); fewer than "
           f"{MIN_SAMPLES} values on a side: no interval, no verdict")
@@ -50,14 +54,65 @@ KernelKey = tuple[str, str, str | None, str | None]  # (family, kernel spelling,
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """Run-to-run noise measured on A/A diffs (two captures of one workload, `diff --format json`): per group label
+    and metric the largest |change| seen, and per family ('steps' for step groups) the largest of its groups, for
+    groups the A/A diffs did not have."""
+
+    sources: tuple[str, ...]
+    groups: Mapping[str, Mapping[str, float]]
+    families: Mapping[str, Mapping[str, float]]
+
+    def floor(self, group: str, family: str, metric: str) -> float:
+        got = self.groups.get(group)
+        if got is not None and metric in got:
+            return got[metric]
+        return self.families.get(family, {}).get(metric, max((f.get(metric, 0.0) for f in self.families.values()),
+                                                              default=0.0))
+
+
+def calibration(diffs: Sequence[tuple[str, Mapping[str, Any]]]) -> Calibration:
+    """The run-to-run noise of A/A diff documents (name, traceinsight.diff/1 with its `gate`): a FormatError
+    naming the file when one is not a diff with a gate."""
+    from traceinsight.errors import FormatError
+
+    groups: dict[str, dict[str, float]] = defaultdict(dict)
+    families: dict[str, dict[str, float]] = defaultdict(dict)
+    for name, d in diffs:
+        g = d.get("gate") if isinstance(d, Mapping) else None
+        if not isinstance(g, Mapping) or d.get("schema") != "traceinsight.diff/1":
+            raise FormatError(f"{name}: not a diff with a regression gate (write one with traceinsight diff A1 A2 "
+                              "--format json)")
+        for row in list(g.get("step_groups") or []) + list(g.get("kernel_groups") or []):
+            fam = row.get("family") or "steps"
+            for m, v in (row.get("metrics") or {}).items():
+                if v.get("change") is None or v.get("ci_low") is None:
+                    continue
+                x = abs(float(v["change"]))
+                groups[row["group"]][m] = max(groups[row["group"]].get(m, 0.0), x)
+                families[fam][m] = max(families[fam].get(m, 0.0), x)
+    return Calibration(tuple(n for n, _ in diffs), dict(groups), dict(families))
+
+
+@dataclass(frozen=True)
 class Thresholds:
-    """The relative change a metric's interval must clear to count as a regression / improvement (0.05 = 5 %)."""
+    """The relative change a metric's interval must clear to count as a regression / improvement (0.05 = 5 %),
+    widened per group by the run-to-run noise of A/A diffs when `calibration` is given: threshold + that group's
+    largest A/A change (its family's largest for a group the A/A diffs did not have)."""
 
     median: float = DEFAULT_THRESHOLD
     p90: float = DEFAULT_THRESHOLD
+    calibration: Calibration | None = None
 
     def of(self, metric: str) -> float:
         return float(getattr(self, metric))
+
+    def for_group(self, metric: str, group: str, family: str) -> tuple[float, float | None]:
+        """(threshold for this group and metric, its run-to-run floor or None without calibration)."""
+        if self.calibration is None:
+            return self.of(metric), None
+        floor = self.calibration.floor(group, family, metric)
+        return self.of(metric) + floor, floor
 
 
 @dataclass
@@ -97,12 +152,14 @@ def attention_samples(doc: Mapping[str, Any], into: KernelSamples | None = None)
 
 # --- groups ---------------------------------------------------------------------------------------------------
 
-def _metrics(before: Sequence[int], after: Sequence[int], th: Thresholds) -> dict[str, Any]:
+def _metrics(before: Sequence[int], after: Sequence[int], th: Thresholds, group: str,
+             family: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for m, q in METRICS.items():
         c = quantile_change(before, after, q)
-        out[m] = {**c.to_json(), "verdict": verdict(c, th.of(m)), "threshold": th.of(m),
-                  "noise_floor": _r(noise_floor(c)), "detected": _detected(c)}
+        limit, floor = th.for_group(m, group, family)
+        out[m] = {**c.to_json(), "verdict": verdict(c, limit), "threshold": _r(limit),
+                  "noise_floor": _r(noise_floor(c)), "run_to_run": _r(floor), "detected": _detected(c)}
     return out
 
 
@@ -251,7 +308,7 @@ def step_groups(before_doc: Mapping[str, Any], after_doc: Mapping[str, Any], th:
         sb, sa = gb[kb], ga[ka]
         wb = [int(s.get("wall_ns") or s["dur_ns"]) for s in sb]
         wa = [int(s.get("wall_ns") or s["dur_ns"]) for s in sa]
-        metrics = _metrics(wb, wa, th)
+        metrics = _metrics(wb, wa, th, _label(ka), "steps")
         comps = _components(sb, sa)
         causes: list[dict[str, Any]] = []
         if status == "path-change":
@@ -337,7 +394,7 @@ def kernel_groups(before: KernelSamples, after: KernelSamples, steps_before: int
                                "per_step_before": _per_step(db, steps_before),
                                "per_step_after": _per_step(da, steps_after), "causes": []}
         if db and da:
-            metrics = _metrics(db, da, th)
+            metrics = _metrics(db, da, th, label, key[0])
             per_step = row["per_step_after"] or 1.0
             delta = (_median(da) - _median(db)) * per_step
             row.update({"metrics": metrics, "verdict": _group_verdict(metrics), "per_step_ns": int(delta)})
@@ -399,9 +456,13 @@ def gate(before_doc: Mapping[str, Any], after_doc: Mapping[str, Any], before: Ke
     improved = [g["group"] for g in steps + kernels if g["verdict"] == "improved"]
     floors = [(g["metrics"][m]["noise_floor"], g["group"], m) for g in steps + kernels if g["metrics"]
               for m in METRICS if g["metrics"][m]["noise_floor"] is not None]
+    cal = th.calibration
     return {
         "method": METHOD,
         "thresholds": {m: th.of(m) for m in METRICS},
+        "calibration": None if cal is None else {
+            "sources": list(cal.sources), "groups": len(cal.groups),
+            "largest": {m: _largest(cal, m) for m in METRICS}},
         "step_groups": steps,
         "kernel_groups": kernels,
         "regressed": regressed,
@@ -410,6 +471,14 @@ def gate(before_doc: Mapping[str, Any], after_doc: Mapping[str, Any], before: Ke
                         "max_metric": max(floors)[2]} if floors else None,
         "notes": notes,
     }
+
+
+def _largest(cal: Calibration, metric: str) -> dict[str, Any] | None:
+    vals = [(v[metric], k) for k, v in cal.groups.items() if metric in v]
+    if not vals:
+        return None
+    top = max(vals)
+    return {"group": top[1], "change": round(top[0], 5)}
 
 
 def gate_lines(g: Mapping[str, Any]) -> list[str]:
@@ -425,6 +494,24 @@ def gate_lines(g: Mapping[str, Any]) -> list[str]:
         n = sum(1 for r in g["step_groups"] + g["kernel_groups"] if r["verdict"])
         th = ", ".join(f"{m} {v:.0%}" for m, v in g["thresholds"].items())
         lines.append(f"no group regressed or improved beyond the thresholds ({th}): {n} groups compared")
+    cal = g.get("calibration")
+    if cal:
+        big = cal["largest"].get("median")
+        lines.append(f"thresholds widened per group by the run-to-run change of {len(cal['sources'])} A/A diff(s)"
+                     + (f" (largest median change {big['change']:.1%}: {big['group']})" if big else ""))
+    below = []
+    for row in g["step_groups"] + g["kernel_groups"]:  # changes the samples show that the thresholds absorb
+        med = (row.get("metrics") or {}).get("median") or {}
+        if row.get("verdict") == "unchanged" and med.get("detected") and abs(med.get("change") or 0) >= BELOW_SHOWN:
+            rr = med.get("run_to_run")
+            why = (f"below its threshold {med['threshold']:.1%} ({g['thresholds']['median']:.1%} + run-to-run floor "
+                   f"{rr:.1%})" if rr is not None else f"below the {med['threshold']:.1%} threshold")
+            below.append((abs(med["change"]), f"below the gate: {row['group']}: median {med['change']:+.1%} "
+                                              f"[{med['ci_low']:+.1%}, {med['ci_high']:+.1%}], {why}"))
+    below.sort(key=lambda x: -x[0])
+    lines += [text for _, text in below[:BELOW_LINES]]
+    if len(below) > BELOW_LINES:
+        lines.append(f"and {len(below) - BELOW_LINES} more groups with a smaller change below the gate")
     return lines
 
 
