@@ -28,7 +28,9 @@ from collectors.config import (
     NCU_METRICS,
     PACK_GQA,
     PATHS,
+    PREFILL_BACKENDS,
     PROFILERS,
+    SPLIT_KV,
     Fa3Config,
     LoopConfig,
     ModelShape,
@@ -224,11 +226,18 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
     loop = LoopConfig(o["batch"], o["layers"], o["vocab"], o["intermediate"], o["scenario"], o["events"],
                       o["first_event"], o["spacing"], parse_span(o["prompt_len"], "--prompt-len"),
                       parse_span(o["prefill_len"], "--prefill-len"), o["chunk"], o["chunk_prompt"], o["long_len"],
-                      o["onset_len"], o["stall_factor"], o["sleep_ms"], o["cpu_ms"])
+                      o["onset_len"], o["stall_factor"], o["sleep_ms"], o["cpu_ms"], gemm_factor=o["gemm_factor"],
+                      gemm_steps=o["gemm_steps"], split_kv=o["split_kv"], prefill_backend=o["prefill_backend"])
+    if loop.split_kv == "off" and paths[0] != "tc-fa2":
+        raise CollectError(f"collect: --split-kv off needs --paths tc-fa2 (FlashInfer 0.6.1 takes disable_split_kv "
+                           f"in its FA2 tensor-core decode planner only), got --paths {paths[0]}")
     try:
-        plan_loop(loop, steps, warmup, o["seed"], shape.page_size)
+        plan = plan_loop(loop, steps, warmup, o["seed"], shape.page_size)
     except ValueError as exc:
         raise CollectError(f"collect: {exc}") from None
+    if o["cuda_graph"] and any(e.kind == "gemm-burst" for e in plan.events):
+        raise CollectError("collect: gemm-burst events run eager only (a decode step's CUDA graph holds the stack "
+                           "without the extra MLP): drop --cuda-graph")
     return loop
 
 
@@ -245,7 +254,7 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
 @click.option("--paths", default=None,
               help="Decode paths: cuda-core (use_tensor_cores=False), tc-fa2 (tensor cores, FA2 backend), "
                    "tc-auto (tensor cores, FlashInfer's choice: SM90 on Hopper for bf16). Default cuda-core,tc-fa2; "
-                   "loop: one of cuda-core, tc-fa2 (default tc-fa2); --backend fa3: fa3-varlen.")
+                   "loop: one of cuda-core, tc-fa2, tc-auto (default tc-fa2); --backend fa3: fa3-varlen.")
 @click.option("--batch-sizes", default=",".join(map(str, DEFAULT_BATCH_SIZES)), show_default=True,
               help="Sweep/timing batch sizes (requests).")
 @click.option("--dists", default=",".join(DISTRIBUTIONS), show_default=True,
@@ -289,7 +298,8 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
                    "prefill, an onset join, a long join), host, prefill, join, none.")
 @click.option("--events", default="",
               help="Loop: explicit events instead of the scenario, KIND@STEP[:TOKENS],... (KIND host-sleep, "
-                   "host-cpu, prefill, chunked-prefill, long-join; STEP a measured step).")
+                   "host-cpu, prefill, chunked-prefill, long-join, gemm-burst; STEP a measured step; gemm-burst's "
+                   ":N is its count of consecutive steps).")
 @click.option("--first-event", type=int, default=22, show_default=True, help="Loop: measured step of the first event.")
 @click.option("--spacing", type=int, default=22, show_default=True, help="Loop: steps from one event to the next.")
 @click.option("--prefill-len", default="4096:8192", show_default=True, help="Loop: prefill prompt tokens LOW:HIGH.")
@@ -302,6 +312,15 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
               help="Loop: host stalls last this many times the median warm-up step, unless --sleep-ms/--cpu-ms.")
 @click.option("--sleep-ms", type=float, default=0.0, show_default=True, help="Loop: host-sleep stall (0: derived).")
 @click.option("--cpu-ms", type=float, default=0.0, show_default=True, help="Loop: host-cpu stall (0: derived).")
+@click.option("--gemm-factor", type=float, default=1.6, show_default=True,
+              help="Loop: a gemm-burst step takes about this many times the median warm-up step (extra GEMMs).")
+@click.option("--gemm-steps", type=int, default=4, show_default=True,
+              help="Loop: consecutive steps of a gemm-burst event given without :STEPS.")
+@click.option("--split-kv", type=click.Choice(SPLIT_KV), default="auto", show_default=True,
+              help="Loop: off plans the decode wrapper with disable_split_kv=True (tc-fa2 only).")
+@click.option("--prefill-backend", type=click.Choice(PREFILL_BACKENDS), default="fa2", show_default=True,
+              help="Loop: BatchPrefillWithPagedKVCacheWrapper backend of prefill and mixed steps (fa3: SM90 kernels, "
+                   "Hopper).")
 @click.option("--ncu-metrics", default="",
               help="ncu: comma-separated metrics (default: collectors.config.NCU_METRICS); 'none' with "
                    "--ncu-sections: the sections alone.")

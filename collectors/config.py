@@ -143,9 +143,12 @@ class ServingConfig:
 
 
 # The model-like decode loop (`loop`): its decode paths, profilers, scenarios and injected events.
-LOOP_PATHS = ("cuda-core", "tc-fa2")
+LOOP_PATHS = ("cuda-core", "tc-fa2", "tc-auto")
 LOOP_PROFILERS = ("torch", "nsys", "none")
-LOOP_EVENTS = ("host-sleep", "host-cpu", "prefill", "chunked-prefill", "long-join")
+LOOP_EVENTS = ("host-sleep", "host-cpu", "prefill", "chunked-prefill", "long-join", "gemm-burst")
+# The loop's prefill / mixed steps: BatchPrefillWithPagedKVCacheWrapper's tensor-core backends (fa3: SM90 only).
+PREFILL_BACKENDS = ("fa2", "fa3")
+SPLIT_KV = ("auto", "off")  # off: plan(disable_split_kv=True), the FA2 tensor-core decode planner only
 LOOP_SCENARIOS = ("default", "host", "prefill", "join", "none")
 PATH_SHORT = {"cuda-core": "core", "tc-fa2": "fa2", "tc-auto": "auto"}
 
@@ -202,7 +205,9 @@ class LoopConfig:
     transformer stack; `scenario` (or an explicit `events` list, "KIND@STEP[:TOKENS],...", STEP counted from the
     first measured step) adds host stalls, prefills, chunked prefills and long-KV joins, the first at measured
     step `first`, then one every `spacing` steps. Host stalls last `sleep_ms` / `cpu_ms`, or, when 0,
-    `stall_factor` x the median warm-up step.
+    `stall_factor` x the median warm-up step. A `gemm-burst` event (STEP[:STEPS], `gemm_steps` by default) gives
+    each of its consecutive decode steps an extra MLP of GEMMs in every layer, sized on the warm-up steps so that
+    the step takes about `gemm_factor` x the median warm-up step.
     """
 
     batch: int = 48
@@ -222,6 +227,10 @@ class LoopConfig:
     stall_factor: float = 1.5
     sleep_ms: float = 0.0
     cpu_ms: float = 0.0
+    gemm_factor: float = 1.6  # a gemm-burst step takes about this many times the median warm-up step
+    gemm_steps: int = 4  # consecutive steps of a gemm-burst event without an explicit count
+    split_kv: str = "auto"  # auto: the planner decides; off: disable_split_kv=True (tc-fa2 decode)
+    prefill_backend: str = "fa2"  # prefill / mixed steps: BatchPrefillWithPagedKVCacheWrapper(backend=...)
 
     def mlp_width(self, hidden: int) -> int:
         """The MLP's intermediate width: `intermediate`, or 2.5 x hidden rounded up to a multiple of 256."""

@@ -98,10 +98,13 @@ class DecodeBench:
             backend=spec.backend,
         )
 
-    def plan(self, wrapper: Any, batch: PagedBatch) -> None:
+    def plan(self, wrapper: Any, batch: PagedBatch, disable_split_kv: bool = False) -> None:
+        """Plan `batch`; `disable_split_kv` (FA2 tensor-core decode only: 0.6.1's CUDA-core planner takes no such
+        argument) keeps every request in one KV chunk."""
         s = self.shape
+        kw = {"disable_split_kv": True} if disable_split_kv else {}
         wrapper.plan(batch.indptr, batch.indices, batch.last_page_len, s.qo_heads, s.kv_heads, s.head_dim,
-                     s.page_size, q_data_type=self.q_dtype, kv_data_type=self.kv_dtype)
+                     s.page_size, q_data_type=self.q_dtype, kv_data_type=self.kv_dtype, **kw)
 
     def query(self, batch_size: int) -> Any:
         t, s = self.rt.torch, self.shape

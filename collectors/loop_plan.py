@@ -15,7 +15,8 @@ A step is one of
 Events: `host-sleep` / `host-cpu` (a decode step whose host stalls mid-step), `prefill` (a prefill step; the
 request decodes from the next step on), `chunked-prefill` (consecutive mixed steps, one per chunk; the request
 decodes after its last chunk), `long-join` (a request whose KV of `join_len` tokens appears without a prefill
-joins the decode batch and stays).
+joins the decode batch and stays), `gemm-burst` (`gemm-burst@STEP:STEPS`: STEPS consecutive decode steps, each
+with an extra MLP of GEMMs in every layer; the GPU side sizes it, loop.py).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ import random
 import re
 from dataclasses import dataclass
 
-from collectors.config import LOOP_EVENTS, LOOP_SCENARIOS, LoopConfig
+from collectors.config import LOOP_EVENTS, LOOP_SCENARIOS, PREFILL_BACKENDS, SPLIT_KV, LoopConfig
 
 HOST_EVENTS = ("host-sleep", "host-cpu")
+GEMM_EVENT = "gemm-burst"  # its `:N` is a count of steps, not tokens
 
 # The events of each scenario, in order; "onset" is a long join of `onset_len` tokens (left out when it is 0).
 SCENARIOS: dict[str, tuple[str, ...]] = {
@@ -46,8 +48,9 @@ _EVENT_RE = re.compile(r"^(?P<kind>[a-z-]+)@(?P<step>\d+)(?::(?P<tokens>\d+))?$"
 @dataclass(frozen=True)
 class Event:
     """One injected event. `step`: the measured step it starts at; `span`: steps it occupies (chunks of a chunked
-    prefill, else 1); `tokens`: the prompt (prefill, chunked-prefill) or the KV length (long-join), None for host
-    stalls; `role`: "onset" for the first, moderate long join of a scenario, else None."""
+    prefill, steps of a gemm burst, else 1); `tokens`: the prompt (prefill, chunked-prefill) or the KV length
+    (long-join), None for host stalls and gemm bursts; `role`: "onset" for the first, moderate long join of a
+    scenario, else None."""
 
     kind: str
     step: int
@@ -150,12 +153,15 @@ def parse_events(text: str) -> list[tuple[str, int, int | None]]:
         if tokens is not None and m["kind"] in HOST_EVENTS:
             raise ValueError(f"--events: {item!r}: host stalls take no token count")
         if tokens is not None and tokens < 1:
-            raise ValueError(f"--events: {item!r}: tokens must be at least 1")
+            what = "the step count" if m["kind"] == GEMM_EVENT else "tokens"
+            raise ValueError(f"--events: {item!r}: {what} must be at least 1")
         out.append((m["kind"], int(m["step"]), tokens))
     return out
 
 
 def _span(kind: str, tokens: int | None, cfg: LoopConfig) -> int:
+    if kind == GEMM_EVENT:
+        return tokens or cfg.gemm_steps
     return math.ceil((tokens or cfg.chunk_prompt) / cfg.chunk) if kind == "chunked-prefill" else 1
 
 
@@ -183,7 +189,10 @@ def place_events(cfg: LoopConfig, steps: int, rng: random.Random) -> list[Event]
             tokens = rng.randint(*cfg.prefill_len)
         elif kind == "chunked-prefill" and tokens is None:
             tokens = cfg.chunk_prompt
-        events.append(Event(kind, step, tokens, _span(kind, tokens, cfg), role))
+        span = _span(kind, tokens, cfg)
+        if kind == GEMM_EVENT:
+            tokens = None  # its count was the span
+        events.append(Event(kind, step, tokens, span, role))
     end = -1
     for ev in events:
         if ev.step <= end:
@@ -203,13 +212,21 @@ def check(cfg: LoopConfig) -> None:
                                    ("--vocab", cfg.vocab, 2), ("--intermediate", cfg.intermediate, 0),
                                    ("--first-event", cfg.first, 0), ("--spacing", cfg.spacing, 1),
                                    ("--chunk", cfg.chunk, 1), ("--chunk-prompt", cfg.chunk_prompt, 1),
-                                   ("--long-len", cfg.join_len, 1), ("--onset-len", cfg.onset_len, 0)):
+                                   ("--long-len", cfg.join_len, 1), ("--onset-len", cfg.onset_len, 0),
+                                   ("--gemm-steps", cfg.gemm_steps, 1)):
         if value < minimum:
             raise ValueError(f"{option} must be at least {minimum}, got {value}")
     for option, amount in (("--stall-factor", cfg.stall_factor), ("--sleep-ms", cfg.sleep_ms),
                            ("--cpu-ms", cfg.cpu_ms)):
         if not amount >= 0 or not math.isfinite(amount):
             raise ValueError(f"{option} must be a finite number >= 0, got {amount}")
+    if not (math.isfinite(cfg.gemm_factor) and cfg.gemm_factor > 1):
+        raise ValueError(f"--gemm-factor must be a finite number above 1, got {cfg.gemm_factor}")
+    if cfg.split_kv not in SPLIT_KV:
+        raise ValueError(f"unknown --split-kv {cfg.split_kv!r} (choose from {', '.join(SPLIT_KV)})")
+    if cfg.prefill_backend not in PREFILL_BACKENDS:
+        raise ValueError(f"unknown --prefill-backend {cfg.prefill_backend!r} "
+                         f"(choose from {', '.join(PREFILL_BACKENDS)})")
     if cfg.stall_factor == 0 and (cfg.sleep_ms == 0 or cfg.cpu_ms == 0):
         raise ValueError("--stall-factor 0 needs --sleep-ms and --cpu-ms")
     for option, (lo, hi) in (("--prompt-len", cfg.prompt_len), ("--prefill-len", cfg.prefill_len)):
@@ -231,6 +248,7 @@ def plan_loop(cfg: LoopConfig, steps: int, warmup: int, seed: int, page_size: in
     ctx = {r.rid: r.prompt for r in requests}  # KV tokens held before the step
     running = [r.rid for r in requests]
     by_step = {warmup + e.step: e for e in events}
+    bursting = {warmup + e.step + i for e in events if e.kind == GEMM_EVENT for i in range(e.span)}
     out: list[LoopStep] = []
     chunking: tuple[int, int, int] | None = None  # (rid, prompt, chunks left)
     for index in range(warmup + steps):
@@ -263,6 +281,8 @@ def plan_loop(cfg: LoopConfig, steps: int, warmup: int, seed: int, page_size: in
         for r in rids:
             ctx[r] += 1
         phase, tokens = "decode", (ev.tokens if ev else None)
+        if index in bursting:
+            kind = GEMM_EVENT
         if chunking is not None:
             rid, prompt, left = chunking
             n = min(cfg.chunk, prompt - ctx[rid])

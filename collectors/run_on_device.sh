@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run a whole collection on a GPU machine without internet, in one go.
 #
-#   collectors/run_on_device.sh smoke|full|check|loop [full]|fa3 [full]
+#   collectors/run_on_device.sh smoke|full|check|loop [full]|fa3 [full]|captures [smoke|full]
 #
 # loop: the decode-loop captures of ../examples/loop (tiny loops of every mode first, into /tmp/smoke, packed as
 # smoke.tgz; then the five full runs into collected.tgz), each summarized by examples/loop/step_times.py;
@@ -12,6 +12,11 @@
 # then the captures (collected.tgz); `fa3 full` skips the smoke test and tiny runs; ONLY=NAME,NAME runs only
 # those jobs. It needs only .whl_fa3/
 # (fa3-fwd 0.0.3 + nvtx wheels) and .debs/, no FlashInfer and no JIT cache.
+#
+# captures: the captures of issues 27 and 29 (../examples/sdpa, ../examples/mixed, ../examples/gemm_burst,
+# ../examples/abtest): PyTorch SDPA decode through every backend (python -m collectors.sdpa), chunked-prefill
+# mixed steps through FlashInfer's FA2 and SM90 prefill kernels, a decode loop with a 1.6x GEMM burst, and the
+# A/A + A/B captures of python -m collectors.abtest; `captures smoke` runs each at a tiny size.
 #
 # Run from the repository root. Expects (carried beside the checkout, git-ignored):
 #   .whl/    flashinfer-python 0.6.1, apache-tvm-ffi 0.1.9, nvtx, nvidia-cudnn-frontend, einops, tabulate,
@@ -293,6 +298,54 @@ loop_full() {
   loop_summary "$C"
 }
 
+# The captures of issues 27 and 29 (shape B, 2 layers: each Kineto trace near 0.5 MB). Mixed: 32 decode requests plus chunked prefills of 3000, 6000 and
+# 1500 tokens in chunks of 1024 (partial last chunks), pure decode steps between them.
+MIXED=(--batch 32 --layers 2 --chunk 1024 --events chunked-prefill@6:3000,chunked-prefill@16:6000,chunked-prefill@30:1500
+       --gzip-sidecar)
+BURST=(--paths tc-fa2 --batch 48 --layers 2 --events gemm-burst@20:4,gemm-burst@36:2 --gemm-factor 1.6
+       --gzip-sidecar)
+
+wanted() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }  # ONLY=name,name: just these
+
+captures() {  # captures smoke|full (full: ONLY=sdpa,mixed_fa2,mixed_fa3,burst,abtest picks some)
+  warm core --paths cuda-core & W1=$!
+  warm fa2 --paths tc-fa2 & W2=$!
+  warm auto --paths tc-auto & W3=$!
+  if [ "${1:-full}" = smoke ]; then
+    timeout 120 python3 -m collectors.sdpa --out "$C" --name s_sdpa --tiny --steps 1
+    echo "s_sdpa rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    await $W1 $W2 $W3
+    job s_burst 90 loop "${B[@]}" "${BURST[@]}" --steps 10 --warmup 3 --events gemm-burst@4:2 --name s_burst
+    job s_mixed_fa2 90 loop "${B[@]}" --paths tc-fa2 --prefill-backend fa2 "${MIXED[@]}" --steps 10 --warmup 3 \
+      --events chunked-prefill@3:1500 --name s_mixed_fa2
+    job s_mixed_fa3 90 loop "${B[@]}" --paths tc-auto --prefill-backend fa3 "${MIXED[@]}" --steps 10 --warmup 3 \
+      --events chunked-prefill@3:1500 --name s_mixed_fa3
+    timeout 300 python3 -m collectors.abtest --out "$C/abtest" --tiny --only aa1,aa_nsys,ab_split_off,ab_cuda_core,ab_mlp103 \
+      --timeout 90 --deadline $(( DEADLINE - $(elapsed) - 60 ))
+    echo "s_abtest rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+  else
+    if wanted sdpa; then
+      timeout 200 python3 -m collectors.sdpa --out "$C/sdpa" --name sdpa_q32kv4d128_torch --steps 3
+      echo "sdpa rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    fi
+    await $W1 $W2 $W3
+    C0=$C; C=$C0/mixed
+    job mixed_fa2 120 loop "${B[@]}" --paths tc-fa2 --prefill-backend fa2 "${MIXED[@]}" --steps 40 --warmup 6 \
+      --name mixed_fa2_torch
+    job mixed_fa3 120 loop "${B[@]}" --paths tc-auto --prefill-backend fa3 "${MIXED[@]}" --steps 40 --warmup 6 \
+      --name mixed_sm90_torch
+    C=$C0/gemm_burst
+    job burst 120 loop "${B[@]}" "${BURST[@]}" --steps 46 --warmup 6 --name burst_fa2_torch
+    C=$C0
+    if wanted abtest; then
+      timeout $(( HARD - $(elapsed) - 20 )) python3 -m collectors.abtest --out "$C/abtest" --timeout 120 \
+        --deadline $(( DEADLINE - $(elapsed) - 30 ))
+      echo "abtest rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    fi
+  fi
+  for d in "$C" "$C"/*/; do loop_summary "$d"; done
+}
+
 if [ "${1:-full}" = fa3 ]; then setup_fa3; else setup; fi
 case "${1:-full}" in
   smoke) smoke ;;
@@ -300,7 +353,8 @@ case "${1:-full}" in
   check) check ;;
   loop) loop "${2:-}" ;;
   fa3) fa3 "${2:-}" ;;
-  *) echo "usage: $0 smoke|full|check|loop [full]|fa3 [full]"; exit 2 ;;
+  captures) captures "${2:-full}" ;;
+  *) echo "usage: $0 smoke|full|check|loop [full]|fa3 [full]|captures [smoke|full]"; exit 2 ;;
 esac
 pack
 sleep 1

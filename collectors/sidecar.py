@@ -32,7 +32,7 @@ class PlanRecord:
     """
 
     padded_batch_size: int | None
-    split_kv: bool
+    split_kv: bool | None  # None: not known (a backend whose decision the collector cannot read)
     chunk_tokens: int | None
     plan_info: list[int] | None
     extra: dict[str, Any] = field(default_factory=dict)

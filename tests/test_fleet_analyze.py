@@ -28,7 +28,8 @@ from traceinsight.model.kernel_table import ensure_labels
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "traces"
-LEFT_OUT = ("serving_q64kv8d128_fa3_torch", "inventory.json")  # and examples/engines' list of its traces
+LEFT_OUT = ("serving_q64kv8d128_fa3_torch", "inventory.json",  # and examples/engines' list of its traces
+            "abtest.truth.json")  # examples/abtest: the pairs and their expected verdicts
 # Columns that say how and when a trace ran, not what its analysis found.
 RUN_COLUMNS = {"seconds", "analyzed"}
 
