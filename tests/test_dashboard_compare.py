@@ -1,6 +1,6 @@
-"""The dashboard's A/B view (dashboards/compare_view.py) under Streamlit's test harness: the loop's CUDA-graph
-capture (before) against its eager capture (after) — the decode steps regress by about 1 ms per step, the GPU
-waiting for the host (tests/test_gate.py holds the same through the CLI)."""
+"""The dashboard's A/B view (dashboards/compare_view.py) under Streamlit's test harness: examples/abtest's base
+capture (before) against the one with split-KV forced off (after): the FA2 decode kernel's median grows 4.4x
+(examples/abtest/README.md: attention 7.93 -> 33.62 ms over the 40 steps) and the gate names the split."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ pytest.importorskip("streamlit", reason="the dashboard extra (streamlit) is not 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 APP = Path(__file__).resolve().parents[1] / "dashboards" / "app.py"
-BEFORE = "loop/loop_core_graph_torch.pt.trace.json.gz"
-AFTER = "loop/loop_core_torch.pt.trace.json.gz"
+BEFORE = "abtest/aa1.pt.trace.json.gz"
+AFTER = "abtest/ab_split_off.pt.trace.json.gz"
 
 
 def test_compare_two_bundled_traces_side_by_side() -> None:
@@ -28,10 +28,10 @@ def test_compare_two_bundled_traces_side_by_side() -> None:
     assert [h.value for h in at.header] == ["A/B: before vs after"]
     assert [s.value for s in at.subheader] == ["Step groups", "Attention kernel groups", "Side by side", "Findings"]
     (verdict,) = at.error
-    assert "regressed: ProfilerStep# decode B 128-255 [flashinfer-cuda-core]" in verdict.value
-    steps = next(d.value for d in at.dataframe if "group" in d.value.columns and
-                 d.value["group"].str.startswith("ProfilerStep#").any())
-    decode = steps[steps["group"] == "ProfilerStep# decode B 128-255 [flashinfer-cuda-core]"].iloc[0]
-    assert decode["verdict"] == "regressed" and decode["n before"] == decode["n after"] == 234
-    assert "idle-host grew" in decode["cause"]
+    assert "regressed: ProfilerStep# decode B 16-31 [flashinfer-fa2]" in verdict.value
+    assert "split-KV now off at B >= 25 (B_th = 33)" in verdict.value
+    kernels = next(d.value for d in at.dataframe if "group" in d.value.columns and
+                   d.value["group"].str.startswith("attention").any())
+    attn = kernels[kernels["group"].str.startswith("attention BatchPrefillWithPagedKVCacheKernel decode")].iloc[0]
+    assert attn["verdict"] == "regressed" and attn["n before"] == attn["n after"] == 80
     assert len(at.get("image")) == 2  # latency against batch size, the two timelines

@@ -48,7 +48,7 @@ def kineto_vs_nsys() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def graph_vs_eager() -> dict[str, Any]:
-    return _diff("core_graph_torch", "core_torch", "--fail-on-regression", "5%", code=3)
+    return _diff("core_graph_torch", "core_torch", "--fail-on-regression", "5%", "--step-metric", "wall", code=3)
 
 
 # --- pairing --------------------------------------------------------------------------------------------------
@@ -153,8 +153,20 @@ def test_eager_vs_graph_replay_is_a_regression_of_decode_steps_caused_by_the_hos
     assert attn["verdict"] == "unchanged"
 
 
+def test_steps_are_gated_on_gpu_time_by_default_and_the_wall_change_is_said() -> None:
+    """The same kernels run in both captures: their GPU busy time per step is unchanged, the gate passes, and the
+    summary still says the wall time regressed (not gated)."""
+    d = _diff("core_graph_torch", "core_torch", "--fail-on-regression", "5%")
+    g = d["gate"]
+    decode = next(s for s in g["step_groups"] if s["kind"]["phase"] == "decode")
+    assert g["step_metric"] == "gpu" and decode["step_metric"] == "gpu" and decode["verdict"] == "unchanged"
+    assert decode["other_metric"] == "wall" and decode["other_verdict"] == "regressed"
+    assert g["regressed"] == []
+    assert any(line.startswith(f"not gated: {decode['group']}: wall time regressed") for line in g["summary"])
+
+
 def test_the_other_direction_is_an_improvement_and_exits_0(graph_vs_eager: dict[str, Any]) -> None:
-    d = _diff("core_torch", "core_graph_torch", "--fail-on-regression", "5%")
+    d = _diff("core_torch", "core_graph_torch", "--fail-on-regression", "5%", "--step-metric", "wall")
     decode = next(s for s in d["gate"]["step_groups"] if s["kind"]["phase"] == "decode")
     assert decode["verdict"] == "improved" and d["gate"]["regressed"] == []
     before = next(s for s in graph_vs_eager["gate"]["step_groups"] if s["kind"]["phase"] == "decode")
@@ -162,9 +174,10 @@ def test_the_other_direction_is_an_improvement_and_exits_0(graph_vs_eager: dict[
 
 
 def test_a_threshold_above_the_change_passes_the_gate() -> None:
-    d = _diff("core_graph_torch", "core_torch", "--fail-on-regression", "60%")
+    d = _diff("core_graph_torch", "core_torch", "--fail-on-regression", "60%", "--step-metric", "wall")
     assert d["gate"]["regressed"] == [] and d["gate"]["thresholds"] == {"median": 0.6, "p90": 0.6}
-    d = _diff("core_graph_torch", "core_torch", "--fail-on-regression", "60%", "--threshold-median", "0.05", code=3)
+    d = _diff("core_graph_torch", "core_torch", "--fail-on-regression", "60%", "--threshold-median", "0.05",
+              "--step-metric", "wall", code=3)
     assert d["gate"]["thresholds"] == {"median": 0.05, "p90": 0.6}
 
 
@@ -179,7 +192,7 @@ def test_markdown_is_a_table_per_kind_of_group() -> None:
     b, mb = _trace("core_graph_torch")
     a, ma = _trace("core_torch")
     r = CliRunner().invoke(main, ["diff", b, a, "--meta-before", mb, "--meta-after", ma, "--format", "markdown",
-                                  "--fail-on-regression", "5%"])
+                                  "--fail-on-regression", "5%", "--step-metric", "wall"])
     assert r.exit_code == 3, r.output
     lines = r.stdout.splitlines()
     assert lines[0] == "## traceinsight diff"

@@ -55,7 +55,8 @@ def test_markdown_diff_renders_as_tables_in_a_browser(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["diff", str(b), str(a),
                                   "--meta-before", str(LOOP / "loop_core_graph_torch.sidecar.json.gz"),
                                   "--meta-after", str(LOOP / "loop_core_torch.sidecar.json.gz"),
-                                  "--format", "markdown", "--fail-on-regression", "5%"])
+                                  "--format", "markdown", "--fail-on-regression", "5%",
+                                  "--step-metric", "wall"])
     assert r.exit_code == 3, r.output
     body = MarkdownIt("commonmark").enable("table").render(r.stdout)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><style>{STYLE}</style></head><body>{body}"

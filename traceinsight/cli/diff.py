@@ -88,10 +88,14 @@ def parse_share(text: str | None, option: str) -> float | None:
 @click.option("--noise", "noise", multiple=True, type=click.Path(path_type=Path), metavar="AA_DIFF.json",
               help="A diff of two captures of the same workload (`diff A1 A2 --format json`); repeatable. Each "
                    "group's threshold grows by the largest change its A/A diffs show (the run-to-run noise).")
+@click.option("--step-metric", type=click.Choice(["gpu", "wall"]), default="gpu", show_default=True,
+              help="What step groups are gated on: each step's GPU busy time (its kernels), or its wall time (host "
+                   "time included, which varies between processes: calibrate it with --noise).")
 @user_errors
 def command(before: Path, after: Path, fmt: str, out: Path | None, meta_before: tuple[str, ...],
             meta_after: tuple[str, ...], step_pattern: str | None, fail_on: str | None,
-            threshold_median: str | None, threshold_p90: str | None, noise: tuple[Path, ...]) -> None:
+            threshold_median: str | None, threshold_p90: str | None, noise: tuple[Path, ...],
+            step_metric: str) -> None:
     """Compare BEFORE and AFTER (trace files, JSON written by `analyze --format json`, or folders written by
     `analyze --save`): steps and kernels paired by kind, the change of each group's median and p90 with a
     bootstrap confidence interval, a verdict where it clears the threshold and its cause; per kernel family and
@@ -111,7 +115,8 @@ def command(before: Path, after: Path, fmt: str, out: Path | None, meta_before: 
         from traceinsight.report.gate import calibration
 
         cal = calibration([(str(p), load_analysis_json(p)) for p in noise])
-    th = Thresholds(median=med if med is not None else base, p90=p90 if p90 is not None else base, calibration=cal)
+    th = Thresholds(median=med if med is not None else base, p90=p90 if p90 is not None else base, calibration=cal,
+                    step_metric=step_metric)
     doc_b, samples_b = _doc(before, meta_before, step_pattern)
     doc_a, samples_a = _doc(after, meta_after, step_pattern)
     d = diff_docs(doc_b, doc_a, samples_b, samples_a, th)
