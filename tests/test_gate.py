@@ -258,3 +258,20 @@ def test_a_bad_noise_file_is_one_line_and_exit_2(content: str, tmp_path: Path) -
     bad.write_text(content)
     r = CliRunner().invoke(main, ["diff", b, b, "--noise", str(bad)])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "aa.json" in r.stderr
+
+
+def test_the_ci_workflow_example_uses_options_that_exist() -> None:
+    """docs/ci/regression-gate.yml is YAML, and every option its traceinsight commands pass is one the command
+    has (a renamed option would leave the example broken)."""
+    import re
+
+    yaml = pytest.importorskip("yaml", reason="PyYAML (the test extra brings it with ray)")
+    path = REPO / "docs" / "ci" / "regression-gate.yml"
+    flow = yaml.safe_load(path.read_text())
+    runs = "\n".join(step.get("run", "") for step in flow["jobs"]["gate"]["steps"])
+    commands = re.findall(r"traceinsight (diff|collect)((?:[^\n]|\\\n)*)", runs)
+    assert {c for c, _ in commands} == {"diff", "collect"}
+    helps = {c: CliRunner().invoke(main, [c, "--help"], terminal_width=200).output for c in ("diff", "collect")}
+    for command, args in commands:
+        for opt in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", args):
+            assert opt in helps[command], (command, opt)
