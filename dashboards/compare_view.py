@@ -36,7 +36,8 @@ def page(before: dict[str, Any], after: dict[str, Any]) -> None:
     st.subheader("Attention kernel groups")
     st.dataframe(_rows(g["kernel_groups"]), width="stretch", hide_index=True, key="ab_kernels")
     st.subheader("Side by side")
-    for fig in (latency_figure(before, after), timeline_figure(before, after)):
+    metric = g["step_metric"]
+    for fig in (latency_figure(before, after, metric), timeline_figure(before, after, metric)):
         if fig is not None:
             st.pyplot(fig, clear_figure=False)
     st.subheader("Findings")

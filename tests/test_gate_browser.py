@@ -4,8 +4,8 @@ Chromium (Debian's `chromium`), which lays the page out and runs a script that m
 cells per row, width on screen). The screenshot is kept as test-artifacts/diff-markdown.png (and the page as
 diff-markdown.html) for the pull request's note.
 
-The diff: examples/loop's CUDA-graph capture (before) against the eager capture (after) of the same decode loop
-(tests/test_gate.py: the decode steps regress by about 1 ms, the host being the cause).
+The diff: examples/abtest's base capture (before) against the one with split-KV forced off (after): the FA2 decode
+kernel and the step regress, split-KV named as the cause (tests/test_gate_abtest.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from traceinsight.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-LOOP = REPO / "examples" / "loop"
+AB = REPO / "examples" / "abtest"
 ARTIFACTS = REPO / "test-artifacts"
 
 # GitHub's comment look, near enough: bordered cells, a sans-serif font.
@@ -51,12 +51,10 @@ def _chromium() -> str:
 def test_markdown_diff_renders_as_tables_in_a_browser(tmp_path: Path) -> None:
     from markdown_it import MarkdownIt
 
-    b, a = LOOP / "loop_core_graph_torch.pt.trace.json.gz", LOOP / "loop_core_torch.pt.trace.json.gz"
-    r = CliRunner().invoke(main, ["diff", str(b), str(a),
-                                  "--meta-before", str(LOOP / "loop_core_graph_torch.sidecar.json.gz"),
-                                  "--meta-after", str(LOOP / "loop_core_torch.sidecar.json.gz"),
-                                  "--format", "markdown", "--fail-on-regression", "5%",
-                                  "--step-metric", "wall"])
+    r = CliRunner().invoke(main, ["diff", str(AB / "aa1.pt.trace.json.gz"), str(AB / "ab_split_off.pt.trace.json.gz"),
+                                  "--meta-before", str(AB / "aa1.sidecar.json.gz"),
+                                  "--meta-after", str(AB / "ab_split_off.sidecar.json.gz"),
+                                  "--format", "markdown", "--fail-on-regression", "5%"])
     assert r.exit_code == 3, r.output
     body = MarkdownIt("commonmark").enable("table").render(r.stdout)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><style>{STYLE}</style></head><body>{body}"
@@ -83,4 +81,35 @@ def test_markdown_diff_renders_as_tables_in_a_browser(tmp_path: Path) -> None:
     steps = tables[0]
     assert steps["header"] == 7
     text = re.sub(r"<[^>]+>", " ", dom)
-    assert "regressed" in text and "idle-host grew by" in text
+    assert "regressed" in text and "split-KV now off at B &gt;= 25 (B_th = 33)" in dom
+
+
+def test_html_diff_lays_out_both_runs_side_by_side(tmp_path: Path) -> None:
+    """`diff --format html` of the same pair in Chromium: the gate's table and the two side-by-side figures are
+    laid out with a size on screen; the screenshot is test-artifacts/diff-html.png."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = ARTIFACTS / "diff.html"
+    r = CliRunner().invoke(main, ["diff", str(AB / "aa1.pt.trace.json.gz"), str(AB / "ab_split_off.pt.trace.json.gz"),
+                                  "--meta-before", str(AB / "aa1.sidecar.json.gz"),
+                                  "--meta-after", str(AB / "ab_split_off.sidecar.json.gz"),
+                                  "--format", "html", "--out", str(page)])
+    assert r.exit_code == 0, r.output
+    measure = MEASURE.replace("document.querySelectorAll('table')", "document.querySelectorAll("
+                              "'section[data-section=gate] table, section[data-section=side-by-side] svg')")
+    measure = measure.replace("thead th", "thead th, g").replace("tbody tr", "tbody tr, never")
+    text = page.read_text(encoding="utf-8").replace("</body>", f"<pre id='measured'></pre>{measure}</body>")
+    probe = tmp_path / "diff.html"
+    probe.write_text(text, encoding="utf-8")
+    shot = ARTIFACTS / "diff-html.png"
+    shot.unlink(missing_ok=True)
+    common = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2400"]
+    dom = subprocess.run([*common, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    subprocess.run([*common, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=True)
+    assert shot.is_file() and shot.stat().st_size > 10_000
+    measured = re.search(r"<pre id=\"measured\">(.*?)</pre>", dom, re.S)
+    assert measured, dom[-2000:]
+    shown = json.loads(html.unescape(measured.group(1)))
+    assert len(shown) == 3  # the gate's table, latency against batch size, the timelines
+    assert all(x["width"] > 300 for x in shown)

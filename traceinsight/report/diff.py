@@ -477,16 +477,17 @@ def _gate_html(g: dict[str, Any]) -> str:
         if not row["metrics"]:
             continue
         v = row["verdict"] + (" (path change)" if row["status"] == "path-change" else "")
-        rows.append([esc(row["group"]), f'<span class="{cls.get(row["verdict"], "")}">{esc(v)}</span>',
+        causes = "".join(f'<br><small>{esc(c["text"])}</small>' for c in row["causes"])
+        rows.append([esc(row["group"]) + causes, f'<span class="{cls.get(row["verdict"], "")}">{esc(v)}</span>',
                      f"{row['n_before']} → {row['n_after']}", esc(_metric_cell(row, "median")),
-                     esc(_metric_cell(row, "p90")), esc(_signed_ns(row["per_step_ns"])),
-                     esc("; ".join(c["text"] for c in row["causes"]) or "–")])
+                     esc(_metric_cell(row, "p90")), esc(_signed_ns(row["per_step_ns"]))])
     unpaired = [f"{row['status']}: {row['group']}" for row in g["step_groups"] + g["kernel_groups"]
                 if not row["metrics"]]
     more = ("<p>Without a partner: " + esc("; ".join(unpaired)) + "</p>") if unpaired else ""
     return ('<section data-section="gate"><h2>Regression gate</h2>'
-            f'<ul>{items}</ul>' + (table([("group", ""), ("verdict", ""), ("n", "num"), ("median [95% CI]", "num"),
-                                          ("p90 [95% CI]", "num"), ("per step", "num"), ("cause", "")], rows)
+            f'<ul>{items}</ul>' + (table([("group (cause)", ""), ("verdict", ""), ("n", "num"),
+                                          ("median [95% CI]", "num"), ("p90 [95% CI]", "num"), ("per step", "num")],
+                                         rows)
                                    if rows else '<p class="na">no group paired</p>')
             + more + f'<p class="caption">{esc(g["method"])}</p></section>')
 
@@ -517,7 +518,7 @@ def render_html(d: dict[str, Any], docs: tuple[dict[str, Any], dict[str, Any]] |
     if docs is not None:
         from traceinsight.report.diff_figures import side_by_side_html
 
-        parts.append(side_by_side_html(*docs))
+        parts.append(side_by_side_html(*docs, metric=d["gate"].get("step_metric") or "gpu"))
     rows = [[esc(f["id"]), st(f["status"]), side(f["before"]), side(f["after"])] for f in d["findings"]]
     parts.append('<section data-section="findings"><h2>Findings</h2>'
                  + (table([("id", "mono"), ("status", ""), ("before", ""), ("after", "")], rows) if rows

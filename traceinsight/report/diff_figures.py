@@ -1,7 +1,7 @@
-"""BEFORE and AFTER side by side in the diff's HTML page: latency against batch size overlaid (median step wall time
-per batch size, decode steps), and the two step timelines aligned by step order (the n-th step of each run above
-each other), both as inline SVG (matplotlib, no URL). Inputs are the two analysis documents; times in ns, drawn in
-ms."""
+"""BEFORE and AFTER side by side in the diff's HTML page: latency against batch size overlaid (median step time per
+batch size, decode steps), and the two step timelines aligned by step order (the n-th step of each run above each
+other), both as inline SVG (matplotlib, no URL). The step time is the one the gate compares (`gate.step_time`:
+GPU busy or wall). Inputs are the two analysis documents; times in ns, drawn in ms."""
 
 from __future__ import annotations
 
@@ -10,31 +10,36 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from traceinsight.report.gate import step_time
+
 SIDE_COLOURS = {"before": "#4c78a8", "after": "#e45756"}
 
 
-def latency_by_batch(doc: Mapping[str, Any], phase: str = "decode") -> list[tuple[int, int, int]]:
-    """(batch size, median step wall time in ns, steps) per batch size of the document's `phase` steps whose batch
-    size is known exactly."""
+def latency_by_batch(doc: Mapping[str, Any], phase: str = "decode", metric: str = "wall") -> list[tuple[int, int, int]]:
+    """(batch size, median step time in ns as `metric` counts it, steps) per batch size of the document's `phase`
+    steps whose batch size is known exactly."""
     per: dict[int, list[int]] = defaultdict(list)
     for s in doc.get("steps") or []:
         b = (s.get("batch") or {}).get("batch_size")
         if s.get("phase") == phase and b:
-            per[int(b)].append(int(s.get("wall_ns") or s["dur_ns"]))
+            per[int(b)].append(step_time(s, metric))
     return [(b, int(statistics.median(v)), len(v)) for b, v in sorted(per.items())]
 
 
-def step_series(doc: Mapping[str, Any]) -> list[tuple[int, int, str]]:
-    """(position, wall time in ns, phase) of every step in time order."""
+def step_series(doc: Mapping[str, Any], metric: str = "wall") -> list[tuple[int, int, str]]:
+    """(position, step time in ns as `metric` counts it, phase) of every step in time order."""
     steps = sorted(doc.get("steps") or [], key=lambda s: s["index"])
-    return [(i, int(s.get("wall_ns") or s["dur_ns"]), s.get("phase") or "unknown") for i, s in enumerate(steps)]
+    return [(i, step_time(s, metric), s.get("phase") or "unknown") for i, s in enumerate(steps)]
 
 
-def latency_figure(before: Mapping[str, Any], after: Mapping[str, Any]) -> Any | None:
+LABEL = {"gpu": "GPU busy time", "wall": "wall time"}
+
+
+def latency_figure(before: Mapping[str, Any], after: Mapping[str, Any], metric: str = "wall") -> Any | None:
     """Median decode step time against batch size, BEFORE and AFTER on one axes; None without batch sizes."""
     from matplotlib.figure import Figure
 
-    series = {"before": latency_by_batch(before), "after": latency_by_batch(after)}
+    series = {"before": latency_by_batch(before, metric=metric), "after": latency_by_batch(after, metric=metric)}
     if not any(series.values()):
         return None
     fig = Figure(figsize=(9, 3.6), layout="constrained")
@@ -47,18 +52,18 @@ def latency_figure(before: Mapping[str, Any], after: Mapping[str, Any]) -> Any |
     if sizes and sizes[-1] >= 4 * sizes[0]:
         ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size (requests)")
-    ax.set_ylabel("median decode step (ms)")
+    ax.set_ylabel(f"median decode step, {LABEL[metric]} (ms)")
     ax.set_title("Latency against batch size", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(frameon=False)
     return fig
 
 
-def timeline_figure(before: Mapping[str, Any], after: Mapping[str, Any]) -> Any | None:
+def timeline_figure(before: Mapping[str, Any], after: Mapping[str, Any], metric: str = "wall") -> Any | None:
     """Each run's step wall time by step order, the two runs on one axes; None without steps."""
     from matplotlib.figure import Figure
 
-    series = {"before": step_series(before), "after": step_series(after)}
+    series = {"before": step_series(before, metric), "after": step_series(after, metric)}
     if not any(series.values()):
         return None
     fig = Figure(figsize=(9, 3.4), layout="constrained")
@@ -71,24 +76,24 @@ def timeline_figure(before: Mapping[str, Any], after: Mapping[str, Any]) -> Any 
     if values and max(values) > 20 * min(values):
         ax.set_yscale("log")
     ax.set_xlabel("step (in time order)")
-    ax.set_ylabel("step wall time (ms)")
+    ax.set_ylabel(f"step {LABEL[metric]} (ms)")
     ax.set_title("Step timelines, aligned by step order", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(frameon=False)
     return fig
 
 
-def side_by_side_html(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
-    """The section of the diff page with both figures (or what is missing)."""
+def side_by_side_html(before: Mapping[str, Any], after: Mapping[str, Any], metric: str = "wall") -> str:
+    """The section of the diff page with both figures (or what is missing), of the step time `metric`."""
     from traceinsight.report.figures import to_svg
     from traceinsight.report.html import esc
 
     parts = ['<section data-section="side-by-side"><h2>Side by side</h2>']
     for fig, alt, missing in (
-            (latency_figure(before, after), "median decode step time against batch size, before and after",
+            (latency_figure(before, after, metric), "median decode step time against batch size, before and after",
              "latency against batch size: not available (no decode step with a known batch size on either side: "
              "give each trace its sidecar with --meta-before / --meta-after)"),
-            (timeline_figure(before, after), "step wall time by step order, before and after",
+            (timeline_figure(before, after, metric), "step time by step order, before and after",
              "step timelines: not available (no steps on either side)")):
         if fig is None:
             parts.append(f'<p class="na">{esc(missing)}</p>')
