@@ -241,9 +241,27 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
     return loop
 
 
+# ---------------------------------------------------------------------------------------------- sdpa, abtest
+EXTRA_KINDS = ("sdpa", "abtest")  # kinds with a driver of their own (collectors/sdpa.py, collectors/abtest.py)
+
+
+def run_extra(kind: str, out: Path, o: dict[str, Any]) -> int:
+    """Run `sdpa` or `abtest` with the options that apply to it; their own one-line errors, exit 2."""
+    if kind == "sdpa":
+        from collectors import sdpa
+
+        args = ["--out", str(out), "--steps", str(3 if o["steps"] is None else o["steps"]), "--seed", str(o["seed"])]
+        args += ["--name", o["name"]] if o["name"] else []
+        return sdpa.main(args + (["--tiny"] if o["tiny"] else []))
+    from collectors import abtest
+
+    only = ["--only", o["only"]] if o["only"] else []
+    return abtest.main(["--out", str(out), *(["--tiny"] if o["tiny"] else []), *only])
+
+
 # ---------------------------------------------------------------------------------------------- the command
 @click.command("collect", cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("kind", type=click.Choice(KINDS), metavar="KIND")
+@click.argument("kind", type=click.Choice(KINDS + EXTRA_KINDS), metavar="KIND")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the trace, the sidecar and the timing JSON (created).")
 @click.option("--name", default=None, help="File stem (default: KIND_SHAPE[_graph]_PROFILER).")
@@ -347,6 +365,11 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
               help="FA3: pack_gqa=None (auto, default: FA3 decides), True (on) or False (off).")
 @click.option("--workspace-mb", type=int, default=512, show_default=True, help="FlashInfer float workspace (MiB).")
 @click.option("--drop-nsys-rep", is_flag=True, help="nsys: keep only the SQLite export.")
+@click.option("--tiny", is_flag=True, help="sdpa, abtest: the smoke run's sizes (sdpa: KV lengths / 16; abtest: 8 "
+              "measured steps a run).")
+@click.option("--only", default="", help="abtest: comma-separated run names (aa1, aa2, aa3, aa_nsys, ab_split_off, "
+              "ab_cuda_core, ab_mlp125, ab_mlp103, fa3_aa1, fa3_aa2, fa3_ab_splits1), or flashinfer / fa3 for all "
+              "runs of that library (default: flashinfer; fa3 needs the fa3-fwd wheel).")
 @click.option("--gzip-sidecar", is_flag=True, help="Write NAME.sidecar.json.gz instead of NAME.sidecar.json.")
 def collect(kind: str, out: Path, **options: Any) -> None:
     """Run a FlashInfer (or, with --backend fa3, FlashAttention-3) decode-attention collector on this machine's GPU
@@ -354,8 +377,13 @@ def collect(kind: str, out: Path, **options: Any) -> None:
 
     KIND is sweep (paths x distributions x batch sizes at fixed total tokens), serving (continuous-batching
     replay), timing (the sweep's cases timed with CUDA events) or loop (a model-like decode loop with injected,
-    known slow steps; FlashInfer only). Needs the [collect] extra (FA3: the fa3-fwd wheel) and an NVIDIA GPU.
+    known slow steps; FlashInfer only), sdpa (PyTorch SDPA decode through every backend, collectors/sdpa.py:
+    --name, --steps, --seed, --tiny) or abtest (one decode loop captured three times, under Nsight Systems, and
+    with one change each: A/A and A/B, collectors/abtest.py: --only, --tiny). Needs the [collect] extra (FA3: the
+    fa3-fwd wheel) and an NVIDIA GPU.
     """
+    if kind in EXTRA_KINDS:
+        raise click.exceptions.Exit(run_extra(kind, out, options))
     cfg = build_config(kind, out, **options)
     from collectors.runner import run
 

@@ -13,13 +13,14 @@
 # those jobs. It needs only .whl_fa3/
 # (fa3-fwd 0.0.3 + nvtx wheels) and .debs/, no FlashInfer and no JIT cache.
 #
+# captures fa3: FlashAttention-3's A/A + A/B runs of collectors/abtest.py (needs .whl_fa3/ only).
 # captures: the captures of issues 27 and 29 (../examples/sdpa, ../examples/mixed, ../examples/gemm_burst,
 # ../examples/abtest): PyTorch SDPA decode through every backend (python -m collectors.sdpa), chunked-prefill
 # mixed steps through FlashInfer's FA2 and SM90 prefill kernels, a decode loop with a 1.6x GEMM burst, and the
 # A/A + A/B captures of python -m collectors.abtest; `captures smoke` runs each at a tiny size.
 #
 # Run from the repository root. Expects (carried beside the checkout, git-ignored):
-#   .whl/    flashinfer-python 0.6.1, apache-tvm-ffi 0.1.9, nvtx, nvidia-cudnn-frontend, einops, tabulate,
+#   .whl/    flashinfer-python 0.6.1, apache-tvm-ffi 0.1.9, nvtx, einops, tabulate,
 #            ninja, nvidia-ml-py wheels (cp312 / py3, manylinux x86_64) — see collectors/README.md
 #   .debs/   Debian libdw1 + libelf1 (+ libbz2, liblzma): QdstrmImporter needs libdw.so.1
 #   .jitcache/jit_so.tgz (optional) FlashInfer kernels compiled by an earlier run, used as its AOT folder
@@ -307,7 +308,13 @@ BURST=(--paths tc-fa2 --batch 48 --layers 2 --events gemm-burst@20:4,gemm-burst@
 
 wanted() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }  # ONLY=name,name: just these
 
-captures() {  # captures smoke|full (full: ONLY=sdpa,mixed_fa2,mixed_fa3,burst,abtest picks some)
+captures() {  # captures smoke|full|fa3 (full: ONLY=sdpa,mixed_fa2,mixed_fa3,burst,abtest picks some)
+  if [ "${1:-full}" = fa3 ]; then  # FA3's A/A + A/B runs (carry .whl_fa3 instead of .whl)
+    timeout $(( HARD - $(elapsed) - 20 )) python3 -m collectors.abtest --out "$C/abtest" --timeout 120 \
+      --only fa3 --deadline $(( DEADLINE - $(elapsed) - 30 ))
+    echo "abtest fa3 rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    return
+  fi
   warm core --paths cuda-core & W1=$!
   warm fa2 --paths tc-fa2 & W2=$!
   warm auto --paths tc-auto & W3=$!
@@ -346,7 +353,7 @@ captures() {  # captures smoke|full (full: ONLY=sdpa,mixed_fa2,mixed_fa3,burst,a
   for d in "$C" "$C"/*/; do loop_summary "$d"; done
 }
 
-if [ "${1:-full}" = fa3 ]; then setup_fa3; else setup; fi
+if [ "${1:-full}" = fa3 ] || [ "${2:-}" = fa3 ]; then setup_fa3; else setup; fi
 case "${1:-full}" in
   smoke) smoke ;;
   full) full ;;

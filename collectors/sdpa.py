@@ -38,15 +38,18 @@ from collectors.sdpa_plan import (
     plan_steps,
     scaled,
 )
+from traceinsight.errors import ToolMissingError, TraceInsightError
 
 
 def _torch() -> Any:
+    """torch with a CUDA device; ToolMissingError (one line) otherwise."""
     try:
         import torch
     except ImportError:
-        raise SystemExit("traceinsight: error: the SDPA collector needs torch with CUDA") from None
+        raise ToolMissingError("the SDPA collector needs torch (with CUDA) and an NVIDIA GPU") from None
     if not torch.cuda.is_available():
-        raise SystemExit("traceinsight: error: the SDPA collector needs an NVIDIA GPU (torch sees no CUDA device)")
+        raise ToolMissingError(f"the SDPA collector needs an NVIDIA GPU: torch {torch.__version__} sees no CUDA "
+                               "device")
     return torch
 
 
@@ -154,7 +157,7 @@ def run(out: Path, name: str, repeats: int, tiny: bool, seed: int, backends: lis
     inputs = {c.name: Inputs(t, shape, c, seed + i) for i, c in enumerate(cases)}
     runs, probed = probe(t, inputs, backends)
     if not runs:
-        raise SystemExit("traceinsight: error: no SDPA backend ran (see the [sdpa] lines above)")
+        raise ToolMissingError("no SDPA backend ran on this GPU (see the [sdpa] lines above)")
     steps = plan_steps(runs, cases, repeats)
     for st in steps:  # one more call each, outside the profiler (module loading, cuDNN plan building)
         call(t, inputs[st.case.name], st.backend, st.layout)
@@ -205,10 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     backends = [b for b in a.backends.split(",") if b]
     bad = [b for b in backends if b not in BACKENDS]
     if bad or a.steps < 1:
-        print(f"traceinsight: error: unknown backend {bad[0]!r}" if bad else "traceinsight: error: --steps >= 1",
-              file=sys.stderr)
+        why = (f"unknown backend {bad[0]!r} (choose from {', '.join(BACKENDS)})" if bad
+               else f"--steps must be at least 1, got {a.steps}")
+        print(f"traceinsight: error: {why}", file=sys.stderr)
         return 2
-    for path in run(a.out, a.name, a.steps, a.tiny, a.seed, backends):
+    try:
+        made = run(a.out, a.name, a.steps, a.tiny, a.seed, backends)
+    except TraceInsightError as exc:
+        print(f"traceinsight: error: {exc}", file=sys.stderr)
+        return 2
+    for path in made:
         print(path)
     return 0
 

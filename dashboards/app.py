@@ -229,6 +229,15 @@ def header(doc: dict[str, Any]) -> None:
     cols[3].metric("largest saving", fmt_ns(worst[0].get("saving_ns")) if worst else "-")
 
 
+def _finding_line(f: dict[str, Any], names: dict[int, str]) -> str:
+    """One finding by its id (`ref`, e.g. latency-spike#3, else its rule id), severity, summary and steps."""
+    steps = list(f.get("steps") or [])
+    shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in steps[:6]) + (f" … +{len(steps) - 6}" if len(steps) > 6
+                                                                         else "")
+    where = f" (steps {shown})" if steps else ""
+    return f"`{f.get('ref') or f.get('id')}` {(f.get('severity') or 'info').upper()}: {f.get('summary', '')}{where}"
+
+
 def findings(doc: dict[str, Any]) -> None:
     st.header("Findings")
     why = sections.missing(doc, "findings")
@@ -240,14 +249,18 @@ def findings(doc: dict[str, Any]) -> None:
         box = SEVERITY_BOX.get(g.severity, st.info)
         saving = f" — saves ≈ {fmt_ns(g.saving_ns)}" if g.saving_ns else ""
         more = f" (+{len(g.findings) - 1} more)" if len(g.findings) > 1 else ""
-        box(f"**{g.severity.upper()} · {g.id}** — {g.summary}{more}{saving}")
-        with st.expander(f"{g.id}: why, remedy, evidence"):
+        also = f"  \nevidence: {g.evidence_text()}" if g.related else ""
+        box(f"**{g.severity.upper()} · {g.id}** — {g.summary}{more}{saving}{also}")
+        with st.expander(f"{g.id}: why, remedy, findings and evidence"):
             if first.get("explanation"):
                 st.markdown(first["explanation"])
             if first.get("remedy"):
                 st.markdown(f"**Remedy:** {first['remedy']}")
-            for f in g.findings[1:]:
-                st.markdown(f"- also: {f.get('summary', '')}")
+            st.markdown("**Findings of this root cause:**  \n" + "  \n".join(_finding_line(f, names)
+                                                                              for f in g.findings))
+            if g.related:
+                st.markdown(f"**Evidence ({len(g.related)} findings of other rules that this cause explains):**  \n"
+                            + "  \n".join(_finding_line(f, names) for f in g.related))
             if g.steps:
                 st.markdown(f"**Steps ({len(g.steps)}):** "
                             + ", ".join(f"{i} ({names.get(i, '?')})" for i in g.steps[:10])
@@ -397,7 +410,8 @@ def thresholds(doc: dict[str, Any]) -> None:
     if why:
         st.info(why)
         return
-    st.dataframe([{"kernel": t.get("kernel"), "backend": t.get("backend"), "KV heads": t.get("kv_heads"),
+    st.dataframe([{"kernel": t.get("kernel"), "backend": t.get("backend"), "shape": t.get("shape"),
+                   "variants": t.get("variants"), "KV heads": t.get("kv_heads"),
                    "CTAs/SM": t.get("occupancy"), "max grid": t.get("max_grid"), "B_th": t.get("b_threshold")}
                   for t in sections.threshold_rows(doc)], hide_index=True, width="stretch")
 

@@ -64,10 +64,26 @@ def test_sdpa_plan_errors(runs: list[tuple[str, str]], repeats: int, message: st
 def test_sdpa_collector_without_torch_is_one_line_exit_2_and_needs_no_gpu_stack_to_import() -> None:
     bad = subprocess.run([sys.executable, "-m", "collectors.sdpa", "--out", "/nonexistent", "--backends", "nope"],
                          capture_output=True, text=True, cwd=REPO)
-    assert bad.returncode == 2 and bad.stderr == "traceinsight: error: unknown backend 'nope'\n"
+    assert bad.returncode == 2 and bad.stderr == ("traceinsight: error: unknown backend 'nope' (choose from flash, "
+                                                  "efficient, cudnn, math)\n")
     code = "import sys, collectors.sdpa, collectors.abtest; print(sorted(m for m in ('torch',) if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["sdpa"], "the SDPA collector needs torch (with CUDA) and an NVIDIA GPU"),
+    (["sdpa", "--steps", "0"], "--steps must be at least 1, got 0"),
+    (["abtest"], "collecting needs the [collect] extra"),
+    (["abtest", "--only", "aa1,nope"], "--only: unknown run 'nope' (choose from flashinfer, fa3, aa1, aa2, "),
+])
+def test_collect_sdpa_and_abtest_errors_are_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "traceinsight", "collect", *args, "--out", str(out)],
+                         capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 2 and res.stdout == "", res
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith(f"traceinsight: error: {message}"), res.stderr
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------------------------------------- loop options
@@ -121,12 +137,16 @@ def test_loop_new_options_reach_the_config_and_survive_json() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- A/A + A/B plan
-def test_every_abtest_command_is_a_valid_collect_loop() -> None:
+def test_every_abtest_command_is_a_valid_collect_command() -> None:
     for run in abtest.RUNS:
         for tiny in (False, True):
             cfg = _config(run.command("out", tiny))
-            assert cfg.kind == "loop" and cfg.name == run.name and cfg.profiler == run.profiler
-            assert cfg.steps == (8 if tiny else 40) and cfg.loop.layers == abtest.LAYERS
+            assert cfg.name == run.name and cfg.profiler == run.profiler and cfg.backend == run.backend
+            if run.backend == "fa3":
+                assert cfg.kind == "sweep" and cfg.steps == (2 if tiny else 10) and cfg.dists == ("skew80", "uniform")
+                assert cfg.fa3.num_splits == ((1,) if run.name == "fa3_ab_splits1" else (0,))
+            else:
+                assert cfg.kind == "loop" and cfg.steps == (8 if tiny else 40) and cfg.loop.layers == abtest.LAYERS
     base = _config(abtest.Run("aa1").command("out", False))
     changed = {r.name: _config(r.command("out", False)) for r in abtest.RUNS}
     assert changed["ab_split_off"].loop.split_kv == "off" and changed["ab_cuda_core"].paths == ("cuda-core",)
@@ -140,17 +160,22 @@ def test_every_abtest_command_is_a_valid_collect_loop() -> None:
 def test_abtest_truth_names_every_pair_and_the_group_each_change_moves() -> None:
     doc = abtest.truth(abtest.RUNS, tiny=False)
     pairs = {(p["before"], p["after"]): p for p in doc["pairs"]}
-    assert [k for k, p in pairs.items() if p["kind"] == "A/A"] == [("aa1", "aa2"), ("aa2", "aa3"), ("aa1", "aa3")]
+    assert [k for k, p in pairs.items() if p["kind"] == "A/A"] == [("aa1", "aa2"), ("aa2", "aa3"), ("aa1", "aa3"),
+                                                                  ("fa3_aa1", "fa3_aa2")]
     assert pairs[("aa1", "aa_nsys")]["kind"] == "kineto-vs-nsys" and pairs[("aa1", "aa_nsys")]["compare"] == \
         "kernels only"
     assert {k[1]: (p["group"], p["expect"]) for k, p in pairs.items() if p["kind"] == "A/B"} == {
         "ab_split_off": ("attention", "regressed"), "ab_cuda_core": ("attention", "changed"),
-        "ab_mlp125": ("gemm", "regressed"), "ab_mlp103": ("gemm", "regressed")}
+        "ab_mlp125": ("gemm", "regressed"), "ab_mlp103": ("gemm", "regressed"),
+        "fa3_ab_splits1": ("attention", "regressed")}
+    assert pairs[("fa3_aa1", "fa3_ab_splits1")]["steps_expected_to_change"] == "dist=skew80"
     assert pairs[("aa1", "ab_mlp103")]["mlp_width_change"] == 0.0312
     assert [r["trace"] for r in doc["runs"]][3:5] == ["aa_nsys.sqlite", "ab_split_off.pt.trace.json.gz"]
     with pytest.raises(ValueError, match="unknown run 'aa9'"):
         abtest.select("aa1,aa9")
     assert [r.name for r in abtest.select("aa2, ab_mlp103")] == ["aa2", "ab_mlp103"]
+    assert {r.backend for r in abtest.select("")} == {"flashinfer"}  # FA3's runs need --only (another wheel)
+    assert [r.name for r in abtest.select("fa3")] == ["fa3_aa1", "fa3_aa2", "fa3_ab_splits1"]
 
 
 # ---------------------------------------------------------------------------------------------- the H200 captures
@@ -268,7 +293,37 @@ def test_abtest_captures_hold_the_same_kernels_and_their_one_change() -> None:
     assert [len(k) for k in kernels("ab_mlp125")] == [len(k) for k in base]
     splits = {r["name"]: {s["plan"]["split_kv"] for s, _ in _capture("abtest", r["name"],
                                                                     r["trace"].removeprefix(r["name"]))[1]}
-              for r in truth["runs"]}
+              for r in truth["runs"] if not r["name"].startswith("fa3_")}
     assert splits.pop("ab_split_off") == {False} and all(v == {True} for v in splits.values())
     assert not any("MergeStates" in n for k in kernels("ab_split_off") for n in k)
     assert all(any("BatchDecodeWithPagedKVCacheKernel" in n for n in k) for k in kernels("ab_cuda_core"))
+
+
+def _fa3_steps(name: str) -> dict[str, tuple[float, list[str]]]:
+    """The FA3 sweep's steps (their `decode <key>` record_function ranges on the GPU track): key -> (kernel us,
+    kernel names)."""
+    events = json.loads(gzip.decompress((EXAMPLES / "abtest" / f"{name}.pt.trace.json.gz").read_bytes()))
+    kernels = [e for e in events["traceEvents"] if e.get("cat") == "kernel"]
+    out = {}
+    for r in events["traceEvents"]:
+        if r.get("cat") == "gpu_user_annotation" and r["name"].startswith("decode "):
+            inside = [k for k in kernels if r["ts"] <= k["ts"] <= r["ts"] + r["dur"]]
+            out[r["name"].removeprefix("decode ")] = (sum(k["dur"] for k in inside), [k["name"] for k in inside])
+    return out
+
+
+def test_fa3_abtest_num_splits_1_slows_the_skewed_steps_only() -> None:
+    a1, a2, b = (_fa3_steps(n) for n in ("fa3_aa1", "fa3_aa2", "fa3_ab_splits1"))
+    assert len(a1) == len(a2) == len(b) == 40
+    for name in ("fa3_aa1", "fa3_aa2", "fa3_ab_splits1"):
+        doc = _sidecar(EXAMPLES / "abtest" / f"{name}.sidecar.json.gz")
+        assert {s["call"]["num_splits"] for s in doc["steps"]} == {1 if name.endswith("splits1") else 0}
+    for key, (us, names) in a1.items():
+        other = key.replace("splits=0", "splits=1")
+        assert abs(a2[key][0] - us) < 0.05 * us, key  # A/A: within 5% step by step
+        combine = [n for n in names if "FlashAttnFwdCombine" in n]
+        assert not any("FlashAttnFwdCombine" in n for n in b[other][1])
+        if "dist=skew80" in key:
+            assert combine and b[other][0] > 3 * us, key  # split before, one CTA per KV head after
+        else:
+            assert abs(b[other][0] - us) < 0.1 * us, key

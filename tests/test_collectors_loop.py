@@ -212,7 +212,7 @@ def test_loop_config_defaults_and_json_round_trip() -> None:
 
 @pytest.mark.parametrize("args", [
     ["loop", "--out", "o", "--paths", "cuda-core,tc-fa2"],
-    ["loop", "--out", "o", "--paths", "tc-auto"],
+    ["loop", "--out", "o", "--paths", "tc-auto", "--split-kv", "off"],  # disable_split_kv: the FA2 planner only
     ["loop", "--out", "o", "--profiler", "ncu"],
     ["loop", "--out", "o", "--kv-dtype", "fp8_e4m3"],
     ["loop", "--out", "o", "--batch", "0"],
@@ -244,7 +244,7 @@ def test_loop_error_messages_name_the_option() -> None:
         return CliRunner().invoke(collect, ["loop", "--out", "o", *args]).output.strip()
 
     assert err("--paths", "cuda-core,tc-fa2") == ("traceinsight: error: collect: loop runs one decode path: "
-                                                  "--paths cuda-core or --paths tc-fa2")
+                                                  "--paths cuda-core or --paths tc-fa2 or --paths tc-auto")
     assert err("--steps", "100") == ("traceinsight: error: collect: --steps 100 is too few for the events "
                                      "(host-sleep@22, host-cpu@44, prefill@66, host-sleep@88, host-cpu@110, "
                                      "prefill@132, chunked-prefill@154, long-join@176, long-join@198): they need "

@@ -9,90 +9,29 @@ instead and fails on a blank page or a Python exception shown in the page.
 
 from __future__ import annotations
 
-import base64
 import io
-import itertools
-import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("streamlit", reason="the dashboard extra (streamlit) is not installed")
-from websockets.sync.client import connect  # noqa: E402  (a dependency of streamlit)
+from chromium import REPO, WINDOW, DevTools, free_port, headless, wait_http  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-ARTIFACTS = REPO / "test-artifacts"
 SMALL = "flashinfer_decode_small.pt.trace.json.gz"
-WINDOW = (1400, 2000)
 RENDER_TIMEOUT_S = 180
 # Text the page shows once the whole script ran (the last section's heading).
 DONE_MARK = "Per-SM schedule"
 ERROR_MARKS = ("Traceback", "Cannot analyze", "Internal error", "StreamlitAPIException", "Error running app")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.fail("headless Chromium not found: apt-get install -y chromium (CI: .ci/run installs it)")
-
-
-def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> bytes:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - localhost only
-                return r.read()
-        except OSError:
-            if proc is not None and proc.poll() is not None:
-                pytest.fail(f"{proc.args[0]} exited with {proc.returncode} before answering {url}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"nothing answered {url} within {timeout_s} s")
-            time.sleep(0.3)
-
-
-class DevTools:
-    """Just enough of the DevTools protocol: numbered commands on one page's websocket."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self.ids = itertools.count(1)
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        n = next(self.ids)
-        self.ws.send(json.dumps({"id": n, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv(timeout=60))
-            if msg.get("id") == n:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                return msg.get("result", {})
-
-    def text(self) -> str:
-        r = self.call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
-                      returnByValue=True)
-        return str(r.get("result", {}).get("value") or "")
-
-
 def _serve(args: list[str], tmp_path: Path):  # type: ignore[no-untyped-def]
     """`traceinsight dashboard ARGS --port P --host 127.0.0.1 --headless`, as a user starts it; yields its URL."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "traceinsight", "dashboard", *args, "--port", str(port), "--host", "127.0.0.1",
@@ -102,7 +41,7 @@ def _serve(args: list[str], tmp_path: Path):  # type: ignore[no-untyped-def]
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
                             start_new_session=True)
     try:
-        _wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60, proc)
+        wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60, proc)
         yield f"http://127.0.0.1:{port}/"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -125,39 +64,14 @@ def fleet_dashboard(fleet_dataset: Path, tmp_path: Path):  # type: ignore[no-unt
 
 @pytest.fixture()
 def browser(tmp_path: Path):  # type: ignore[no-untyped-def]
-    profile = tmp_path / "chromium-profile"
-    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--disable-dev-shm-usage", f"--user-data-dir={profile}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
-           "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "about:blank"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("headless Chromium did not open its DevTools port")
-            time.sleep(0.2)
-        port = int(port_file.read_text().splitlines()[0])
-        pages = json.loads(_wait_http(f"http://127.0.0.1:{port}/json/list", 10))
-        page = next(p for p in pages if p.get("type") == "page")
-        with connect(page["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024, open_timeout=10) as ws:
-            yield DevTools(ws)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with headless(tmp_path / "chromium-profile") as page:
+        yield page
 
 
 def _render(browser: DevTools, url: str, done: str, name: str) -> tuple[str, bytes, str]:
     """Open `url`, wait until the page shows `done` (or an error), and keep a screenshot and the DOM as
     test-artifacts/`name`.png|.dom.html. Returns the page's text, the screenshot and the DOM."""
-    browser.call("Page.enable")
-    browser.call("Emulation.setDeviceMetricsOverride", width=WINDOW[0], height=WINDOW[1], deviceScaleFactor=1,
-                 mobile=False)
-    browser.call("Page.navigate", url=url)
+    browser.open(url)
     deadline = time.monotonic() + RENDER_TIMEOUT_S
     text = ""
     while time.monotonic() < deadline:
@@ -167,12 +81,7 @@ def _render(browser: DevTools, url: str, done: str, name: str) -> tuple[str, byt
         time.sleep(0.5)
     time.sleep(1.5)  # let the charts (Vega) finish drawing before the screenshot
     text = browser.text()
-    shot = base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"])
-    dom = browser.call("Runtime.evaluate", expression="document.documentElement.outerHTML",
-                       returnByValue=True)["result"]["value"]
-    ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / f"{name}.png").write_bytes(shot)
-    (ARTIFACTS / f"{name}.dom.html").write_text(dom, encoding="utf-8")
+    shot, dom = browser.keep(name)
     return text, shot, dom
 
 

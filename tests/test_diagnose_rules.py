@@ -18,12 +18,14 @@ from traceinsight.errors import TraceInsightError
 from traceinsight.pipeline import analyze
 
 FIXED_IDS = ["decode-on-prefill-kernel", "split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "latency-spike",
-             "threshold-proximity", "wave-quantization", "slow-path", "kv-bandwidth", "gpu-idle-gaps", "codesign"]
+             "threshold-proximity", "wave-quantization", "slow-path", "kv-bandwidth", "gpu-idle-gaps", "codesign",
+             "slow-steps"]
 
 
 def test_catalogue_declares_every_rule() -> None:
     assert sorted(RULE_IDS) == sorted(FIXED_IDS)
-    assert RULE_IDS[-1] == "latency-spike"  # links spikes to the findings of all the others
+    # latency-spike links spikes to the findings of all the others; slow-steps reads its step attribution
+    assert RULE_IDS[-2:] == ("latency-spike", "slow-steps")
     for r in RULES:
         assert r.__doc__ and r.NAME and r.DESCRIPTION and r.PASSED and callable(r.apply)
         assert all(isinstance(n, Input) for n in r.NEEDS + r.OPTIONAL)

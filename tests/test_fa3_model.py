@@ -56,6 +56,71 @@ def test_split_state_is_what_fa3_did(name: str) -> None:
             assert x.split_kv is truth, (st.name, x.split_evidence)
             n += 1
     assert n == len(a.steps) >= 20
+    assert not [w for w in a.warnings if "contradicts the trace" in w]  # the sidecar agrees with the trace
+
+
+# --- sidecars that leave num_splits out, or state it against the trace -------------------------------------------
+
+def _sidecar_copy(name: str, tmp_path: Path, edit: Any) -> Path:
+    """A copy of the trace's sidecar with `edit(step)` applied to every step entry (the input is never changed)."""
+    import gzip
+
+    src = FA3 / f"{name}.sidecar.json.gz"
+    before = src.read_bytes()
+    doc = orjson.loads(gzip.decompress(before))
+    for step in doc["steps"]:
+        edit(step)
+    out = tmp_path / f"{name}.sidecar.json"
+    out.write_bytes(orjson.dumps(doc))
+    assert src.read_bytes() == before
+    return out
+
+
+def _without_num_splits(step: dict[str, Any]) -> None:
+    """Neither the call's num_splits nor the scheduler's plan (its static bound and per-request splits)."""
+    (step.get("call") or {}).pop("num_splits", None)
+    step.pop("plan", None)
+
+
+@pytest.mark.parametrize("name", ["sweep_q32kv4d128_fa3_torch", "variants_q32kv4d128_fa3_torch",
+                                  "variants_q64kv8d128_fa3_torch", "sweep_q32kv4d128_fa3_nsys"])
+def test_without_num_splits_the_combine_kernel_decides(name: str, tmp_path: Path) -> None:
+    """A sidecar without num_splits leaves FA3's planner assuming its heuristic (29 splits for shape A's skewed
+    batches); where the trace shows no combine kernel (a call that forced num_splits = 1) no step is split, and
+    every launch's split state is still what FA3's own metadata says it did (the original sidecar's plan)."""
+    truth = {st.name: any(x > 1 for x in a_b.planned_splits)
+             for a in [_analysis(name)] for st in a.steps for a_b in [a.schedule.batches[st.index]]}
+    _, (a,) = analyze([_trace(name)], meta=[_sidecar_copy(name, tmp_path, _without_num_splits)], cache=False)
+    unmerged = 0
+    for st in a.steps:
+        assert a.schedule.batches[st.index].source == "sidecar"
+        for x in st.launches:
+            if not x.merges:
+                unmerged += 1
+                assert x.split_kv is False, (st.name, x.split_evidence)
+                assert "no combine kernel follows" in (x.split_evidence or "")
+            assert x.split_kv is truth[st.name], (st.name, x.split_evidence)
+    if name.startswith("variants"):  # the 16 steps of each forced num_splits = 1 variant at B = 256 and 1024
+        assert unmerged >= 32, unmerged
+    assert not [w for w in a.warnings if "contradicts the trace" in w]
+
+
+def test_a_sidecar_against_the_trace_is_believed_with_one_warning(tmp_path: Path) -> None:
+    """A sidecar that says num_splits = 4 where the call forced 1 (no combine kernel ran): its planner's split
+    state is reported, and one warning names both the sidecar's num_splits and the missing combine kernel."""
+    name = "variants_q32kv4d128_fa3_torch"
+
+    def lie(step: dict[str, Any]) -> None:
+        step.pop("plan", None)
+        if step["call"].get("num_splits") == 1:
+            step["call"]["num_splits"] = 4
+
+    _, (a,) = analyze([_trace(name)], meta=[_sidecar_copy(name, tmp_path, lie)], cache=False)
+    forced_one = [x for st in a.steps if "splits=1 " in st.name for x in st.launches]
+    assert len(forced_one) == 32 and not any(x.merges for x in forced_one)
+    assert sum(x.split_kv is True for x in forced_one) >= 16  # the sidecar's: its long request cut by S = 4
+    (warning,) = [w for w in a.warnings if "contradicts the trace" in w]
+    assert "num_splits = 4" in warning and "no combine kernel ran" in warning and "32 launches" in warning
 
 
 @pytest.mark.parametrize("name", TRACES[:5])
@@ -144,3 +209,41 @@ def test_without_a_sidecar_the_cap_shows_from_the_prepare_kernel() -> None:
                 assert x.merges[0].grid[2] == b
     (off,) = [f for f in a.findings if f.id == "split-kv-off"]
     assert off.evidence["why_unsplit"] == "batch-cap"
+
+
+def test_thresholds_table_one_row_per_kernel_backend_and_shape() -> None:
+    """FA3's main kernel with and without a causal mask: two template variants of FlashAttnFwdSm90 with the same
+    tile and resources, two threshold entries in the JSON (one per kernel name) and one row in every report."""
+    import io
+    import re
+
+    from traceinsight.report import sections
+    from traceinsight.report.markdown import thresholds_md
+    from traceinsight.report.text import make_console, thresholds_table
+
+    doc = orjson.loads(orjson.dumps(to_json(_analysis("variants_q32kv4d128_fa3_torch"))))
+    raw = [t for t in doc["thresholds"] if t["kernel"] == "FlashAttnFwdSm90"]
+    assert len(raw) == 2 and raw[0]["name"] != raw[1]["name"]
+    assert len({(t["registers_per_thread"], t["threads_per_block"], t["smem_bytes"], t["b_threshold"])
+                for t in raw}) == 1
+    (row,) = [t for t in sections.threshold_rows(doc) if t["kernel"] == "FlashAttnFwdSm90"]
+    assert row["variants"] == 2 and row["b_threshold"] == 993
+    assert row["shape"] == "kBlockM=128 kBlockN=176; 384 threads, 168 regs, 211 KiB smem"
+    page = render([doc])
+    section = page[page.index('data-section="thresholds"'):page.index('data-section="methods"')]
+    assert len(re.findall(r"<tr><td[^>]*><span title=[^>]*>FlashAttnFwdSm90</span>", section)) == 1
+    md = thresholds_md(doc)
+    assert len(re.findall(r"^\| FlashAttnFwdSm90", md, re.M)) == 1
+    out = io.StringIO()
+    make_console(file=out, no_color=True, width=160).print(thresholds_table(doc))
+    assert out.getvalue().count("FlashAttnFwdSm90") == 1
+
+
+def test_every_finding_of_the_serving_replay_is_on_the_html_page() -> None:
+    """The FA3 serving replay is the one example trace the fleet dataset leaves out (tests/test_fleet_analyze.py
+    checks every other trace's HTML and dashboard pages): its findings' refs are on its HTML page too."""
+    doc = orjson.loads(orjson.dumps(to_json(_analysis("serving_q64kv8d128_fa3_torch"))))
+    page = render([doc])
+    verdict = page[page.index('data-section="verdict"'):page.index('data-section="timeline"')]
+    refs = [f["ref"] for f in doc["findings"]]
+    assert refs and not [r for r in refs if f'<span class="fid">{r}</span>' not in verdict]

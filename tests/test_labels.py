@@ -366,6 +366,11 @@ _SM90_FP8 = (
     "flashinfer::BatchPrefillPersistentTileScheduler<int>, false>(PagedParams)"
 )
 
+# As cuDNN 9.19 names it in a Kineto trace (examples/sdpa/sdpa_q32kv4d128_torch.pt.trace.json.gz).
+CUDNN_LEAN_REDUCTION = ("void cudnn::fusion::lean_reduction_kernel<false, false, false>(void*, float*, float*, float*, "
+                        "float*, float const*, float*, float*, float*, float*, float*, "
+                        + ", ".join(["unsigned int"] * 20) + ", bool)")
+
 # (rule, name, family, backend, phase, params that must be present)
 RULE_EXAMPLES: list[tuple[str, str, str, str | None, str, dict[str, object]]] = [
     ("flashinfer-decode-mla",
@@ -468,6 +473,12 @@ RULE_EXAMPLES: list[tuple[str, str, str, str | None, str, dict[str, object]]] = 
      "cutlass::arch::Sm80, true, 64, 128, 128, true, true>::Params)",
      "attention", "pytorch-mem-efficient", "unknown", {}),
     ("cudnn-sdpa", "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0",
+     "attention", "cudnn", "unknown", {}),
+    # cuDNN's lean-attention reduction after a decode SDPA call (PyTorch SDPBackend.CUDNN_ATTENTION; cuDNN 9.19 on
+    # the H200, examples/sdpa), and the attention kernel it follows there.
+    ("cudnn-sdpa-reduction", CUDNN_LEAN_REDUCTION, "merge", "cudnn", "unknown", {}),
+    ("cudnn-sdpa",
+     "cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_35_16x128x128_1x4x1_cga1x1x1_kernel0_0",
      "attention", "cudnn", "unknown", {}),
     ("trtllm-mmha",
      "void tensorrt_llm::kernels::mmha::masked_multihead_attention_kernel<unsigned short, unsigned short, "

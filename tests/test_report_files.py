@@ -132,7 +132,8 @@ def test_html_tables_hold_the_trace_numbers(html_page: tuple[str, Page]) -> None
     assert re.search(r"BatchDecodeWithPagedKVCacheKernel attention flashinfer-cuda-core \w+ 260 ", kernels)
     assert "13.5 ms" in kernels  # the longest BatchDecode kernel
     thresholds = page.section_text("thresholds")
-    assert re.search(r"BatchDecodeWithPagedKVCacheKernel flashinfer-cuda-core 4 9 1188 297", thresholds)
+    assert re.search(r"BatchDecodeWithPagedKVCacheKernel flashinfer-cuda-core 128 threads, 56 regs, 9 KiB smem 4 9 "
+                     r"1188 297", thresholds)
     assert "on ≤ 296, off ≥ 297" in thresholds  # the switch the sweep shows, next to the computed B_th
     sweep = page.section_text("sweep")
     assert "B_th = 297" in sweep  # drawn in the figure (SVG text) and said below it
@@ -158,7 +159,8 @@ def test_markdown_sections_and_figures(analyses, tmp_path: Path) -> None:  # typ
     for link in links:
         data = (tmp_path / link).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-    assert "| BatchDecodeWithPagedKVCacheKernel | flashinfer-cuda-core | 4 | 9 | 1188 | **297** |" in text
+    assert ("| BatchDecodeWithPagedKVCacheKernel | flashinfer-cuda-core | 128 threads, 56 regs, 9 KiB smem | 4 | 9 | "
+            "1188 | **297** |") in text
 
 
 def test_report_of_a_trace_without_attention_says_what_is_missing(foreign: Path, tmp_path: Path) -> None:

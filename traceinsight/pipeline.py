@@ -122,6 +122,7 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
     if model:
         db.fit_memory()
         analysis.schedule = attach(db, trace_id, steps, gpu)
+        analysis.warnings.extend(analysis.schedule.warnings)
     db.fit_memory()
     # After the model: a sidecar's query lengths may have changed launch phases (prefill work is its own part).
     breakdowns(db, trace_id, steps)
@@ -173,6 +174,10 @@ def analyze(
     meta, ncu, notes = distinct_inputs(paths, list(meta or []), list(ncu or []))
     db, ids = load(paths, meta=meta, ncu=ncu, db=db, cache=cache)
     analyses = [analyze_trace(db, i, step_pattern, model=model, limits=limits, diagnostics=diagnostics) for i in ids]
+    if len(analyses) > 1 and model and diagnostics:
+        from traceinsight.diagnose.run_rules import attach_runs
+
+        attach_runs(db, analyses)  # the ranks of one distributed run, aligned and judged together
     if analyses:
         first = analyses[0]
         if meta and model and first.steps and first.schedule is not None and not any(

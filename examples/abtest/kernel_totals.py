@@ -3,15 +3,18 @@
     python examples/abtest/kernel_totals.py BEFORE AFTER [--min-ms 0.3]
 
 BEFORE / AFTER are Kineto `.pt.trace.json(.gz)` or Nsight Systems `.sqlite` captures of collectors/abtest.py.
-Kernels inside the step ranges are grouped by their name up to the first '(' (Nsight Systems' `<unnamed>` read as
-Kineto's `(anonymous namespace)`); prints launches, total ms of each and the change, largest first.
+Kernels inside the step ranges (a Kineto trace without ProfilerStep ranges: all its kernels) are grouped by their
+name up to the first '(' (Nsight Systems' `<unnamed>` read as Kineto's `(anonymous namespace)`); prints launches,
+total ms of each and the change, largest first.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -27,16 +30,24 @@ def _step_times() -> object:
     return mod
 
 
+def _all_kineto_kernels(path: Path) -> list[tuple[str, int, int]]:
+    """Every kernel of a Kineto trace (ns): for captures without ProfilerStep ranges (the FA3 sweep's steps are
+    record_function ranges, one per step, and hold nothing else)."""
+    doc = json.loads(gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes())
+    return [(e["name"], int(e["ts"] * 1000), int((e["ts"] + e["dur"]) * 1000)) for e in doc["traceEvents"]
+            if e.get("cat") == "kernel"]
+
+
 def totals(path: Path) -> tuple[collections.Counter[str], collections.Counter[str]]:
     st = _step_times()
     steps = st.nsys_steps(path) if path.suffix == ".sqlite" else st.kineto_steps(path)  # type: ignore[attr-defined]
+    kernels = [k for s in steps for k in s.kernels] if steps else _all_kineto_kernels(path)
     ms: collections.Counter[str] = collections.Counter()
     count: collections.Counter[str] = collections.Counter()
-    for s in steps:
-        for name, start, end in s.kernels:
-            key = name.replace("<unnamed>", "(anonymous namespace)").split("(")[0].removeprefix("void ")[:70]
-            ms[key] += (end - start) / 1e6
-            count[key] += 1
+    for name, start, end in kernels:
+        key = name.replace("<unnamed>", "(anonymous namespace)").split("(")[0].removeprefix("void ")[:70]
+        ms[key] += (end - start) / 1e6
+        count[key] += 1
     return ms, count
 
 

@@ -221,7 +221,8 @@ def main() -> None:
               show_default=True,
               help="text (terminal), json (versioned schema traceinsight.analysis/1, docs/JSON.md), a "
                    "self-contained report: html (opens offline) or md (figures written beside --out), or perfetto: "
-                   "a Chrome trace (JSON) of the trace's kernels, steps and one slice per finding, for Perfetto UI.")
+                   "a Chrome trace (JSON) of the trace's kernels, steps and one slice per finding, for Perfetto UI, "
+                   "chrome://tracing or speedscope.")
 @meta_option
 @ncu_option
 @click.option("--step-pattern", default=None, metavar="REGEX",
@@ -292,7 +293,7 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
         _emit_perfetto(db, analyses, out)
     else:
         _emit(analyses, fmt, out, max_steps, steps, width)
-    if kept is not None:
+    if kept is not None and not any("run" in a.extra for a in analyses):  # a run's section is not kept
         analysis_cache.store(db, analyses, kept)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
@@ -369,15 +370,26 @@ def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps:
             con = make_console(file=fh, no_color=True, width=width)
             for a in analyses:
                 render(a, con, max_steps=max_steps or None)  # a file keeps its warnings in its header
+            _emit_runs(analyses, con)
         return
     con = make_console(width=width)
     if len(analyses) > 1:
         from traceinsight.report.text import render_fleet
 
         render_fleet(analyses, con)
+        _emit_runs(analyses, con)
         return
     for a in analyses:
         render(a, con, max_steps=max_steps or None, warnings=False)  # they went to stderr
+
+
+def _emit_runs(analyses: list[Any], con: Any) -> None:
+    """The multi-rank section of each distributed run among the analyses (report/ranks.py)."""
+    from traceinsight.report.ranks import render_run, runs_of
+
+    for run, members in runs_of(analyses):
+        con.print()
+        render_run(run, [f.to_json() for f in members[0].findings if f.id == "rank-straggler"], con)
 
 
 @main.command(name="sql")
@@ -398,7 +410,11 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str, meta: tuple[str, .
     from traceinsight.ingest.schema import mentions_analysis
 
     traces = expand_paths(paths)
-    if mentions_analysis(query):
+    from traceinsight.report.run_tables import mentions_run_tables
+
+    if mentions_run_tables(query):  # a distributed run's tables: its ranks analyzed together now
+        names, rows = _sql_runs(traces, _paths(meta), _paths(ncu), query)
+    elif mentions_analysis(query):
         from traceinsight.cli import analysis_cache
 
         kept = analysis_cache.entry_path(traces, _paths(meta), _paths(ncu), None, None)  # `analyze`'s entry
@@ -431,6 +447,23 @@ def sql_command(paths: tuple[str, ...], query: str, fmt: str, meta: tuple[str, .
         from traceinsight.report.text import make_console
 
         make_console().print(t)
+
+
+def _sql_runs(traces: list[Path], meta: list[Path], ncu: list[Path], query: str) -> tuple[list[str],
+                                                                                         list[tuple[Any, ...]]]:
+    """`sql`'s answer to a query on the run tables (report/run_tables.py): the traces analyzed now, their runs
+    aligned and written as tables beside the analysis tables."""
+    from traceinsight.ingest.safe_sql import readonly_query
+    from traceinsight.model.kernel_table import ensure_labels
+    from traceinsight.pipeline import analyze as run_analysis
+    from traceinsight.report.run_tables import write_run_tables
+    from traceinsight.report.tables import write_tables
+
+    db, analyses = run_analysis(traces, meta=meta, ncu=ncu)
+    write_tables(db, analyses)
+    ensure_labels(db)
+    write_run_tables(db, list({id(r): r for a in analyses if (r := a.cache.get("run")) is not None}.values()))
+    return readonly_query(db, query)
 
 
 def _sql_analyzed(traces: list[Path], meta: list[Path], ncu: list[Path], query: str,

@@ -2,7 +2,8 @@
 
 Order matters where a rule reads others' findings (its READS, which must run before it): `tail-ctas` leaves
 out what the split-KV rules reported, `kv-bandwidth` what those and `tail-ctas` explain, and `latency-spike`,
-which links each spike to the attention findings, runs last. Each entry is a rule module (see
+which links each spike to the attention findings, runs next to last, and `slow-steps` (the runs of steps slower
+than their baseline short of a spike, on latency-spike's step attribution) last. Each entry is a rule module (see
 `traceinsight.diagnose.rule`).
 """
 
@@ -21,6 +22,7 @@ from traceinsight.diagnose.rules import (
     kv_bandwidth,
     latency_spike,
     slow_path,
+    slow_steps,
     sm_idle,
     split_kv_off,
     split_kv_starved,
@@ -43,6 +45,7 @@ RULES: tuple[ModuleType, ...] = (
     gpu_idle_gaps,
     codesign,
     latency_spike,
+    slow_steps,
 )
 
 RULE_IDS: tuple[str, ...] = tuple(r.ID for r in RULES)

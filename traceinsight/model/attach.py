@@ -96,25 +96,55 @@ def _phase_from_sidecar(step: Step, row: dict[str, Any]) -> None:
             launch.tiles = tile_padding(qo, tile, group)
 
 
-def _fa3_split_state(launch: Launch, sb: StepBatch, p: Plan) -> None:
+def _fa3_split_state(launch: Launch, sb: StepBatch, p: Plan) -> str | None:
     """What FA3 did with the batch: split-KV is on when at least one request was cut (a combine kernel alone
     does not say so: it runs whenever the static bound S > 1, even past the 992-request cap where nothing is
-    cut). From the sidecar's scheduler metadata when recorded, else from the planner replayed on the batch."""
+    cut). From the sidecar's scheduler metadata when recorded, else from the planner replayed on the batch.
+
+    The trace's combine kernel is evidence: FA3 launches it exactly when S > 1 (hopper/flash_api.cpp), so a launch
+    with none cut nothing. A sidecar that does not state the call's num_splits (nor the scheduler's plan) leaves the
+    planner assuming the heuristic: then a launch without a combine kernel is not split, whatever the replay says.
+    A sidecar that states them is believed; where it contradicts the trace, the contradiction is returned (in
+    words, naming both) for the trace's warnings."""
     combine = "a combine kernel follows" if launch.merges else "no combine kernel follows"
+    call = sb.call or {}
     if sb.planned_splits is not None:
         cut = sum(1 for x in sb.planned_splits if x > 1)
         launch.split_kv = cut > 0
         launch.split_evidence = (f"FA3's scheduler metadata (sidecar): {cut} of {len(sb.planned_splits)} requests "
                                  f"cut, up to {max(sb.planned_splits)} splits; {combine}")
-        return
+        said = (f"the sidecar's scheduler metadata ({cut} of {len(sb.planned_splits)} requests cut, static bound "
+                f"S = {sb.planned_num_splits})")
+        return _fa3_contradiction(launch, cut, sb.planned_num_splits, said)
     splits = p.splits or ()
     cut = sum(1 for x in splits if x > 1)
     s_static = p.details.get("num_splits_static")
     why = ("above FA3's dynamic-split cap of 992 requests nothing is cut" if not p.details.get("dynamic_split")
            and (s_static or 1) > 1 else f"static split bound S = {s_static}")
+    if not isinstance(call.get("num_splits"), int) and not launch.merges:
+        launch.split_kv = False
+        launch.split_evidence = ("no combine kernel follows: FA3 ran one split (static bound S = 1), nothing cut; "
+                                 "the sidecar does not say the call's num_splits, and FA3's planner replayed with "
+                                 f"its heuristic would have cut {cut} of {len(splits)} requests ({why})")
+        return None
     launch.split_kv = cut > 0
     launch.split_evidence = (f"FA3's planner replayed on the sidecar's batch: {cut} of {len(splits)} requests cut "
                              f"({why}); {combine}")
+    if not isinstance(call.get("num_splits"), int):
+        return None
+    said = (f"the sidecar's num_splits = {call['num_splits']} (FA3's planner on its batch: {cut} of {len(splits)} "
+            f"requests cut, static bound S = {s_static})")
+    return _fa3_contradiction(launch, cut, s_static if isinstance(s_static, int) else None, said)
+
+
+def _fa3_contradiction(launch: Launch, cut: int, s_static: int | None, said: str) -> str | None:
+    """Where what the sidecar said (`said`: requests cut, static bound S) cannot be what the trace shows: requests
+    cut, or S > 1, without a combine kernel; S = 1 with one."""
+    if not launch.merges and (cut > 0 or (s_static or 1) > 1):
+        return f"{said}, but no combine kernel ran after the launch"
+    if launch.merges and s_static == 1:
+        return f"{said}, but {launch.merges[0].kernel} ran after the launch"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -220,6 +250,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
     plans: dict[int, tuple[Plan, int]] = {}
     samples: dict[str, dict[int, tuple[Plan, list[int]]]] = defaultdict(dict)
     trace_batches: dict[tuple[Any, ...], StepBatch] = {}  # batch_from_trace by trace_batch_key
+    fa3_clashes: list[tuple[int, str]] = []  # (step, what the sidecar said against the trace)
     for s in steps:
         if not s.launches:
             continue
@@ -261,8 +292,15 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             plans[k.kernel_id] = (p, occ)
             samples[k.name].setdefault(id(p), (p, []))[1].append(k.dur_ns)
             if k.backend == FA3:
-                _fa3_split_state(launch, sb, p)
+                clash = _fa3_split_state(launch, sb, p)
+                if clash is not None:
+                    fa3_clashes.append((s.index, clash))
 
+    if fa3_clashes:
+        step, clash = fa3_clashes[0]
+        n = len(fa3_clashes)
+        sched.warnings.append(f"FA3: the sidecar contradicts the trace in {n} launch{'es' if n > 1 else ''} "
+                              f"(first, step {step}: {clash}); the sidecar's split state is reported")
     occ_by_name = {name: (t.occupancy if t.backend in (CUDA_CORE, FA2) else 1)
                    for name, t in sched.thresholds.items()}
     sched.costs, notes = calibrate_costs({n: list(v.values()) for n, v in samples.items()}, gpu, occ_by_name)

@@ -265,7 +265,8 @@ class Schedule:
     gpu: the GPU model (None when unknown: then nothing below is computed and `notes` says why);
     thresholds: by kernel name; batches: by step index; models / measured: by attention kernel_id;
     costs: calibrated cost model by kernel name; idle_gaps: GPU idle time between steps; notes: what could
-    not be modelled, in words.
+    not be modelled, in words; warnings: what the inputs said against each other, in words (the trace's
+    warnings).
     """
 
     gpu: GPU | None
@@ -277,6 +278,7 @@ class Schedule:
     idle_gaps: IdleGaps = field(default_factory=IdleGaps.empty)
     cuda_graph_kernels: frozenset[int] = frozenset()
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     cache: dict[Any, Any] = field(default_factory=dict, repr=False)  # memo for counterfactual replays
 
     def threshold_for(self, kernel: Kernel) -> KernelThreshold | None:

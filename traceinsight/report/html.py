@@ -75,6 +75,9 @@ ul.verdict > li.sev-info { border-color: var(--info); background: var(--info-bg)
 details { margin-top: 6px; font-size: 14px; }
 details summary { cursor: pointer; color: var(--muted); font-size: 13px; }
 details.checks { margin-top: 10px; }
+ul.findings { padding-left: 18px; margin: 4px 0; }
+ul.findings > li { margin: 3px 0; }
+ul.findings .badge { min-width: 0; font-size: 10px; }
 details p { margin: 6px 0; }
 dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 6px 0; font-size: 13px; }
 dl.kv dt { color: var(--muted); }
@@ -156,9 +159,21 @@ def _step_list(doc: dict[str, Any], steps: list[int], limit: int = 8) -> str:
     return ", ".join(shown) + more
 
 
+def _finding_item(doc: dict[str, Any], f: dict[str, Any]) -> str:
+    """One finding in a list: its severity, its id (the `ref` that names it among its rule's findings, e.g.
+    latency-spike#3, else the rule id), its summary, its saving and its steps."""
+    sev = f.get("severity") or "info"
+    save = f" — saves ≈ {esc(fmt_ns(f['saving_ns']))}" if f.get("saving_ns") else ""
+    steps = list(f.get("steps") or [])
+    where = f'<br><small class="more">steps ({len(steps)}): {_step_list(doc, steps)}</small>' if steps else ""
+    return (f'<li class="sev-{esc(sev)}" data-finding="{esc(f.get("ref") or f.get("id"))}">'
+            f'<span class="badge sev-{esc(sev)}">{esc(sev)}</span>'
+            f'<span class="fid">{esc(f.get("ref") or f.get("id"))}</span>{esc(f.get("summary"))}{save}{where}</li>')
+
+
 def verdict_html(doc: dict[str, Any]) -> str:
-    """One line per rule, worst first, with its saving; the details (explanation, remedy, every finding of the
-    rule, steps, evidence) folded under it."""
+    """One line per root cause, worst first, with its saving; the details (explanation, remedy, every finding of
+    the root cause and every finding that is its evidence, each by its id with its steps) folded under it."""
     why = sections.missing(doc, "findings")
     if why:
         return _na(why) + checks_html(doc)
@@ -171,23 +186,26 @@ def verdict_html(doc: dict[str, Any]) -> str:
             share = f" <small>({esc(share)})</small>" if share else ""
             save = f'<span class="saving">saves ≈ {esc(fmt_ns(g.saving_ns))}{share}</span>'
         more = f' <small class="more">(+{len(g.findings) - 1} more)</small>' if len(g.findings) > 1 else ""
+        also = (f'<br><small class="more">evidence: {esc(g.evidence_text())}</small>' if g.related else "")
         detail = []
         if first.get("explanation"):
             detail.append(f"<p>{esc(first['explanation'])}</p>")
         if first.get("remedy"):
             detail.append(f"<p><b>Remedy:</b> {esc(first['remedy'])}</p>")
-        if len(g.findings) > 1:
-            rows = "".join(f"<li>{esc(f.get('summary'))}"
-                           + (f" — saves ≈ {esc(fmt_ns(f['saving_ns']))}" if f.get("saving_ns") else "") + "</li>"
-                           for f in g.findings)
-            detail.append(f"<p><b>All {len(g.findings)} findings of this rule:</b></p><ul>{rows}</ul>")
+        roots = "".join(_finding_item(doc, f) for f in g.findings)
+        detail.append(f"<p><b>{'This finding' if len(g.findings) == 1 else f'All {len(g.findings)} findings'} of "
+                      f'this root cause:</b></p><ul class="findings">{roots}</ul>')
+        if g.related:
+            ev = "".join(_finding_item(doc, f) for f in g.related)
+            detail.append(f"<p><b>Evidence ({len(g.related)} findings of other rules that this cause explains):"
+                          f'</b></p><ul class="findings">{ev}</ul>')
         if g.steps:
             detail.append(f"<p><b>Steps ({len(g.steps)}):</b> {_step_list(doc, g.steps)}</p>")
         detail.append(_evidence(first.get("evidence") or {}))
         items.append(
             f'<li class="sev-{esc(g.severity)}">{save}<span class="badge">{esc(g.severity)}</span>'
-            f'<span class="fid">{esc(g.id)}</span>{esc(g.summary)}{more}'
-            f"<details><summary>why, remedy, evidence</summary>{''.join(detail)}</details></li>")
+            f'<span class="fid">{esc(g.id)}</span>{esc(g.summary)}{more}{also}'
+            f"<details><summary>why, remedy, findings and evidence</summary>{''.join(detail)}</details></li>")
     return f'<ul class="verdict">{"".join(items)}</ul>' + checks_html(doc)
 
 
@@ -295,14 +313,20 @@ def thresholds_html(doc: dict[str, Any]) -> str:
     if why:
         return _na(why)
     observed = sections.observed_switches(doc)
-    headers = [("kernel", ""), ("backend", ""), ("KV heads", "num"), ("CTAs / SM", "num"), ("max grid", "num"),
-               ("B_th", "num"), ("observed in this trace", "")]
-    body = [[esc(t.get("kernel")), esc(t.get("backend") or "–"), esc(t.get("kv_heads")), esc(t.get("occupancy")),
+    headers = [("kernel", ""), ("backend", ""), ("shape", "mono"), ("KV heads", "num"), ("CTAs / SM", "num"),
+               ("max grid", "num"), ("B_th", "num"), ("observed in this trace", "")]
+    body = [[f'<span title="{esc(t.get("name"))}">{esc(t.get("kernel"))}</span>' + _variants(t),
+             esc(t.get("backend") or "–"), esc(t.get("shape")), esc(t.get("kv_heads")), esc(t.get("occupancy")),
              esc(t.get("max_grid")), f"<b>{esc(t.get('b_threshold'))}</b>" if t.get("b_threshold") else "–",
              esc(observed.get((t.get("kernel"), t.get("backend")), "–"))]
             for t in sections.threshold_rows(doc)]
     return table(headers, body) + ('<p class="caption">B_th: the batch size from which the backend\'s planner '
                                    "turns split-KV off (B × KV heads ≥ max grid).</p>")
+
+
+def _variants(t: dict[str, Any]) -> str:
+    n = t.get("variants") or 1
+    return f' <small class="more">({n} template variants)</small>' if n > 1 else ""
 
 
 def methods_html(doc: dict[str, Any]) -> str:
@@ -353,6 +377,9 @@ def render(docs: list[dict[str, Any]], schedules: Sequence[Gantt | str | None] |
     toc = " ".join(f'<a href="#t{i}-verdict">{esc((d.get("trace") or {}).get("path", "?").rsplit("/", 1)[-1])}</a>'
                    for i, d in enumerate(docs))
     parts.append(f'<nav class="toc">{toc}</nav>')
+    from traceinsight.report.run_html import runs_html
+
+    parts.append(runs_html(docs))  # the ranks of a distributed run, together (docs/MULTIRANK.md)
     for i, (doc, sched) in enumerate(zip(docs, schedules, strict=True)):
         parts.append(f'<h2 class="trace">Trace {i + 1}</h2>{trace_header(doc)}')
         parts.append(trace_body(doc, sched, prefix=f"t{i}-"))

@@ -60,6 +60,15 @@ def _na(text: str | None) -> str:
     return f"_{text}_" if text else ""
 
 
+def _finding_md(f: dict[str, Any], names: dict[int, str], lead: str) -> str:
+    """One finding by its id (its ref, e.g. `latency-spike#3`), severity, summary and first steps."""
+    steps = list(f.get("steps") or [])
+    shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in steps[:4]) + (" …" if len(steps) > 4 else "")
+    where = f" (steps {shown})" if steps else ""
+    sev = (f.get("severity") or "info").upper()
+    return f"  - {lead}`{f.get('ref') or f.get('id')}` {sev}: {f.get('summary', '')}{where}"
+
+
 def verdict_md(doc: dict[str, Any]) -> str:
     why = sections.missing(doc, "findings")
     if why:
@@ -79,12 +88,15 @@ def verdict_md(doc: dict[str, Any]) -> str:
             lines.append(f"  - {first['explanation']}")
         if first.get("remedy"):
             lines.append(f"  - Remedy: {first['remedy']}")
-        for f in g.findings[1:]:
-            lines.append(f"  - also: {f.get('summary', '')}")
+        for f in g.findings:
+            lines.append(_finding_md(f, names, ""))
+        for f in g.related:
+            lines.append(_finding_md(f, names, "evidence: "))
         if g.steps:
             shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in g.steps[:6])
             lines.append(f"  - Steps ({len(g.steps)}): {shown}" + (" …" if len(g.steps) > 6 else ""))
-    return "\n".join(lines) + checks_md(doc)
+    savings = sections.savings_line(doc)
+    return "\n".join(lines) + (f"\n\n_{savings}._" if savings else "") + checks_md(doc)
 
 
 def checks_md(doc: dict[str, Any]) -> str:
@@ -177,11 +189,12 @@ def thresholds_md(doc: dict[str, Any]) -> str:
     if why:
         return _na(why)
     observed = sections.observed_switches(doc)
-    rows = [[t.get("kernel"), t.get("backend") or "–", t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
+    rows = [[str(t.get("kernel")) + (f" ({t['variants']} template variants)" if t.get("variants", 1) > 1 else ""),
+             t.get("backend") or "–", t.get("shape") or "–", t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
              f"**{t['b_threshold']}**" if t.get("b_threshold") else "–",
              observed.get((t.get("kernel"), t.get("backend")), "–")] for t in sections.threshold_rows(doc)]
-    return md_table(["kernel", "backend", "KV heads", "CTAs / SM", "max grid", "B_th", "observed in this trace"],
-                    rows, right={2, 3, 4, 5})
+    return md_table(["kernel", "backend", "shape", "KV heads", "CTAs / SM", "max grid", "B_th",
+                     "observed in this trace"], rows, right={3, 4, 5, 6})
 
 
 def methods_md(doc: dict[str, Any]) -> str:
@@ -220,6 +233,9 @@ def render(docs: list[dict[str, Any]], out: Path, schedules: Sequence[Gantt | st
     if len(docs) == 1:
         parts += [_header(docs[0]), "", trace_md(docs[0], schedules[0], figs, "", 2)]
     else:
+        from traceinsight.report.run_md import runs_md
+
+        parts.append(runs_md(docs))  # the ranks of a distributed run, together (docs/MULTIRANK.md)
         for i, (doc, sched) in enumerate(zip(docs, schedules, strict=True)):
             parts += [f"## Trace {i + 1}", "", _header(doc), "", trace_md(doc, sched, figs, f"t{i}_", 3), ""]
     parts += ["", f"---\n_traceinsight {__version__}. Times are GPU times from the trace._", ""]

@@ -26,6 +26,13 @@ def _us(ns: int) -> float:
     return ns / 1000.0
 
 
+def _dur_us(start_ns: int, end_ns: int) -> float:
+    """end - start in us, as the difference of the two timestamps in us: exact (Sterbenz), so that ts + dur is the
+    end's timestamp to the bit, and an event ending where the next begins does not overlap it (at 5e12 us, a float
+    holds the us to about 1 ns, and start/1000 + dur/1000 can round past the next start)."""
+    return _us(end_ns) - _us(start_ns)
+
+
 def _meta(pid: int, name: str, tid: int | None = None, thread: str | None = None) -> dict[str, Any]:
     if tid is None:
         return {"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}}
@@ -43,6 +50,33 @@ def _runs(steps: list[int]) -> list[tuple[int, int]]:
     return out
 
 
+class _Track:
+    """Complete events of each track, given in start order, emitted properly nested, as the format's viewers need
+    them (one slice inside another, or after it): an event that starts inside the one before it on its track and
+    ends after it (Kineto's kernel timestamps on one stream overlap by a few hundred ns; a step's wall time may
+    reach 1 ns into the next step's) is cut to end where the next begins, its own duration kept in its args
+    (`trace_dur_us`). Each event waits for the next one on its track before it is written."""
+
+    def __init__(self) -> None:
+        self.pending: dict[tuple[int, int], tuple[dict[str, Any], int, int]] = {}
+
+    def add(self, event: dict[str, Any], start_ns: int, end_ns: int) -> Iterator[dict[str, Any]]:
+        key = (event["pid"], event["tid"])
+        before = self.pending.get(key)
+        if before is not None:
+            e, s0, e0 = before
+            if s0 <= start_ns < e0 < end_ns:
+                e["args"]["trace_dur_us"] = e["dur"]
+                e["dur"] = _dur_us(s0, start_ns)
+            yield e
+        self.pending[key] = (event, start_ns, end_ns)
+
+    def flush(self) -> Iterator[dict[str, Any]]:
+        for e, _, _ in self.pending.values():
+            yield e
+        self.pending.clear()
+
+
 def events(db: TraceDB, a: TraceAnalysis) -> Iterator[dict[str, Any]]:
     """The trace events: GPU kernels, steps, and one slice per root cause and run of consecutive steps."""
     from traceinsight.report.json_doc import to_json
@@ -56,22 +90,27 @@ def events(db: TraceDB, a: TraceAnalysis) -> Iterator[dict[str, Any]]:
         "SELECT name, start_ns, dur_ns, coalesce(device_id, 0), coalesce(stream_id, 0), grid_x, grid_y, grid_z "
         "FROM kernels WHERE trace_id = ? ORDER BY start_ns", [a.trace_id]).fetchall()
     labels = {k["name"]: k for k in a.kernels}
+    track = _Track()
     for name, start, dur, device, stream, gx, gy, gz in rows:
         tid = int(device) * 1_000_000 + int(stream)
         if (device, stream) not in streams:
             streams.add((device, stream))
             yield _meta(GPU_PID, "", tid, f"device {device} stream {stream}")
         k = labels.get(name) or {}
-        yield {"ph": "X", "pid": GPU_PID, "tid": tid, "name": k.get("kernel") or name,
-               "cat": k.get("family") or "kernel", "ts": _us(start), "dur": _us(dur),
-               "args": {"name": name, "grid": [gx, gy, gz], "backend": k.get("backend")}}
+        yield from track.add({"ph": "X", "pid": GPU_PID, "tid": tid, "name": k.get("kernel") or name,
+                              "cat": k.get("family") or "kernel", "ts": _us(start), "dur": _dur_us(start, start + dur),
+                              "args": {"name": name, "grid": [gx, gy, gz], "backend": k.get("backend")}},
+                             int(start), int(start) + int(dur))
+    yield from track.flush()
     yield _meta(STEPS_PID, "", 1, "steps")
     by_index = a.steps_by_index()
-    for s in a.steps:
+    for s in sorted(a.steps, key=lambda s: (s.breakdown.start_ns if s.breakdown is not None else s.start_ns)):
         start = s.breakdown.start_ns if s.breakdown is not None else s.start_ns
-        yield {"ph": "X", "pid": STEPS_PID, "tid": 1, "name": s.name, "cat": "step", "ts": _us(start),
-               "dur": _us(s.wall_ns), "args": {"index": s.index, "attention_ns": s.attention_ns,
-                                               "split_kv": s.split_kv}}
+        yield from track.add({"ph": "X", "pid": STEPS_PID, "tid": 1, "name": s.name, "cat": "step",
+                              "ts": _us(start), "dur": _dur_us(start, start + s.wall_ns),
+                              "args": {"index": s.index, "attention_ns": s.attention_ns, "split_kv": s.split_kv}},
+                             start, start + s.wall_ns)
+    yield from track.flush()
     doc = to_json(a)
     for n, g in enumerate(finding_groups(doc), 1):
         yield _meta(FINDINGS_PID, "", n, f"{g.severity.upper()} {g.id}")
@@ -91,7 +130,7 @@ def events(db: TraceDB, a: TraceAnalysis) -> Iterator[dict[str, Any]]:
             t0 = s0.breakdown.start_ns if s0.breakdown is not None else s0.start_ns
             t1 = s1.breakdown.end_ns if s1.breakdown is not None else s1.end_ns
             yield {"ph": "X", "pid": FINDINGS_PID, "tid": n, "name": g.id, "cat": f"finding,{g.severity}",
-                   "ts": _us(t0), "dur": _us(max(t1 - t0, 1)),
+                   "ts": _us(t0), "dur": _dur_us(t0, max(t1, t0 + 1)),
                    "args": {**args, "first_step": lo, "last_step": hi}}
 
 

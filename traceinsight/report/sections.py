@@ -99,16 +99,20 @@ def _attributed(f: dict[str, Any]) -> int | None:
 
 
 def savings_line(doc: dict[str, Any]) -> str:
-    """'savings listed: 806 ms of 1.01 s in steps, 439 ms of 782 ms between steps' ('' without savings)."""
+    """'savings: 806 ms of 1.01 s in steps (floor 207 ms), 439 ms of 782 ms between steps' ('' without savings);
+    the floor is what the steps would still take with the remedies (`steps_floor_ns`), shown when the document
+    holds it."""
     from traceinsight.units import fmt_ns
 
     t = saving_totals(doc)
     parts = []
     if t.get("listed_steps_ns"):
-        parts.append(f"{fmt_ns(t['listed_steps_ns'])} of {fmt_ns(t['steps_wall_ns'])} in steps")
+        floor = t.get("steps_floor_ns")
+        parts.append(f"{fmt_ns(t['listed_steps_ns'])} of {fmt_ns(t['steps_wall_ns'])} in steps"
+                     + (f" (floor {fmt_ns(floor)})" if floor is not None else ""))
     if t.get("listed_between_ns"):
         parts.append(f"{fmt_ns(t['listed_between_ns'])} of {fmt_ns(t['between_steps_ns'])} between steps")
-    return "savings listed: " + ", ".join(parts) if parts else ""
+    return "savings: " + ", ".join(parts) if parts else ""
 
 
 @dataclass(frozen=True)
@@ -609,8 +613,35 @@ def params_text(params: dict[str, Any] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in (params or {}).items())
 
 
+# Template parameters that make a kernel's tile shape (FA3/FA2 kBlockM x kBlockN, FlashInfer's CTA tiles).
+TILE_PARAMS = ("kBlockM", "kBlockN", "cta_tile_q", "cta_tile_kv", "cta_q", "cta_kv")
+
+
+def threshold_shape(doc: dict[str, Any], t: dict[str, Any]) -> str:
+    """The launch shape a threshold row stands for: the kernel's tile (template parameters) and its resources per
+    CTA ('kBlockM=64 kBlockN=128; 256 threads, 255 regs, 147 KiB smem')."""
+    params = next((k.get("params") or {} for k in doc.get("kernels") or [] if k.get("name") == t.get("name")), {})
+    tile = " ".join(f"{p}={params[p]}" for p in TILE_PARAMS if params.get(p) is not None)
+    res = [f"{t['threads_per_block']} threads" if t.get("threads_per_block") else "",
+           f"{t['registers_per_thread']} regs" if t.get("registers_per_thread") else "",
+           f"{round(t['smem_bytes'] / 1024)} KiB smem" if t.get("smem_bytes") else ""]
+    return "; ".join(x for x in (tile, ", ".join(r for r in res if r)) if x)
+
+
 def threshold_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(doc.get("thresholds") or [])
+    """The split-KV thresholds, one row per kernel x backend x shape (`threshold_shape`, KV heads, occupancy,
+    max grid, B_th): template variants of a kernel that launch alike (FA3 with and without a causal mask) are one
+    row, with `variants` counting them and `shape` saying what the row stands for."""
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for t in doc.get("thresholds") or []:
+        shape = threshold_shape(doc, t)
+        key = (t.get("kernel"), t.get("backend"), shape, t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
+               t.get("b_threshold"))
+        if key in rows:
+            rows[key]["variants"] += 1
+        else:
+            rows[key] = {**t, "shape": shape, "variants": 1}
+    return list(rows.values())
 
 
 def model_coverage(doc: dict[str, Any]) -> dict[str, int]:

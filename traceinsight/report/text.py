@@ -121,13 +121,19 @@ def findings_block(doc: dict[str, Any]) -> Table | Text:
 
 
 def thresholds_table(doc: dict[str, Any]) -> Table | None:
-    rows = doc.get("thresholds") or []
+    from traceinsight.report.sections import threshold_rows
+
+    rows = threshold_rows(doc)
     if not rows:
         return None
-    table = _table("Split-KV thresholds", [("kernel", "left"), ("backend", "left"), ("H_kv", "right"),
-                                           ("CTAs/SM", "right"), ("max grid", "right"), ("B_th", "right")])
+    table = _table("Split-KV thresholds", [("kernel", "left"), ("backend", "left"), ("shape", "left"),
+                                           ("H_kv", "right"), ("CTAs/SM", "right"), ("max grid", "right"),
+                                           ("B_th", "right")])
+    table.columns[2].overflow, table.columns[2].max_width = "fold", 44
     for r in rows:
-        table.add_row(str(r.get("kernel")), r.get("backend") or "-", str(r.get("kv_heads") or "-"),
+        variants = f" ({r['variants']} variants)" if r.get("variants", 1) > 1 else ""
+        table.add_row(str(r.get("kernel")) + variants, r.get("backend") or "-", r.get("shape") or "-",
+                      str(r.get("kv_heads") or "-"),
                       str(r.get("occupancy") or "-"), str(r.get("max_grid") or "-"),
                       Text(str(r["b_threshold"]), style="bold") if r.get("b_threshold") else Text("-"))
     return table
