@@ -63,17 +63,29 @@ def aa_diffs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
     return files
 
 
-def test_truth_lists_three_aa_pairs() -> None:
-    assert AA_PAIRS == [("aa1", "aa2"), ("aa2", "aa3"), ("aa1", "aa3")]
+FLASHINFER_AA = [("aa1", "aa2"), ("aa2", "aa3"), ("aa1", "aa3")]
+
+
+def test_truth_lists_three_flashinfer_aa_pairs_and_one_fa3() -> None:
+    assert AA_PAIRS == [*FLASHINFER_AA, ("fa3_aa1", "fa3_aa2")]
 
 
 def test_aa_pairs_are_unchanged_in_every_group(aa_diffs: dict[tuple[str, str], Path]) -> None:
     for pair, path in aa_diffs.items():
         g = json.loads(path.read_text())["gate"]
         paired = [x for x in g["step_groups"] + g["kernel_groups"] if x["metrics"]]
-        assert len(paired) == 9, pair  # the decode steps, 7 GEMM kinds and the FA2 decode kernel, the merge
         assert {x["verdict"] for x in paired} == {"unchanged"}, pair
         assert all(x["status"] == "paired" for x in g["step_groups"] + g["kernel_groups"]), pair
+        if pair[0].startswith("fa3"):
+            # 2 distributions x 2 batch sizes of steps; FA3's kernel (two template instances: 40 launches in
+            # fa3_aa1, counted with json.load), its combine (30 launches) and two prepare kernels (20 each)
+            assert len(g["step_groups"]) == 4, pair
+            counts = sorted((x["family"], x["n_before"]) for x in g["kernel_groups"])
+            attn = [n for f, n in counts if f == "attention"]
+            assert sum(attn) == 40 and len(attn) == 2, pair
+            assert [c for c in counts if c[0] != "attention"] == [("merge", 30), ("prepare", 20), ("prepare", 20)]
+            continue
+        assert len(paired) == 9, pair  # the decode steps, 7 GEMM kinds and the FA2 decode kernel, the merge
         (steps,) = g["step_groups"]
         assert steps["n_before"] == steps["n_after"] == 40
         assert abs(steps["metrics"]["median"]["change"]) < 0.01  # GPU time per step: within 1 %
@@ -134,15 +146,34 @@ def test_a_3_percent_wider_mlp_is_stated_below_the_gate_then_found_with_calibrat
     med = gemm["metrics"]["median"]
     assert gemm["verdict"] == "unchanged" and med["detected"] and 0 < med["ci_low"] < med["change"] < 0.05
     assert any(line.startswith(f"below the gate: {gemm['group']}: median +") for line in d["gate"]["summary"])
-    noise = [opt for path in aa_diffs.values() for opt in ("--noise", str(path))]
+    noise = [opt for pair, path in aa_diffs.items() if pair in FLASHINFER_AA for opt in ("--noise", str(path))]
     _, c = _diff("aa1", "ab_mlp103", "--fail-on-regression", "1%", *noise, code=3)
     assert c["gate"]["regressed"] == [gemm["group"]]
     p90 = _group(c, gemm["group"])["metrics"]["p90"]
     assert p90["run_to_run"] < 0.01 and p90["ci_low"] > p90["threshold"]  # the A/A floor of this GEMM is < 1 %
 
 
+def test_fa3_num_splits_1_regresses_the_skewed_steps_with_split_kv_named() -> None:
+    """FA3 varlen decode, num_splits 0 (its heuristic) -> 1: the README's kernel time per step, skew80: 315 -> 2337
+    us (bs 256) and 476 -> 2349 us (bs 960); uniform: 298 -> 290 and 424 -> 423 us. The step names differ only in
+    `splits=0` / `splits=1`, so the steps pair by kind."""
+    _, d = _diff("fa3_aa1", "fa3_ab_splits1", "--fail-on-regression", "5%", code=3)
+    steps = {(x["kind"]["name"].split("dist=")[1].split()[0], x["kind"]["batch_bucket"]): x
+             for x in d["gate"]["step_groups"]}
+    assert {x["status"] for x in steps.values()} == {"paired"} and len(steps) == 4
+    for bucket in ("256-511", "512-1023"):
+        skew = steps[("skew", bucket)]
+        assert skew["verdict"] == "regressed" and skew["metrics"]["median"]["ci_low"] > 2.0
+        split = next(c for c in skew["causes"] if c["kind"] == "split-kv-off")
+        assert "10 of 10 attention launches without it (before 0 of 10)" in split["text"]
+        assert steps[("uniform", bucket)]["verdict"] == "unchanged"
+    combine = [x for x in d["gate"]["kernel_groups"] if x["kernel"] == "FlashAttnFwdCombine"]
+    assert [x["status"] for x in combine] == ["gone"]  # no split, nothing to combine
+
+
 def test_aa_pairs_stay_unchanged_at_1_percent_with_the_other_pairs_as_noise(
         aa_diffs: dict[tuple[str, str], Path]) -> None:
-    for pair in AA_PAIRS:
-        noise = [opt for other, path in aa_diffs.items() if other != pair for opt in ("--noise", str(path))]
+    for pair in FLASHINFER_AA:
+        noise = [opt for other, path in aa_diffs.items() if other != pair and other in FLASHINFER_AA
+                 for opt in ("--noise", str(path))]
         _diff(*pair, "--fail-on-regression", "1%", *noise, code=0)

@@ -50,6 +50,8 @@ METHOD = (f"percentile bootstrap ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTR
           f"of each quantile, {CONFIDENCE:.0%} interval; quantile = order statistic of rank ceil(q*n); fewer than "
           f"{MIN_SAMPLES} values on a side: no interval, no verdict")
 
+# A second kernel group of one short name shows this many characters of its name from where it differs.
+LABEL_ARGS = 60
 KernelKey = tuple[str, str, str | None, str | None]  # (family, kernel spelling, phase, backend)
 
 
@@ -292,7 +294,7 @@ def _spike_cause(before: list[dict[str, Any]], after: list[dict[str, Any]], befo
     sb, sa = spikes(before, before_doc), spikes(after, after_doc)
     if len(sa) <= len(sb):
         return None
-    names = {s["index"]: s["name"] for s in after}
+    names = {s["index"]: s["name"] for s in after_doc.get("steps") or []}
     new = sa[len(sb):] if sb else sa
     worst = max(new, key=lambda f: (f.get("evidence") or {}).get("excess_ns") or 0)
     ev = worst.get("evidence") or {}
@@ -420,6 +422,7 @@ def kernel_groups(before: KernelSamples, after: KernelSamples, steps_before: int
     """Each kernel group of either side: paired (by spelling or by kind; with metrics and a price per step), new
     or gone."""
     rows: list[dict[str, Any]] = []
+    seen: dict[str, str] = {}  # label -> the spelling of the first group that took it
     for keys_b, keys_a, status in _pairs(before, after):
         db = [d for k in keys_b for d in before.durations[k]]
         da = [d for k in keys_a for d in after.durations[k]]
@@ -427,6 +430,13 @@ def kernel_groups(before: KernelSamples, after: KernelSamples, steps_before: int
         name = after.names.get(keys_a[0]) if keys_a else before.names.get(keys_b[0])
         name = name or key[1]
         label = f"{key[0]} {name}" + (f" {key[2]}" if key[2] else "") + (f" [{key[3]}]" if key[3] else "")
+        first = seen.setdefault(label, key[1])
+        if first != key[1]:  # another template instance of the same kernel: told apart where the names differ
+            at = next((i for i, (x, y) in enumerate(zip(first, key[1], strict=False)) if x != y),
+                      min(len(first), len(key[1])))
+            start = max(0, at - 8)
+            part = key[1][start:start + LABEL_ARGS]
+            label += " " + ("…" if start else "") + part + ("…" if start + LABEL_ARGS < len(key[1]) else "")
         row: dict[str, Any] = {"group": label, "family": key[0], "kernel": name, "kind": _kind(key[1]),
                                "phase": key[2], "backend": key[3], "status": status,
                                "n_before": len(db), "n_after": len(da),
