@@ -275,3 +275,13 @@ def test_the_ci_workflow_example_uses_options_that_exist() -> None:
     for command, args in commands:
         for opt in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", args):
             assert opt in helps[command], (command, opt)
+
+
+def test_text_gate_table_shows_bracketed_labels_whole() -> None:
+    """Group labels end in `[backend]`, which rich would take for markup and drop if passed as a plain string."""
+    ab = REPO / "examples" / "abtest"
+    r = CliRunner().invoke(main, ["diff", str(ab / "aa1.pt.trace.json.gz"), str(ab / "ab_split_off.pt.trace.json.gz")],
+                           terminal_width=200)
+    assert r.exit_code == 0, r.output
+    table = r.stdout[r.stdout.index("Step and kernel groups"):]
+    assert "ProfilerStep# decode B 16-31 [flashinfer-fa2]" in table and "[cublas]" in table

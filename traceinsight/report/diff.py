@@ -407,13 +407,15 @@ def render_text(d: dict[str, Any], console: Any) -> None:
         console.print(Text(f" • {line}"))
     gt = table("Step and kernel groups (paired by kind; change of median and p90 [95% CI])",
                ["group", "verdict", "n", "median", "p90", "per step", "cause"], {"n", "per step"})
+    gt.columns[0].min_width = 36  # the group names the change; the numbers can wrap first
+    gt.columns[0].overflow = "fold"
     for row in g["step_groups"] + g["kernel_groups"]:
         if not row["metrics"]:
             continue
         v = row["verdict"] + (" (path)" if row["status"] == "path-change" else "")
-        gt.add_row(row["group"], Text(v, style=_VERDICT_STYLE.get(row["verdict"], "")),
-                   f"{row['n_before']}->{row['n_after']}", *(_metric_cell(row, m) for m in ("median", "p90")),
-                   _signed_ns(row["per_step_ns"]), "; ".join(c["text"] for c in row["causes"]) or "-")
+        gt.add_row(Text(row["group"]), Text(v, style=_VERDICT_STYLE.get(row["verdict"], "")),
+                   f"{row['n_before']}->{row['n_after']}", *(Text(_metric_cell(row, m)) for m in ("median", "p90")),
+                   _signed_ns(row["per_step_ns"]), Text("; ".join(c["text"] for c in row["causes"]) or "-"))
     ft = table("Findings", ["id", "status", "before", "after"], set())
     for f in d["findings"]:
         def side(g: dict[str, Any] | None) -> str:
