@@ -281,7 +281,7 @@ def test_text_gate_table_shows_bracketed_labels_whole() -> None:
     """Group labels end in `[backend]`, which rich would take for markup and drop if passed as a plain string."""
     ab = REPO / "examples" / "abtest"
     r = CliRunner().invoke(main, ["diff", str(ab / "aa1.pt.trace.json.gz"), str(ab / "ab_split_off.pt.trace.json.gz")],
-                           terminal_width=200)
+                           env={"NO_COLOR": "1", "COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     table = r.stdout[r.stdout.index("Step and kernel groups"):]
     assert "ProfilerStep# decode B 16-31 [flashinfer-fa2]" in table and "[cublas]" in table
