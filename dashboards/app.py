@@ -22,7 +22,7 @@ import streamlit as st
 
 # Streamlit runs this file as a script: its neighbours by their package's name (this folder is shipped, and mapped
 # by an editable install, as traceinsight.dashboards).
-from traceinsight.dashboards import charts, fleet_view, sources
+from traceinsight.dashboards import charts, compare_view, fleet_view, sources
 
 from traceinsight.errors import TraceInsightError
 from traceinsight.report import sections
@@ -187,6 +187,24 @@ def choose_source() -> Loaded | None:
         st.error(f"Cannot analyze this file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     except Exception as exc:  # noqa: BLE001 - show one line, never a traceback
         st.error(f"Internal error while analyzing: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}")
+    return None
+
+
+def choose_other() -> Loaded | None:
+    """The trace to compare with (after): one of the command line's or the bundled examples."""
+    cli = sources.from_args([p for p in os.environ.get(PATHS_ENV, "").split(os.pathsep) if p],
+                            [p for p in os.environ.get(META_ENV, "").split(os.pathsep) if p])
+    pool = cli + sources.examples()
+    if not pool:
+        return None
+    labels = [s.label for s in pool]
+    label = st.sidebar.selectbox("After", labels, key="compare_with")
+    src = pool[labels.index(label)]
+    try:
+        with st.spinner(f"Analyzing {src.trace.name} ..."):
+            return _analyze_source(src)
+    except TraceInsightError as exc:
+        st.error(f"Cannot analyze this file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     return None
 
 
@@ -440,6 +458,11 @@ def main() -> None:
         return
     loaded = choose_source()
     if loaded is None:
+        return
+    if st.sidebar.toggle("Compare with another trace (A/B)", key="compare"):
+        other = choose_other()
+        if other is not None:
+            compare_view.page(loaded.doc, other.doc)
         return
     doc = loaded.doc
     header(doc)

@@ -109,7 +109,7 @@ def test_text_and_html_formats(small_json: Path, h200: Path, tmp_path: Path) -> 
     text = out.read_text(encoding="utf-8")
     p = _Sections()
     p.feed(text)
-    assert p.sections == ["summary", "findings", "kernels", "families", "thresholds"]
+    assert p.sections == ["summary", "gate", "side-by-side", "findings", "kernels", "families", "thresholds"]
     assert "http://" not in text and "https://" not in text
     assert "on → mixed" in text
 

@@ -244,7 +244,7 @@ def test_codesign_checks_kv_memory_against_the_gpu() -> None:
 
 
 def test_per_kernel_spread_like_nsys_stats() -> None:
-    """median/min/max/stddev per kernel, checked against the export's own kernel table read with sqlite3."""
+    """median/p90/p99/min/max/stddev per kernel, checked against the export's own kernel table read with sqlite3."""
     import sqlite3
     import statistics
 
@@ -263,8 +263,13 @@ def test_per_kernel_spread_like_nsys_stats() -> None:
         assert (k["min_ns"], k["max_ns"], k["count"]) == (min(ds), max(ds), len(ds))
         assert abs(k["median_ns"] - statistics.median(ds)) <= 0.5  # rounded to whole ns
         assert abs(k["stddev_ns"] - (statistics.stdev(ds) if len(ds) > 1 else 0)) <= 0.5
-    out = _cli("analyze", str(path), columns=200)
-    assert re.search(r"median\s+min\s+max\s+stddev", out)
+        # p90 / p99 interpolated between order statistics (R's type 7, statistics' 'inclusive')
+        p90 = statistics.quantiles(ds, n=10, method="inclusive")[8] if len(ds) > 1 else ds[0]
+        p99 = statistics.quantiles(ds, n=100, method="inclusive")[98] if len(ds) > 1 else ds[0]
+        assert abs(k["p90_ns"] - p90) <= 0.5 and abs(k["p99_ns"] - p99) <= 0.5
+        assert k["min_ns"] <= k["median_ns"] <= k["p90_ns"] <= k["p99_ns"] <= k["max_ns"]
+    out = _cli("analyze", str(path), columns=250)
+    assert re.search(r"median\s+p90\s+p99\s+min\s+max\s+stddev", out)
 
 
 def test_an_ncu_csv_alone_says_what_to_do() -> None:

@@ -285,6 +285,15 @@ def test_kernel_and_family_summaries_total_by_name_and_family() -> None:
     assert [(r["family"], r["total_ns"]) for r in fam] == [("attention", 400), ("gemm", 200), ("merge", 100)]
 
 
+def test_kernel_durations_lists_each_kernels_times_in_start_order_for_the_families_asked() -> None:
+    x = _two_steps()
+    x.kernel(9, "gemm", "gemm", 500, 530, trace=T)  # an earlier, shorter GEMM: first in the list
+    x.kernel(10, "gemm", "gemm", 500, 900, trace=T + 1)  # another trace: not counted
+    got = x.rows("kernel_durations", trace=T, families=["gemm", "merge"])
+    assert got == [("gemm", "gemm", None, [30, 100, 100]), ("merge_states", "merge", None, [50, 50])]
+    assert x.rows("kernel_durations", trace=T, families=["communication"]) == []
+
+
 def test_gpu_gaps_counts_memory_operations_as_busy() -> None:
     x = _two_steps()
     x.memop(1500, 1900)  # fills most of the gap between the steps: 50 ns idle before it, 200 ns after

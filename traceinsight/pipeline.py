@@ -22,9 +22,12 @@ from traceinsight.queries import sql
 from traceinsight.tuning import gc_paused
 
 # Per kernel name, the spread of its durations as `nsys stats` gives it (median; standard deviation of the sample,
-# 0 for one execution), in ns, beside the count/total/mean/min/max of queries/kernel_summary.sql.
+# 0 for one execution) and its 90th and 99th percentiles (interpolated, as the median), in ns, beside the
+# count/total/mean/min/max of queries/kernel_summary.sql.
 KERNEL_SPREAD_SQL = """
 SELECT name, CAST(round(median(dur_ns)) AS BIGINT) AS median_ns,
+       CAST(round(quantile_cont(dur_ns, 0.9)) AS BIGINT) AS p90_ns,
+       CAST(round(quantile_cont(dur_ns, 0.99)) AS BIGINT) AS p99_ns,
        CAST(round(coalesce(stddev_samp(dur_ns), 0)) AS BIGINT) AS stddev_ns
 FROM kernels WHERE trace_id = $trace GROUP BY name
 """
@@ -56,8 +59,8 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
         k["params"] = json.loads(k.pop("params_json") or "{}")
         k["share"] = float(k["share"] or 0.0)
         s = spread.get(k["name"]) or {}
-        k["median_ns"] = s.get("median_ns")
-        k["stddev_ns"] = s.get("stddev_ns")
+        for col in ("median_ns", "p90_ns", "p99_ns", "stddev_ns"):
+            k[col] = s.get(col)
     families = db.rows(sql("family_summary"), {"trace": trace_id})
     for f in families:
         f["share"] = float(f["share"] or 0.0)

@@ -14,6 +14,7 @@ import orjson
 
 from traceinsight.diagnose.finding import severity_rank
 from traceinsight.errors import FormatError, InputError
+from traceinsight.report.gate import KernelSamples, Thresholds, gate, gate_lines
 from traceinsight.report.json_doc import step_summary
 
 SCHEMA = "traceinsight.diff/1"
@@ -49,6 +50,8 @@ def load_analysis_json(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (orjson.JSONDecodeError, EOFError, gzip.BadGzipFile) as exc:
         raise FormatError(f"{path}: damaged analysis JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"{path}: a JSON {type(doc).__name__}, not a traceinsight document")
     if doc.get("schema") == "traceinsight.analyses/1":
         traces = doc.get("traces") or []
         if len(traces) != 1:
@@ -302,9 +305,11 @@ def _trace(doc: dict[str, Any]) -> dict[str, Any]:
     return {"path": tr.get("path"), "format": tr.get("format"), "gpu": (tr.get("gpu") or {}).get("name")}
 
 
-def diff_docs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """The diff of two analysis documents (schema traceinsight.diff/1)."""
-    doc = {
+def diff_docs(before: dict[str, Any], after: dict[str, Any], samples_before: KernelSamples | None = None,
+              samples_after: KernelSamples | None = None, thresholds: Thresholds | None = None) -> dict[str, Any]:
+    """The diff of two analysis documents (schema traceinsight.diff/1), with the regression gate (`gate`: groups
+    paired by kind, report/gate.py) over the kernel execution times `samples_*` when the inputs were traces."""
+    doc: dict[str, Any] = {
         "schema": SCHEMA,
         "before": _trace(before),
         "after": _trace(after),
@@ -314,7 +319,9 @@ def diff_docs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         "thresholds": _thresholds(before, after),
         "findings": _findings(before, after),
         "matched_steps": _steps_by_name(before, after),
+        "gate": gate(before, after, samples_before, samples_after, thresholds or Thresholds()),
     }
+    doc["gate"]["summary"] = gate_lines(doc["gate"])
     doc["summary"] = headline(doc)
     return doc
 
@@ -393,6 +400,22 @@ def render_text(d: dict[str, Any], console: Any) -> None:
         console.print()
         for line in d["summary"]:
             console.print(Text(f" • {line}"))
+    g = d["gate"]
+    console.print()
+    console.print(Text("Regression gate", style="bold"))
+    for line in g["summary"] + [f"note: {n}" for n in g["notes"]]:
+        console.print(Text(f" • {line}"))
+    gt = table("Step and kernel groups (paired by kind; change of median and p90 [95% CI])",
+               ["group", "verdict", "n", "median", "p90", "per step", "cause"], {"n", "per step"})
+    gt.columns[0].min_width = 36  # the group names the change; the numbers can wrap first
+    gt.columns[0].overflow = "fold"
+    for row in g["step_groups"] + g["kernel_groups"]:
+        if not row["metrics"]:
+            continue
+        v = row["verdict"] + (" (path)" if row["status"] == "path-change" else "")
+        gt.add_row(Text(row["group"]), Text(v, style=_VERDICT_STYLE.get(row["verdict"], "")),
+                   f"{row['n_before']}->{row['n_after']}", *(Text(_metric_cell(row, m)) for m in ("median", "p90")),
+                   _signed_ns(row["per_step_ns"]), Text("; ".join(c["text"] for c in row["causes"]) or "-"))
     ft = table("Findings", ["id", "status", "before", "after"], set())
     for f in d["findings"]:
         def side(g: dict[str, Any] | None) -> str:
@@ -420,14 +443,60 @@ def render_text(d: dict[str, Any], console: Any) -> None:
         tt.add_row(str(t["kernel"]), t["backend"] or "-", str(t["kv_heads"]),
                    Text(t["status"], style=style.get(t["status"], "")),
                    *(f"{b.get(c) or '-'} -> {a.get(c) or '-'}" for c in ("occupancy", "max_grid", "b_threshold")))
-    for t in (ft, kt, famt, tt):
+    for t in (gt, ft, kt, famt, tt):
         if t.row_count:
             console.print()
             console.print(t)
 
 
-def render_html(d: dict[str, Any]) -> str:
-    """The diff as a self-contained HTML page (same style as the report)."""
+_VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "unchanged": "dim"}
+
+
+def _metric_cell(row: dict[str, Any], m: str) -> str:
+    v = (row.get("metrics") or {}).get(m) or {}
+    if v.get("change") is None:
+        return "-"
+    if v.get("ci_low") is None:
+        return f"{v['change']:+.1%} (n<5)"
+    return f"{v['change']:+.1%} [{v['ci_low']:+.1%}, {v['ci_high']:+.1%}]"
+
+
+def _signed_ns(ns: int | None) -> str:
+    from traceinsight.units import fmt_ns
+
+    if ns is None:
+        return "-"
+    return ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns))
+
+
+def _gate_html(g: dict[str, Any]) -> str:
+    from traceinsight.report.html import esc, table
+
+    cls = {"regressed": "up", "improved": "down"}
+    items = "".join(f"<li>{esc(line)}</li>" for line in g["summary"] + [f"note: {n}" for n in g["notes"]])
+    rows = []
+    for row in g["step_groups"] + g["kernel_groups"]:
+        if not row["metrics"]:
+            continue
+        v = row["verdict"] + (" (path change)" if row["status"] == "path-change" else "")
+        causes = "".join(f'<br><small>{esc(c["text"])}</small>' for c in row["causes"])
+        rows.append([esc(row["group"]) + causes, f'<span class="{cls.get(row["verdict"], "")}">{esc(v)}</span>',
+                     f"{row['n_before']} → {row['n_after']}", esc(_metric_cell(row, "median")),
+                     esc(_metric_cell(row, "p90")), esc(_signed_ns(row["per_step_ns"]))])
+    unpaired = [f"{row['status']}: {row['group']}" for row in g["step_groups"] + g["kernel_groups"]
+                if not row["metrics"]]
+    more = ("<p>Without a partner: " + esc("; ".join(unpaired)) + "</p>") if unpaired else ""
+    return ('<section data-section="gate"><h2>Regression gate</h2>'
+            f'<ul>{items}</ul>' + (table([("group (cause)", ""), ("verdict", ""), ("n", "num"),
+                                          ("median [95% CI]", "num"), ("p90 [95% CI]", "num"), ("per step", "num")],
+                                         rows)
+                                   if rows else '<p class="na">no group paired</p>')
+            + more + f'<p class="caption">{esc(g["method"])}</p></section>')
+
+
+def render_html(d: dict[str, Any], docs: tuple[dict[str, Any], dict[str, Any]] | None = None) -> str:
+    """The diff as a self-contained HTML page (same style as the report); with the two analysis documents
+    (`docs`: before, after), their latency against batch size and step timelines side by side."""
     from traceinsight.report.html import esc, page, table
     from traceinsight.units import fmt_ns
 
@@ -447,6 +516,11 @@ def render_html(d: dict[str, Any]) -> str:
              f'after <b>{esc(d["after"]["path"])}</b> ({esc(d["after"]["gpu"])})</p></header>']
     items = "".join(f"<li>{esc(line)}</li>" for line in d["summary"]) or "<li>no change</li>"
     parts.append(f'<section data-section="summary"><h2>What changed</h2><ul>{items}</ul></section>')
+    parts.append(_gate_html(d["gate"]))
+    if docs is not None:
+        from traceinsight.report.diff_figures import side_by_side_html
+
+        parts.append(side_by_side_html(*docs, metric=d["gate"].get("step_metric") or "gpu"))
     rows = [[esc(f["id"]), st(f["status"]), side(f["before"]), side(f["after"])] for f in d["findings"]]
     parts.append('<section data-section="findings"><h2>Findings</h2>'
                  + (table([("id", "mono"), ("status", ""), ("before", ""), ("after", "")], rows) if rows

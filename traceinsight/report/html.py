@@ -291,13 +291,14 @@ def kernels_html(doc: dict[str, Any], limit: int = 40) -> str:
     if not rows:
         return _na("not available: no kernel in the trace")
     headers = [("kernel", ""), ("family", ""), ("backend", ""), ("phase", ""), ("count", "num"), ("total", "num"),
-               ("mean", "num"), ("max", "num"), ("share", "num"), ("grids", "mono"), ("parameters", "mono")]
+               ("mean", "num"), *((c, "num") for c in sections.SPREAD_COLUMNS), ("share", "num"), ("grids", "mono"),
+               ("parameters", "mono")]
     body = []
     for k in rows:
         body.append([f'<span title="{esc(k.get("name"))}">{esc(k.get("kernel"))}</span>', esc(k.get("family")),
                      esc(k.get("backend") or "–"), f'<span title="{esc(k.get("phase_evidence"))}">'
                      f'{esc(k.get("phase"))}</span>', esc(k.get("count")), esc(fmt_ns(k.get("total_ns"))),
-                     esc(fmt_ns(k.get("mean_ns"))), esc(fmt_ns(k.get("max_ns"))),
+                     esc(fmt_ns(k.get("mean_ns"))), *(esc(c) for c in sections.spread_cells(k)),
                      f"{(k.get('share') or 0):.1%}", esc(sections.grids_text(k.get("grids"))),
                      esc(sections.params_text(k.get("params")))])
     total = len(doc.get("kernels") or [])

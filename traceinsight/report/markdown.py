@@ -161,11 +161,11 @@ def kernels_md(doc: dict[str, Any], limit: int = 30) -> str:
     if not rows:
         return _na("not available: no kernel in the trace")
     body = [[k.get("kernel"), k.get("family"), k.get("backend") or "–", k.get("phase"), k.get("count"),
-             fmt_ns(k.get("total_ns")), fmt_ns(k.get("mean_ns")), fmt_ns(k.get("max_ns")),
+             fmt_ns(k.get("total_ns")), fmt_ns(k.get("mean_ns")), *sections.spread_cells(k),
              f"{(k.get('share') or 0):.1%}", sections.grids_text(k.get("grids")),
              sections.params_text(k.get("params"))] for k in rows]
-    text = md_table(["kernel", "family", "backend", "phase", "count", "total", "mean", "max", "share", "grids",
-                     "parameters"], body, right={4, 5, 6, 7, 8})
+    text = md_table(["kernel", "family", "backend", "phase", "count", "total", "mean", *sections.SPREAD_COLUMNS,
+                     "share", "grids", "parameters"], body, right=set(range(4, 14)))
     total = len(doc.get("kernels") or [])
     return text + (f"\n\n{total - len(rows)} more kernels with less time: see the JSON output." if total > len(rows)
                    else "")

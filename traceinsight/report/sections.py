@@ -592,6 +592,17 @@ def kernel_rows(doc: dict[str, Any], limit: int | None = 40) -> list[dict[str, A
     return rows if limit is None else rows[:limit]
 
 
+# A kernel's spread of execution times, as the kernel tables show it (keys `<column>_ns` of the JSON's kernels[]).
+SPREAD_COLUMNS = ("median", "p90", "p99", "min", "max", "stddev")
+
+
+def spread_cells(k: dict[str, Any]) -> list[str]:
+    """The kernel's SPREAD_COLUMNS, formatted ('–' where the document predates them)."""
+    from traceinsight.units import fmt_ns
+
+    return [fmt_ns(k.get(f"{c}_ns")) if k.get(f"{c}_ns") is not None else "–" for c in SPREAD_COLUMNS]
+
+
 def grids_text(grids: list[list[int]] | None, limit: int = 3) -> str:
     grids = grids or []
     text = " ".join("(" + ",".join(str(v) for v in g) + ")" for g in grids[:limit])

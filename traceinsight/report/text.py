@@ -151,16 +151,18 @@ def families_table(doc: dict[str, Any]) -> Table:
 def attention_kernels_table(doc: dict[str, Any]) -> Table:
     table = _table("Attention kernels", [("kernel", "left"), ("backend", "left"), ("phase", "left"),
                                          ("count", "right"), ("time", "right"), ("share", "right"),
-                                         ("median", "right"), ("min", "right"), ("max", "right"),
-                                         ("stddev", "right"), ("grids", "left")])
+                                         ("median", "right"), ("p90", "right"), ("p99", "right"),
+                                         ("min", "right"), ("max", "right"), ("stddev", "right"),
+                                         ("grids", "left")])
     rows = [k for k in doc.get("kernels") or [] if k["family"] in ("attention", "merge", "prepare")]
     table.columns[0].min_width = min(STEP_NAME_MIN_WIDTH, max((len(k["kernel"]) for k in rows), default=6))
     for k in rows:
         grids = k.get("grids") or []
         shown = " ".join(_grid(g) for g in grids[:3] if any(g)) + (" ..." if len(grids) > 3 else "")
         table.add_row(k["kernel"], k.get("backend") or "-", k["phase"], str(k["count"]), fmt_ns(k["total_ns"]),
-                      f"{(k.get('share') or 0):.1%}", fmt_ns(k.get("median_ns")), fmt_ns(k.get("min_ns")),
-                      fmt_ns(k.get("max_ns")), fmt_ns(k.get("stddev_ns")), shown)
+                      f"{(k.get('share') or 0):.1%}", fmt_ns(k.get("median_ns")), fmt_ns(k.get("p90_ns")),
+                      fmt_ns(k.get("p99_ns")), fmt_ns(k.get("min_ns")), fmt_ns(k.get("max_ns")),
+                      fmt_ns(k.get("stddev_ns")), shown)
     return table
 
 

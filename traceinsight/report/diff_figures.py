@@ -1,0 +1,103 @@
+"""BEFORE and AFTER side by side in the diff's HTML page: latency against batch size overlaid (median step time per
+batch size, decode steps), and the two step timelines aligned by step order (the n-th step of each run above each
+other), both as inline SVG (matplotlib, no URL). The step time is the one the gate compares (`gate.step_time`:
+GPU busy or wall). Inputs are the two analysis documents; times in ns, drawn in ms."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from traceinsight.report.gate import step_time
+
+SIDE_COLOURS = {"before": "#4c78a8", "after": "#e45756"}
+
+
+def latency_by_batch(doc: Mapping[str, Any], phase: str = "decode", metric: str = "wall") -> list[tuple[int, int, int]]:
+    """(batch size, median step time in ns as `metric` counts it, steps) per batch size of the document's `phase`
+    steps whose batch size is known exactly."""
+    per: dict[int, list[int]] = defaultdict(list)
+    for s in doc.get("steps") or []:
+        b = (s.get("batch") or {}).get("batch_size")
+        if s.get("phase") == phase and b:
+            per[int(b)].append(step_time(s, metric))
+    return [(b, int(statistics.median(v)), len(v)) for b, v in sorted(per.items())]
+
+
+def step_series(doc: Mapping[str, Any], metric: str = "wall") -> list[tuple[int, int, str]]:
+    """(position, step time in ns as `metric` counts it, phase) of every step in time order."""
+    steps = sorted(doc.get("steps") or [], key=lambda s: s["index"])
+    return [(i, step_time(s, metric), s.get("phase") or "unknown") for i, s in enumerate(steps)]
+
+
+LABEL = {"gpu": "GPU busy time", "wall": "wall time"}
+
+
+def latency_figure(before: Mapping[str, Any], after: Mapping[str, Any], metric: str = "wall") -> Any | None:
+    """Median decode step time against batch size, BEFORE and AFTER on one axes; None without batch sizes."""
+    from matplotlib.figure import Figure
+
+    series = {"before": latency_by_batch(before, metric=metric), "after": latency_by_batch(after, metric=metric)}
+    if not any(series.values()):
+        return None
+    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    ax = fig.subplots()
+    for side, pts in series.items():
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], marker="o", markersize=4, linewidth=1.6,
+                    color=SIDE_COLOURS[side], label=f"{side} ({sum(p[2] for p in pts)} steps)")
+    sizes = sorted({p[0] for pts in series.values() for p in pts})
+    if sizes and sizes[-1] >= 4 * sizes[0]:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size (requests)")
+    ax.set_ylabel(f"median decode step, {LABEL[metric]} (ms)")
+    ax.set_title("Latency against batch size", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False)
+    return fig
+
+
+def timeline_figure(before: Mapping[str, Any], after: Mapping[str, Any], metric: str = "wall") -> Any | None:
+    """Each run's step wall time by step order, the two runs on one axes; None without steps."""
+    from matplotlib.figure import Figure
+
+    series = {"before": step_series(before, metric), "after": step_series(after, metric)}
+    if not any(series.values()):
+        return None
+    fig = Figure(figsize=(9, 3.4), layout="constrained")
+    ax = fig.subplots()
+    for side, pts in series.items():
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], linewidth=1.0, color=SIDE_COLOURS[side],
+                    label=f"{side} ({len(pts)} steps)", alpha=0.85)
+    values = [p[1] for pts in series.values() for p in pts if p[1] > 0]
+    if values and max(values) > 20 * min(values):
+        ax.set_yscale("log")
+    ax.set_xlabel("step (in time order)")
+    ax.set_ylabel(f"step {LABEL[metric]} (ms)")
+    ax.set_title("Step timelines, aligned by step order", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False)
+    return fig
+
+
+def side_by_side_html(before: Mapping[str, Any], after: Mapping[str, Any], metric: str = "wall") -> str:
+    """The section of the diff page with both figures (or what is missing), of the step time `metric`."""
+    from traceinsight.report.figures import to_svg
+    from traceinsight.report.html import esc
+
+    parts = ['<section data-section="side-by-side"><h2>Side by side</h2>']
+    for fig, alt, missing in (
+            (latency_figure(before, after, metric), "median decode step time against batch size, before and after",
+             "latency against batch size: not available (no decode step with a known batch size on either side: "
+             "give each trace its sidecar with --meta-before / --meta-after)"),
+            (timeline_figure(before, after, metric), "step time by step order, before and after",
+             "step timelines: not available (no steps on either side)")):
+        if fig is None:
+            parts.append(f'<p class="na">{esc(missing)}</p>')
+        else:
+            parts.append(f'<figure role="img" aria-label="{esc(alt)}">{to_svg(fig)}</figure>')
+    parts.append("</section>")
+    return "".join(parts)
