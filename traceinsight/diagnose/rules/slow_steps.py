@@ -63,8 +63,16 @@ def noise_band(residuals: np.ndarray, sigmas: float = NOISE_SIGMAS_MIN) -> float
     deviation): how far a step's time strays from its baseline when nothing goes wrong. 0 for no residuals."""
     if residuals.size == 0:
         return 0.0
-    med = float(np.median(residuals))
-    return float(sigmas * MAD_SIGMA_RATIO * np.median(np.abs(residuals - med)))
+    med = _median(residuals)
+    return float(sigmas * MAD_SIGMA_RATIO * _median(np.abs(residuals - med)))
+
+
+def _median(values: np.ndarray) -> float:
+    """The median of a non-empty array, from its sorted values: np.median and np.quantile import numpy.ma, which a
+    short analysis does not otherwise load (tests/test_startup.py)."""
+    xs = np.sort(values)
+    mid = xs.size // 2
+    return float(xs[mid]) if xs.size % 2 else float((xs[mid - 1] + xs[mid]) / 2)
 
 
 @dataclass
