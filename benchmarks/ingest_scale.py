@@ -457,6 +457,8 @@ def report(cases: list[Case], out: Path) -> None:
                         "mb_per_s": c.bytes / 1e6 / b.wall_s, "mb_per_cpu_s": per_cpu,
                         "kernel_rows_per_s": c.kernels / b.wall_s, "hta_time_ratio": speed, "hta_rss_ratio": mem,
                         "fetchall_time_ratio": b.wall_s / peer_best.wall_s if peer_best else None,
+                        # CPU seconds against the peer's: steadier than wall time on a loaded machine
+                        "fetchall_cpu_ratio": b.cpu_s / peer_best.cpu_s if peer_best and peer_best.cpu_s else None,
                         # each repeat's own ratio to the peer run beside it, then their median
                         "fetchall_time_ratio_paired": statistics.median(
                             r.wall_s / p.wall_s for r, p in zip(c.runs, peer.runs, strict=False) if r.ok and p.ok)

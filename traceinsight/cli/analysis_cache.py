@@ -5,8 +5,8 @@ the traces again: the same bytes on stdout and stderr, for text, JSON, Markdown 
 An analysis is kept the second time the same inputs are analyzed: the first run leaves only an empty marker
 named by its key, since writing the tables costs a one-off run (a CI gate) time for nothing. Inputs of
 KEEP_AT_ONCE_BYTES or more together ($TRACEINSIGHT_ANALYSIS_KEEP_BYTES) are kept the first time: there the
-analysis after the read is what a repeat would redo (the 1M-kernel export: ~20 s per run) and writing its tables a
-fraction of it (~3 s), so the second run renders from them (~1.3 s; docs/SCALE.md).
+analysis after the read is what a repeat would redo (the 1M-kernel export: ~21 CPU-s) and writing its tables a
+fraction of it (~2.5-3 s), so the second run renders from them (0.8 s; docs/SCALE.md, issue 28).
 
 An entry is a DuckDB file holding the analysis tables (`report/tables.py`) of one `analyze` call, under
 `<cache folder>/analysis/` (the cache folder of `traceinsight.ingest.cache`). It is named by a key of:
