@@ -119,6 +119,12 @@ def main() -> None:
                     help="trace Python's allocations: what it holds after each stage and where (slower)")
     ap.add_argument("--rules", action="store_true", help="also a row for each rule (within the rules stage)")
     args = ap.parse_args()
+    try:  # the process tuned as the command's entry tunes it (older refs tuned in the library)
+        from traceinsight.tuning import tune
+    except ImportError:
+        pass
+    else:
+        tune()
     sampler = _PeakSampler()
     if args.tracemalloc:
         tracemalloc.start()

@@ -61,6 +61,8 @@ def bare_loop(traces: list[Path]) -> float:
     code = (
         "import sys, time\nfrom pathlib import Path\nfrom traceinsight.pipeline import analyze\n"
         "from traceinsight.ingest.paths import sidecar_for\n"
+        "from traceinsight.tuning import tune\n"
+        "tune()  # as the command's entry (and the pool's workers) do\n"
         "t0 = time.perf_counter()\n"
         "for p in sys.argv[1:]:\n"
         "    db, _ = analyze([Path(p)], meta=list(sidecar_for(Path(p))), cache=False)\n"

@@ -297,6 +297,7 @@ def commands(path: Path, kind: str, py: str, hta_py: str | None, baseline: bool 
     cli = str(Path(py).with_name("traceinsight"))
     out = {
         "traceinsight ingest": [py, "-c", "import sys; from pathlib import Path; from traceinsight.ingest import load; "
+                                "from traceinsight.tuning import tune; tune(); "  # as the command's entry does
                                 "load([Path(sys.argv[1])], cache=False)", str(path)],
         "traceinsight analyze (cold)": [cli, "analyze", str(path), "--format", "json"],
         "traceinsight analyze (repeat)": [cli, "analyze", str(path), "--format", "json"],

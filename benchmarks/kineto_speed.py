@@ -61,7 +61,10 @@ def cases(path: Path, ref: Path | None) -> dict[str, tuple[list[str], Path | Non
     """name -> (command, checkout whose code it runs, or None for no traceinsight code). `-P`: the working
     directory is not put first on sys.path (run from a checkout, it would shadow the ref's code)."""
     py = sys.executable
+    # The process tuned as the command's entry tunes it (traceinsight.tuning; older refs tuned in the library).
     ingest = [py, "-P", "-c", "import sys; from pathlib import Path; from traceinsight.ingest import load; "
+              "import importlib.util as u; u.find_spec('traceinsight.tuning') and "
+              "__import__('traceinsight.tuning').tuning.tune(); "
               "load([Path(sys.argv[1])], cache=False)", str(path)]
     analyze = [py, "-P", "-m", "traceinsight", "analyze", str(path), "--format", "json", "--no-cache"]
     out: dict[str, tuple[list[str], Path | None]] = {

@@ -116,6 +116,12 @@ def trace_worker(names: list[str]) -> dict[str, dict[str, float]]:
 
     import traceinsight.pipeline as pipeline
 
+    try:  # the process tuned as the command's entry tunes it (older refs tuned in the library)
+        from traceinsight.tuning import tune
+    except ImportError:
+        pass
+    else:
+        tune()
     cases = {**CASES, "fa3_serving": ("examples/fa3/serving_q64kv8d128_fa3_torch.pt.trace.json.gz",
                                       ("examples/fa3/serving_q64kv8d128_fa3_torch.sidecar.json.gz",), ())}
     stage: dict[str, float] = {}

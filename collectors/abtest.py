@@ -30,8 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collectors.runtime import require_gpu
 from traceinsight.errors import TraceInsightError
+
+from .runtime import require_gpu
 
 SHAPE = ("--qo-heads", "64", "--kv-heads", "8", "--head-dim", "128")
 HIDDEN = 64 * 128
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.deadline and time.monotonic() - start > a.deadline:
             results[r.name] = {"rc": None, "skipped": "past the deadline"}
             continue
-        cmd = [sys.executable, "-m", "collectors", *r.command(str(a.out), a.tiny)]
+        cmd = [sys.executable, "-m", str(__package__), *r.command(str(a.out), a.tiny)]
         print(f"[abtest] {' '.join(cmd)}", file=sys.stderr, flush=True)
         t0 = time.monotonic()
         try:

@@ -12,7 +12,9 @@ from typing import Any
 
 import click
 
-from collectors.config import (
+from traceinsight.errors import TraceInsightError
+
+from .config import (
     BACKENDS,
     DEFAULT_BATCH_SIZES,
     DEFAULT_STEPS,
@@ -38,8 +40,7 @@ from collectors.config import (
     ServingConfig,
     default_name,
 )
-from collectors.distributions import DEFAULT_TOTAL_TOKENS, DISTRIBUTIONS
-from traceinsight.errors import TraceInsightError
+from .distributions import DEFAULT_TOTAL_TOKENS, DISTRIBUTIONS
 
 
 class CollectError(click.ClickException):
@@ -212,7 +213,7 @@ def loop_config(o: dict[str, Any], shape: ModelShape, paths: tuple[str, ...], pr
                 warmup: int) -> LoopConfig:
     """The loop kind's options, checked (its schedule is planned once here, so a misplaced event is an error
     before any GPU work)."""
-    from collectors.loop_plan import plan_loop
+    from .loop_plan import plan_loop
 
     if len(paths) != 1 or paths[0] not in LOOP_PATHS:
         raise CollectError(f"collect: loop runs one decode path: --paths {' or --paths '.join(LOOP_PATHS)}")
@@ -248,12 +249,12 @@ EXTRA_KINDS = ("sdpa", "abtest")  # kinds with a driver of their own (collectors
 def run_extra(kind: str, out: Path, o: dict[str, Any]) -> int:
     """Run `sdpa` or `abtest` with the options that apply to it; their own one-line errors, exit 2."""
     if kind == "sdpa":
-        from collectors import sdpa
+        from . import sdpa
 
         args = ["--out", str(out), "--steps", str(3 if o["steps"] is None else o["steps"]), "--seed", str(o["seed"])]
         args += ["--name", o["name"]] if o["name"] else []
         return sdpa.main(args + (["--tiny"] if o["tiny"] else []))
-    from collectors import abtest
+    from . import abtest
 
     only = ["--only", o["only"]] if o["only"] else []
     return abtest.main(["--out", str(out), *(["--tiny"] if o["tiny"] else []), *only])
@@ -385,7 +386,7 @@ def collect(kind: str, out: Path, **options: Any) -> None:
     if kind in EXTRA_KINDS:
         raise click.exceptions.Exit(run_extra(kind, out, options))
     cfg = build_config(kind, out, **options)
-    from collectors.runner import run
+    from .runner import run
 
     try:
         made = run(cfg)

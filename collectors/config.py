@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collectors.distributions import DEFAULT_TOTAL_TOKENS
+from .distributions import DEFAULT_TOTAL_TOKENS
 
 KINDS = ("sweep", "serving", "timing", "loop")
 # Attention libraries: FlashInfer's decode wrappers on a paged KV cache (collectors/flashinfer_decode.py), or

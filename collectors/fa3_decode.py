@@ -37,8 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.config import FA3_PATH, Fa3Variant, RunConfig, fa3_serving_key, fa3_sweep_key, range_name
-from collectors.sidecar import PlanRecord, StepRecord
+from .config import FA3_PATH, Fa3Variant, RunConfig, fa3_serving_key, fa3_sweep_key, range_name
+from .sidecar import PlanRecord, StepRecord
 
 BACKEND = "fa3"  # the sidecar's `backend`
 PLAN_INFO_MAX_INTS = 5000  # raw metadata longer than this is left out of the sidecar (its decoded splits stay)
@@ -243,7 +243,7 @@ class Fa3Case:
 def sweep_cases(rt: Any, cfg: RunConfig) -> list[Fa3Case]:
     """Every case of `cfg` (variant x distribution x batch size), planned and run once, before any profiling:
     the measured region then holds the decode steps alone."""
-    from collectors.distributions import DISTRIBUTIONS, kv_lens
+    from .distributions import DISTRIBUTIONS, kv_lens
 
     shapes = [(d, b) for d in cfg.dists for b in cfg.batch_sizes if b >= DISTRIBUTIONS[d].min_batch]
     lens = {(d, b): kv_lens(d, b, cfg.total_tokens) for d, b in shapes}
@@ -274,8 +274,8 @@ def run_serving_fa3(rt: Any, cfg: RunConfig, session: Any) -> list[StepRecord]:
     """The serving replay (collectors/schedule.py) on FA3, once per call variant: every step's batch, metadata
     and plan are prepared (and each step run once) before the measured region, which then holds, per step,
     one range with the attention call and a synchronization."""
-    from collectors.annotate import Annotator
-    from collectors.schedule import make_requests, schedule
+    from .annotate import Annotator
+    from .schedule import make_requests, schedule
 
     t, sc = rt.torch, cfg.serving
     requests = make_requests(sc, cfg.steps, cfg.seed)
@@ -311,8 +311,8 @@ def smoke() -> int:
     of every option checked against a float32 reference, and static split counts. Prints; 0 when all ran."""
     import inspect
 
-    from collectors.config import ModelShape
-    from collectors.runtime import require_gpu
+    from .config import ModelShape
+    from .runtime import require_gpu
 
     rt = require_gpu("fa3")
     t, f = rt.torch, rt.fa3

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.config import PATHS, ModelShape, PathSpec
-from collectors.runtime import Runtime, torch_dtype
-from collectors.sidecar import PlanRecord
+from .config import PATHS, ModelShape, PathSpec
+from .runtime import Runtime, torch_dtype
+from .sidecar import PlanRecord
 
 MiB = 1 << 20
 INT_WORKSPACE_BYTES = 8 * MiB  # what the wrapper allocates for its int workspace (plan metadata)

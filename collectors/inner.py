@@ -6,9 +6,10 @@ import os
 import sys
 from pathlib import Path
 
-from collectors.config import RunConfig
-from collectors.runner import run_direct
 from traceinsight.errors import TraceInsightError
+
+from .config import RunConfig
+from .runner import run_direct
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,10 +35,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any
 
-from collectors.annotate import Annotator
-from collectors.config import PATHS, RunConfig
-from collectors.flashinfer_decode import DecodeBench, PagedBatch, paged_batch, read_plan
-from collectors.loop_plan import (
+from .annotate import Annotator
+from .config import PATHS, RunConfig
+from .flashinfer_decode import DecodeBench, PagedBatch, paged_batch, read_plan
+from .loop_plan import (
     GEMM_EVENT,
     HOST_EVENTS,
     LoopPlan,
@@ -48,9 +48,9 @@ from collectors.loop_plan import (
     plan_loop,
     torch_key,
 )
-from collectors.profile import Session
-from collectors.runtime import Runtime
-from collectors.sidecar import StepRecord
+from .profile import Session
+from .runtime import Runtime
+from .sidecar import StepRecord
 
 EPS = 1e-5
 CPU_MM = 512  # host-cpu stalls multiply CPU float32 matrices of CPU_MM x CPU_MM (about 1 ms each on 16 cores)

@@ -26,7 +26,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from collectors.config import LOOP_EVENTS, LOOP_SCENARIOS, PREFILL_BACKENDS, SPLIT_KV, LoopConfig
+from .config import LOOP_EVENTS, LOOP_SCENARIOS, PREFILL_BACKENDS, SPLIT_KV, LoopConfig
 
 HOST_EVENTS = ("host-sleep", "host-cpu")
 GEMM_EVENT = "gemm-burst"  # its `:N` is a count of steps, not tokens

@@ -30,8 +30,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from collectors.config import RunConfig
 from traceinsight.errors import ToolMissingError
+
+from .config import RunConfig
 
 NSYS_GLOBS = ("/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-systems-*/bin/nsys",
               "/usr/local/cuda/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys")
@@ -156,7 +157,8 @@ def find_qdstrm_importer(nsys: str) -> str:
 
 
 def _child(cfg_path: Path) -> list[str]:
-    return [sys.executable, "-m", "collectors.inner", str(cfg_path)]
+    # This package's own name: `collectors` in the source tree, `traceinsight.collectors` in the wheel.
+    return [sys.executable, "-m", f"{__package__}.inner", str(cfg_path)]
 
 
 def _write_config(cfg: RunConfig) -> Path:

@@ -11,10 +11,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from collectors import sidecar, timing
-from collectors.config import RunConfig
-from collectors.profile import Session, run_ncu, run_nsys
-from collectors.runtime import gpu_info, require_gpu, software_info
+from . import sidecar, timing
+from .config import RunConfig
+from .profile import Session, run_ncu, run_nsys
+from .runtime import gpu_info, require_gpu, software_info
 
 
 def run(cfg: RunConfig) -> list[Path]:
@@ -55,15 +55,15 @@ def run_direct(cfg: RunConfig) -> list[Path]:
     times: list[Any] = []
     extra: dict[str, Any] = {}
     if cfg.kind == "sweep":
-        from collectors.sweep import run_sweep
+        from .sweep import run_sweep
 
         steps, times = run_sweep(rt, cfg, session)
     elif cfg.kind == "serving":
-        from collectors.serving import run_serving
+        from .serving import run_serving
 
         steps = run_serving(rt, cfg, session)
     elif cfg.kind == "loop":
-        from collectors.loop import run_loop
+        from .loop import run_loop
 
         steps, extra = run_loop(rt, cfg, session)
     else:

@@ -10,7 +10,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from collectors.config import ServingConfig
+from .config import ServingConfig
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from collectors import sidecar
-from collectors.sdpa_plan import (
+from traceinsight.errors import ToolMissingError, TraceInsightError
+
+from . import sidecar
+from .sdpa_plan import (
     BACKENDS,
     CASES,
     LAYOUTS,
@@ -38,7 +40,6 @@ from collectors.sdpa_plan import (
     plan_steps,
     scaled,
 )
-from traceinsight.errors import ToolMissingError, TraceInsightError
 
 
 def _torch() -> Any:

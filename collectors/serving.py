@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectors.annotate import Annotator
-from collectors.config import PATHS, RunConfig, range_name, serving_key
-from collectors.flashinfer_decode import DecodeBench, paged_batch, read_plan
-from collectors.profile import Session
-from collectors.runtime import Runtime
-from collectors.schedule import Step, assign_pages, capture_sizes, graph_size, make_requests, schedule
-from collectors.sidecar import StepRecord
-from collectors.sweep import warm_up, warm_up_pages
+from .annotate import Annotator
+from .config import PATHS, RunConfig, range_name, serving_key
+from .flashinfer_decode import DecodeBench, paged_batch, read_plan
+from .profile import Session
+from .runtime import Runtime
+from .schedule import Step, assign_pages, capture_sizes, graph_size, make_requests, schedule
+from .sidecar import StepRecord
+from .sweep import warm_up, warm_up_pages
 
 
 def _graphs(rt: Runtime, bench: DecodeBench, path: str, sizes: set[int]) -> dict[int, tuple[Any, Any]]:
@@ -38,7 +38,7 @@ def _graphs(rt: Runtime, bench: DecodeBench, path: str, sizes: set[int]) -> dict
 def run_serving(rt: Runtime, cfg: RunConfig, session: Session) -> list[StepRecord]:
     """Replay the schedule once per path inside `session`; return one sidecar step per decode step."""
     if cfg.backend == "fa3":
-        from collectors.fa3_decode import run_serving_fa3
+        from .fa3_decode import run_serving_fa3
 
         return run_serving_fa3(rt, cfg, session)
     t, sc, page = rt.torch, cfg.serving, cfg.shape.page_size

@@ -13,13 +13,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.annotate import Annotator
-from collectors.config import PATHS, RunConfig, case_key, range_name, sweep_key
-from collectors.distributions import DISTRIBUTIONS, kv_lens
-from collectors.flashinfer_decode import DecodeBench, paged_batch, pages_for, read_plan
-from collectors.profile import Session
-from collectors.runtime import Runtime
-from collectors.sidecar import PlanRecord, StepRecord
+from .annotate import Annotator
+from .config import PATHS, RunConfig, case_key, range_name, sweep_key
+from .distributions import DISTRIBUTIONS, kv_lens
+from .flashinfer_decode import DecodeBench, paged_batch, pages_for, read_plan
+from .profile import Session
+from .runtime import Runtime
+from .sidecar import PlanRecord, StepRecord
 
 
 @dataclass
@@ -112,7 +112,7 @@ def case_source(rt: Runtime, cfg: RunConfig, session: Session | None) -> Iterabl
     by one as they are iterated (inside the session, quietly), after a warm-up of every path; FA3's
     (collectors/fa3_decode.py) are all planned and run once here, before the session."""
     if cfg.backend == "fa3":
-        from collectors.fa3_decode import sweep_cases
+        from .fa3_decode import sweep_cases
 
         return sweep_cases(rt, cfg)
     bench = new_bench(rt, cfg)

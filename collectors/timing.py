@@ -11,10 +11,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from collectors.config import RunConfig
-from collectors.runtime import Runtime
-from collectors.sidecar import StepRecord
-from collectors.sweep import Timed, case_source
+from .config import RunConfig
+from .runtime import Runtime
+from .sidecar import StepRecord
+from .sweep import Timed, case_source
 
 TIMING_SCHEMA = "traceinsight.timing/1"
 

@@ -4,7 +4,7 @@ the split-KV threshold chart and the simulated per-SM schedule of a launch.
 
 Start it with `traceinsight dashboard [PATH...]` (paths reach the app in TRACEINSIGHT_DASHBOARD_PATHS); with
 `--fleet DIR` it opens on the fleet report of that dataset (fleet_view.py, TRACEINSIGHT_DASHBOARD_FLEET). It
-calls the library exactly as the CLI does (`traceinsight.pipeline.analyze`, `report.json_doc.to_json`,
+calls the library exactly as the CLI does (`traceinsight.open`, `report.json_doc.to_json`,
 `report.sections`, `report.gantt`), and caches one analysis per distinct file content (SHA-256). A trace given on
 the command line or bundled that `traceinsight analyze` analyzed and kept (cli/analysis_cache.py: same files, same
 sidecars, default options) opens from the kept tables, nothing analyzed, until "Analyze again" asks for what
@@ -14,23 +14,20 @@ only the analysis object gives (every launch's schedule, why a step took its tim
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # charts.py, sources.py beside this file
+# Streamlit runs this file as a script: its neighbours by their package's name (this folder is shipped, and mapped
+# by an editable install, as traceinsight.dashboards).
+from traceinsight.dashboards import charts, fleet_view, sources
 
-import charts  # noqa: E402
-import fleet_view  # noqa: E402
-import sources  # noqa: E402
-
-from traceinsight.errors import TraceInsightError  # noqa: E402
-from traceinsight.report import sections  # noqa: E402
-from traceinsight.report.figures import Gantt  # noqa: E402
-from traceinsight.units import fmt_ns  # noqa: E402
+from traceinsight.errors import TraceInsightError
+from traceinsight.report import sections
+from traceinsight.report.figures import Gantt
+from traceinsight.units import fmt_ns
 
 PATHS_ENV = "TRACEINSIGHT_DASHBOARD_PATHS"
 META_ENV = "TRACEINSIGHT_DASHBOARD_META"
@@ -64,11 +61,11 @@ KEPT_ONLY = ("not in the kept analysis: it keeps the report's launch only (switc
 def analyze_cached(digest: str, _trace: str, _meta: tuple[str, ...]) -> Loaded:
     """Analyze a trace once per distinct content (`digest` is the cache key; the paths are not hashed). Kept as
     a resource, not pickled per rerun: the attached simulations hold ~10^5 objects."""
-    from traceinsight.pipeline import analyze
+    import traceinsight
     from traceinsight.report.json_doc import to_json
 
-    _, analyses = analyze([Path(_trace)], meta=[Path(m) for m in _meta])
-    return Loaded(to_json(analyses[0]), analyses[0])
+    (analysis,) = traceinsight.open(_trace, meta=list(_meta)).analyses  # the Python API, as `analyze` uses it
+    return Loaded(to_json(analysis), analysis)
 
 
 @st.cache_resource(show_spinner=False, max_entries=6)

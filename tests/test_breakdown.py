@@ -146,8 +146,7 @@ def test_split_many_equals_split_window_by_window(trace: str, chunk: int, monkey
     from traceinsight.pipeline import analyze
 
     path = Path(__file__).resolve().parents[1] / trace
-    if not path.exists():
-        pytest.skip(f"{trace} not in this checkout")
+    assert path.is_file(), f"{trace}: a committed trace is missing"
     db, (a,) = analyze([path], cache=False, diagnostics=False)
     work = _gpu_work(db, a.trace_id, a.steps)
     windows = [w for w in _windows(a.steps) if w[2] > w[1]]

@@ -44,7 +44,8 @@ def test_shape_under_tensor_parallelism() -> None:
 def test_checks_with_reasons() -> None:
     by = {c.name: c for c in checks(Shape(32, 4, 96, tp=8))}
     assert not by["tp-vs-kv-heads"].ok and "2 GPUs" in by["tp-vs-kv-heads"].message
-    assert "duplicated" in by["tp-vs-kv-heads"].reason or "copy" in by["tp-vs-kv-heads"].reason
+    assert "several ranks keep a full copy of the same KV head" in by["tp-vs-kv-heads"].reason
+    assert "grow 2x across the group" in by["tp-vs-kv-heads"].reason  # TP 8 over 4 KV heads: two copies of each
     assert not by["head-dim-multiple-of-128"].ok and by["head-dim-multiple-of-128"].evidence["padded_head_dim"] == 128
     assert by["tp-divides-heads"].ok and by["group-size"].ok and by["head-dim-tmem"].ok
     small = {c.name: c for c in checks(Shape(32, 32, 128))}

@@ -358,6 +358,13 @@ def test_loop_captures_sidecars_hold_the_truth(stem: str) -> None:
         assert (s["truth"]["ms"] is not None) == host
     joins = [e for e in doc["run"]["events"] if e["event"] == "long-join"]
     assert [e["role"] for e in joins] == ["onset", None] and joins[1]["tokens"] == 131072
+    # The collector's planner, given the run's recorded configuration and seed, makes the schedule the capture ran:
+    # every measured step's batch (query rows, KV lengths) and event, as the GPU run wrote them.
+    run = doc["run"]
+    cfg = LoopConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in run["loop"].items()})
+    plan = plan_loop(cfg, run["steps"], run["warmup"], run["seed"], run["shape"]["page_size"])
+    planned = [(list(x.qo_lens), list(x.kv_lens), x.event) for x in plan.steps if x.measured is not None]
+    assert planned == [(s["qo_lens"], s["kv_lens"], s["truth"]["event"]) for s in steps]
 
 
 @pytest.mark.parametrize("stem", sorted(CAPTURES))

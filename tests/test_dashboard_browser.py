@@ -29,12 +29,18 @@ DONE_MARK = "Per-SM schedule"
 ERROR_MARKS = ("Traceback", "Cannot analyze", "Internal error", "StreamlitAPIException", "Error running app")
 
 
-def _serve(args: list[str], tmp_path: Path):  # type: ignore[no-untyped-def]
-    """`traceinsight dashboard ARGS --port P --host 127.0.0.1 --headless`, as a user starts it; yields its URL."""
+def _serve(args: list[str], tmp_path: Path, python: str = sys.executable,  # type: ignore[no-untyped-def]
+           checkout: bool = True):
+    """`traceinsight dashboard ARGS --port P --host 127.0.0.1 --headless`, as a user starts it, with `python` (the
+    checkout first on its path unless `checkout` is False: tests/test_wheel.py serves the installed wheel's);
+    yields its URL."""
     port = free_port()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "traceinsight", "dashboard", *args, "--port", str(port), "--host", "127.0.0.1",
+    if checkout:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    else:
+        env.pop("PYTHONPATH", None)
+    cmd = [python, "-m", "traceinsight", "dashboard", *args, "--port", str(port), "--host", "127.0.0.1",
            "--headless"]
     log = open(tmp_path / "dashboard.log", "wb")  # noqa: SIM115
     # Its own process group: the CLI runs `streamlit run` as a child, and both must stop at the end.

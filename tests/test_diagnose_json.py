@@ -35,7 +35,7 @@ def test_document_carries_the_model_and_findings() -> None:
     assert list(f) == ["id", "severity", "steps", "summary", "evidence", "remedy", "saving_ns", "explanation", "ref",
                        "supports", "related", "attributed_saving_ns", "saving_basis"]
     assert f["severity"] == "critical"
-    assert [c["id"] for c in doc["checks"]][-1] == "latency-spike"
+    assert [c["id"] for c in doc["checks"]][-2:] == ["latency-spike", "slow-steps"]
     assert doc["model"]["gpu"]["num_sms"] == 132 and len(doc["model"]["cost_models"]) == 2
 
 

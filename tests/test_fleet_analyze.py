@@ -56,7 +56,7 @@ def pool_dataset(tmp_path_factory: pytest.TempPathFactory, inputs: list[str]) ->
     out = tmp_path_factory.mktemp("fleet") / "pool"
     r = _run(["fleet", "analyze", *inputs, "--out", str(out), "--workers", "2", "--reports", "json,html",
               "--no-cache", "-q"])
-    assert r.returncode in (0, 4), r.stderr
+    assert r.returncode == 4, r.stderr  # one input is not a trace (tracelens_kernel_times.json.gz, below)
     return out
 
 
@@ -86,7 +86,7 @@ def ray_dataset(tmp_path_factory: pytest.TempPathFactory, inputs: list[str]) -> 
                             "--ray", "127.0.0.1:6379", "--reports", "json", "--no-cache", "-q"],
                            capture_output=True, text=True, timeout=600, cwd=REPO,
                            env=dict(os.environ, PYTHON=sys.executable, RAY_TMP=ray_tmp))
-        assert r.returncode in (0, 4), r.stderr[-3000:]
+        assert r.returncode == 4, r.stderr[-3000:]  # the same input that is not a trace
         assert "on Ray (127.0.0.1:6379)" in r.stdout, r.stdout
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
@@ -287,3 +287,22 @@ def test_every_finding_of_the_json_is_on_the_dashboard_page(pool_dataset: Path,
         doc = json.loads((pool_dataset / e["reports"]["json"]).read_text())
         missing = sorted(i for i in _finding_ids(doc) if f"`{i}`" not in shown)
         assert not missing, f"{e['source']}: {missing} not on the dashboard page"
+
+
+def test_savings_in_steps_stay_below_the_steps_time_minus_their_floor(pool_dataset: Path) -> None:
+    """Issue 27: on every shared and example trace (the JSON reports the pool wrote, no analysis of its own), the
+    root causes' savings inside steps stay below the steps' time minus their floor, what the steps would still
+    take with the remedies (never zero where something is claimed); before, the FA2 sweep listed 214 ms of
+    214 ms."""
+    checked = 0
+    for e in manifest(pool_dataset)["traces"]:
+        if e["status"] != "ok":
+            continue
+        doc = json.loads((pool_dataset / e["reports"]["json"]).read_text())
+        t = doc["savings"]
+        assert t["listed_steps_ns"] <= t["steps_wall_ns"] - t["steps_floor_ns"], e["source"]
+        assert 0 <= t["steps_floor_ns"] <= t["steps_wall_ns"], e["source"]
+        if t["listed_steps_ns"]:
+            assert t["steps_floor_ns"] > 0 and t["listed_steps_ns"] < t["steps_wall_ns"], e["source"]
+            checked += 1
+    assert checked >= 10

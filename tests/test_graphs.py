@@ -20,15 +20,14 @@ from traceinsight.queries import sql
 
 TRACELENS = Path(__file__).parent / "data" / "foreign" / "tracelens"
 # Engine traces collected beside this work (examples/engines/README.md); $ENGINE_TRACES reads them from another
-# checkout until they are merged into this one (tests on them skip while absent).
+# checkout; a trace missing from it fails the test.
 ENGINES = Path(os.environ.get("ENGINE_TRACES", EXAMPLES / "engines"))
 COLLECTED = EXAMPLES / "collected"
 LOOP = EXAMPLES / "loop"
 
 
 def _one(path: Path) -> tuple[TraceDB, int]:
-    if not path.exists():
-        pytest.skip(f"{path} not in this checkout")
+    assert path.is_file(), f"{path}: a committed trace is missing (or $ENGINE_TRACES names a folder without it)"
     db, ids = load([path], cache=False)
     return db, ids[0]
 

@@ -56,7 +56,8 @@ def run(request: pytest.FixtureRequest) -> tuple[str, Any, dict[int, str | None]
 
 
 def _incidents(a: Any) -> list[Any]:
-    return [f for f in a.findings if f.id == "latency-spike"]
+    """The incidents (not the finding that groups the incidents of one cause as their root cause)."""
+    return [f for f in a.findings if f.id == "latency-spike" and not f.evidence.get("group")]
 
 
 def test_every_incident_is_caused_by_the_event_injected_at_its_onset(run: tuple[str, Any, dict]) -> None:
@@ -70,7 +71,7 @@ def test_every_incident_is_caused_by_the_event_injected_at_its_onset(run: tuple[
         assert event is not None, f"{name}: incident {f.summary} starts at step {first}, where nothing was injected"
         assert e["cause"] == CAUSE[event], (name, f.summary)
         # Onset: the incident starts at the injected event, and the steps before it did not carry the same event.
-        assert events.get(first - 1) != event or event == "chunked-prefill" and events.get(first - 1) is None
+        assert events.get(first - 1) != event, (name, f.summary)
         assert e["cause"] != "unexplained"
 
 
@@ -84,11 +85,28 @@ def test_each_injected_event_that_broke_the_trend_is_found(run: tuple[str, Any, 
         if table[i].spike or event in ("prefill", "chunked-prefill"):
             assert covered.get(i) == CAUSE[event], (name, i, event, table[i].ratio)
         elif event.startswith("host"):
-            assert table[i].ratio < 2.0, (name, i)  # a host stall left out only below the spike threshold
+            assert table[i].ratio < 2.0, (name, i)  # not a spike: below the spike threshold
+            if table[i].ratio >= 1.3:  # issue 27: a slow step all the same, with its cause
+                slow = [f for f in a.findings if f.id == "slow-steps" and i in f.steps]
+                assert slow and all(f.evidence["cause"] == "host-stall" for f in slow), (name, i, table[i].ratio)
     # Prefill-only steps and the chunked prefill (one incident from its first chunk) are found in every run.
     prefill = [f for f in _incidents(a) if f.evidence["cause"] == "prefill"]
     spans = sorted((f.evidence["first_step"], f.evidence["last_step"]) for f in prefill)
     assert spans == [(66, 66), (132, 132), (154, 157)], (name, spans)
+
+
+def test_every_injected_host_stall_is_found(run: tuple[str, Any, dict]) -> None:
+    """Judged by the sidecar's truth alone: every host event of the scenario is a stall of 1.5x the median warm-up
+    step (`truth.ms`, 6.7-10.9 ms against steps of 5-8.5 ms), made to be found: as a latency spike (>= 2x) or a
+    slow step short of one (issue 27; before it, loop_fa2_torch's 1.85x sleeps at 22 and 88 went unreported)."""
+    name, a, events = run
+    truth = _truth(name)
+    stalls = {s.index: truth[a.schedule.batches[s.index].step_key] for s in a.steps
+              if (events[s.index] or "").startswith("host")}
+    assert sorted(stalls) == [22, 44, 88, 110] and all(t["ms"] > 6 for t in stalls.values())
+    slow = [f for f in a.findings if f.id == "slow-steps"]
+    covered = {s: f.evidence["cause"] for f in [*_incidents(a), *slow] for s in f.steps}
+    assert {i: covered.get(i) for i in stalls} == dict.fromkeys(stalls, "host-stall"), name
 
 
 def test_the_long_request_incident_starts_at_its_onset(run: tuple[str, Any, dict]) -> None:
@@ -135,7 +153,10 @@ def test_host_stalls_say_what_the_host_did(run: tuple[str, Any, dict]) -> None:
             assert top["name"] == "aten::mm" and top["in_stall_ns"] > 4 * top["usual_ns"], ev
         else:  # time.sleep: no profiled op covers it
             assert ev["untracked_ns"] > 0.5 * ev["stall_ns"], ev
-        assert "CUDA graphs cut launch overhead but do not hide a stalled host" in f.remedy or "graph" in name
+        if "graph" in name:  # the steps replay CUDA graphs already: the remedy does not offer them
+            assert "The step already replays CUDA graphs" in f.remedy and "CUDA graphs cut" not in f.remedy
+        else:
+            assert "CUDA graphs cut launch overhead but do not hide a stalled host" in f.remedy
 
 
 def test_chunked_prefill_launches_are_mixed_with_their_tile_padding(run: tuple[str, Any, dict]) -> None:
@@ -164,3 +185,25 @@ def test_explain_names_the_prefill_of_a_chunked_step() -> None:
     grown = {p["component"] for p in doc["attribution"] if p["delta_ns"] > 0}
     assert {"gemm", "prefill", "idle-host"} <= grown
     assert "chunk size" in doc["remedy"]
+
+
+@pytest.mark.parametrize("name", ["loop_fa2_torch", "loop_fa2_nsys", "loop_core_torch"])
+def test_chunked_prefill_is_mixed_from_the_trace_alone(name: str) -> None:
+    """Issue 27: without the sidecar (ProfilerStep or NVTX step ranges, kernels only) the chunked-prefill steps
+    were prefill (0 of 8 on the FA2 runs). Now each launch's query tiles against the running decode batch
+    (the norm kernels' rows in the decode steps around it) name them mixed with the sidecar's shares, and the
+    prefill-only steps stay prefill."""
+    _, (a,) = analyze([LOOP / f"{name}.{RUNS[name]}"], cache=False)
+    truth = {k: (t or {}).get("event") for k, t in _truth(name).items()}  # keys: ProfilerStep#N, id=N
+    by_phase: dict[str, list[str | None]] = {}
+    for s in a.steps:
+        key = next(k for k in truth if s.name == k or s.name.endswith(f" {k}"))
+        by_phase.setdefault(s.phase, []).append(truth[key])
+    assert by_phase["mixed"] == ["chunked-prefill"] * 4, by_phase.get("mixed")
+    assert by_phase["prefill"] == ["prefill"] * 2
+    assert "chunked-prefill" not in by_phase["decode"] and "prefill" not in by_phase["decode"]
+    batch = 50 if "fa2" in name else 162  # the decode requests riding with the 1024-row chunk
+    for s in a.steps:
+        for x in s.launches if s.phase == "mixed" else ():
+            assert x.phase == "mixed" and "query tiles against the request count" in x.phase_evidence
+            assert x.tiles is not None and x.tiles["prefill_rows"] == 1024 * 8 and x.tiles["decode_rows"] == batch * 8

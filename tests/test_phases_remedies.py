@@ -8,7 +8,7 @@ import pytest
 from traceinsight.diagnose import fa3, remedies
 from traceinsight.diagnose.attribution import COMPONENT_CAUSES, HOST_LAUNCH_BOUND, HOST_STALL
 from traceinsight.diagnose.rules.latency_spike import ATTENTION_CAUSES
-from traceinsight.model.phases import phase_from_query_lengths, tile_padding
+from traceinsight.model.phases import mixed_from_tiles, phase_from_query_lengths, tile_padding
 
 
 def test_phase_from_query_lengths() -> None:
@@ -55,8 +55,22 @@ def test_every_cause_has_a_remedy_that_fits_the_trace(cause: str) -> None:
 
 
 def test_remedy_placeholders_read_generically_when_unknown() -> None:
-    text = remedies.remedy("split-kv-off", FACTS["flashinfer"])
-    assert "below B_th = B_th" not in text or "cap running requests at B_th - 1" in text
+    known = remedies.remedy("split-kv-off", FACTS["flashinfer"], b_th=297, cap=296)
+    assert known.startswith("Keep decode batches below B_th = 297 (cap running requests at 296) ")
+    text = remedies.remedy("split-kv-off", FACTS["flashinfer"])  # no threshold known: each placeholder in words
+    assert text == known.replace("297", "B_th").replace("296", "B_th - 1")
     assert remedies.remedy("no-such-cause", FACTS["flashinfer"]) == ""
     # kernels:<family> falls back to the generic entry with the family's name.
     assert remedies.remedy("kernels:rope", FACTS["flashinfer"]).startswith("Rope kernels took longer")
+
+
+def test_mixed_from_tiles_reads_the_tile_count_against_the_running_batch() -> None:
+    """The loop's FA2 chunk (examples/loop): 50 decode requests and a 1024-row chunk in 114 tiles of 128 rows at
+    G = 8 is mixed; the prefill-only step (7722 rows in 483 tiles) fits prefill alone and stays prefill; a tile
+    count that neither reading explains says nothing."""
+    qo, group, evidence = mixed_from_tiles(114, 128, 1074, [50, 51])  # type: ignore[misc]
+    assert qo == [1] * 50 + [1024] and group == 8 and "50 decode and 1024 prefill rows" in evidence
+    assert tile_padding(qo, 128, group)["prefill_rows"] == 1024 * 8  # type: ignore[index]
+    assert mixed_from_tiles(483, 128, 7722, [48, 49]) is None
+    assert mixed_from_tiles(1000, 128, 1074, [50]) is None
+    assert mixed_from_tiles(290, 64, 1186, [160, 162]) is not None  # the CUDA-core run's chunk: CTA_TILE_Q 64

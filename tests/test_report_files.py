@@ -144,7 +144,9 @@ def test_html_gantt_shows_the_tail(html_page: tuple[str, Page]) -> None:
     _, page = html_page
     schedule = page.section_text("schedule")
     assert "Tail:" in schedule and "SMs are idle" in schedule
-    assert "grid (384,4,1)" in schedule or "split-KV off" in schedule
+    # The longest launch of the split-kv-off finding: step 155 (B = 512, 13.5 ms; the steps' own durations).
+    assert "Step 155: decode tc=0 dist=skew80 bs=512 step=2" in schedule
+    assert "grid (512,4,1) · split-KV off" in schedule and "measured 13.5 ms" in schedule
 
 
 def test_markdown_sections_and_figures(analyses, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

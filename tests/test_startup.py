@@ -14,8 +14,8 @@ from pathlib import Path
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h200" / "flashinfer_decode_sweep.pt.trace.json.gz"
 HEAVY = ("pandas", "matplotlib", "scipy", "streamlit")
 # Modules (or packages) a short trace's analysis does without, whatever the output format.
-SHORT_TRACE_NEEDS_NOT = ("pyarrow.compute", "numpy.ma", "collectors", "traceinsight.cli.fleet",
-                         "traceinsight.cli.dashboard")
+SHORT_TRACE_NEEDS_NOT = ("pyarrow.compute", "numpy.ma", "collectors", "traceinsight.collectors",
+                         "traceinsight.cli.fleet", "traceinsight.cli.dashboard")
 
 PROBE = """
 import json, runpy, sys

@@ -3,15 +3,13 @@ the dashboard both call `analyze` and only render what it returns."""
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from traceinsight.diagnose import diagnose
 from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.diagnose.run import diagnose
 from traceinsight.errors import TraceInsightError
 from traceinsight.ingest import load
 from traceinsight.ingest.host_ops import HostOp, read_kineto_ops
@@ -21,6 +19,7 @@ from traceinsight.model.breakdown import breakdowns
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.model.steps import STEPS_FROM, group_steps, step_kernels
 from traceinsight.queries import sql
+from traceinsight.tuning import gc_paused
 
 # Per kernel name, the spread of its durations as `nsys stats` gives it (median; standard deviation of the sample,
 # 0 for one execution), in ns, beside the count/total/mean/min/max of queries/kernel_summary.sql.
@@ -43,20 +42,6 @@ def analyze_trace(
     `diagnostics` is False) the diagnostics, whose thresholds `limits` may override ('rule-id.NAME': value)."""
     with gc_paused():
         return _analyze_trace(db, trace_id, step_pattern, model, limits, diagnostics)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused (reference counting still frees everything the analysis drops).
-    The analysis of a long trace builds millions of objects that hold no reference cycles, and every full
-    collection walked all of them: on the 1M-kernel export, 7 s of the 33 s its stages took (docs/SCALE.md)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: bool,

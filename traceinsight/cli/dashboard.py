@@ -18,7 +18,9 @@ import click
 from traceinsight.cli.main import user_errors
 from traceinsight.errors import InputError, ToolMissingError
 
-APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
+# The app: the source tree's dashboards/ folder, shipped (and mapped by an editable install) as
+# `traceinsight.dashboards` (pyproject.toml's package-dir).
+DASHBOARDS = "traceinsight.dashboards"
 PATHS_ENV = "TRACEINSIGHT_DASHBOARD_PATHS"
 META_ENV = "TRACEINSIGHT_DASHBOARD_META"
 FLEET_ENV = "TRACEINSIGHT_DASHBOARD_FLEET"
@@ -27,11 +29,25 @@ CHILD_GRACE_S = 5.0
 MAX_UPLOAD_ENV = "TRACEINSIGHT_MAX_UPLOAD_MB"
 
 
+def app_path() -> Path:
+    """Where the dashboard's Streamlit script is (`app.py` of traceinsight.dashboards); a path that does not exist
+    when that package is missing."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(DASHBOARDS)
+    except ImportError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return Path(DASHBOARDS.replace(".", "/")) / "app.py"
+    return Path(list(spec.submodule_search_locations)[0]) / "app.py"
+
+
 def streamlit_command(paths: list[Path], port: int | None, host: str, max_upload_mb: int,
                       headless: bool, meta: list[Path] | None = None,
                       fleet: Path | None = None) -> tuple[list[str], dict[str, str]]:
     """The `streamlit run` command line and environment that start the dashboard."""
-    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host,
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app_path()), "--server.address", host,
            "--server.maxUploadSize", str(max_upload_mb), "--browser.gatherUsageStats", "false",
            "--server.headless", "true" if headless else "false", "--global.developmentMode", "false",
            "--client.toolbarMode", "minimal", "--server.fileWatcherType", "none"]
@@ -113,8 +129,10 @@ def command(paths: tuple[Path, ...], port: int | None, host: str, max_upload_mb:
             raise InputError(f"{p}: no such file")
     if meta and not paths:
         raise click.UsageError("--meta needs a trace to attach to (give its PATH)")
-    if not APP.is_file():
-        raise ToolMissingError(f"{APP}: the dashboard app is missing (it ships in the source tree's dashboards/)")
+    app = app_path()
+    if not app.is_file():
+        raise ToolMissingError(f"{app}: the dashboard app is missing (the package {DASHBOARDS} ships it: reinstall "
+                               "traceinsight-attention)")
     try:
         import streamlit  # noqa: F401
     except ImportError:

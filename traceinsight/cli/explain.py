@@ -10,7 +10,6 @@ import click
 import orjson
 
 from traceinsight.cli.main import console, user_errors
-from traceinsight.errors import InputError
 
 
 @click.command(name="explain")
@@ -33,21 +32,12 @@ def command(path: str, step: int | None, meta: tuple[str, ...], ncu: tuple[str, 
     prefill, the other kernel families and GPU idle (waiting for the host, or on a synchronisation); each part
     is compared with its median over the steps around it, the excess is attributed to the parts that grew, and
     the largest names the cause (docs/DIAGNOSTICS.md, latency-spike)."""
-    from traceinsight.diagnose.explain import explain_step
-    from traceinsight.diagnose.rules.latency_spike import attributions
-    from traceinsight.pipeline import analyze
+    from traceinsight.api import open as open_analysis
 
-    _, analyses = analyze([Path(path)], meta=[Path(m) for m in meta], ncu=[Path(n) for n in ncu],
-                          step_pattern=step_pattern, cache=False if no_cache else None)
-    a = analyses[0]
-    if not a.steps:
-        raise InputError(f"{path}: no decode steps found (no attention kernel launches)")
-    table = attributions(a)
-    if step is None:
-        step = max(table.values(), key=lambda x: x.excess_ns).step
-    elif step not in table:
-        raise InputError(f"{path}: no step {step} (the trace has {len(a.steps)} steps, 0..{len(a.steps) - 1})")
-    ex = explain_step(a, step)
+    result = open_analysis(Path(path), meta=[Path(m) for m in meta], ncu=[Path(n) for n in ncu],
+                           step_pattern=step_pattern, cache=False if no_cache else None)
+    a = result.analyses[0]
+    ex = result.explain(step)
     if fmt == "json":
         sys.stdout.buffer.write(orjson.dumps({**ex.to_json(), "trace": a.path}, option=orjson.OPT_INDENT_2) + b"\n")
         sys.stdout.flush()

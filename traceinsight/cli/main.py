@@ -155,10 +155,17 @@ memory_option = click.option(
          "fit spills to the cache folder.")
 
 
+# The collectors' command: the source tree's collectors/ folder, which the wheel (and an editable install) map to
+# `traceinsight.collectors` (pyproject.toml's package-dir).
+COLLECTORS_CLI = "traceinsight.collectors.cli"
+# Modules of this package that hold no command.
+NOT_COMMANDS = frozenset({"main", "__main__", "analysis_cache", "saved_output"})
+
+
 class _Commands(click.Group):
     """The `traceinsight` group. Besides the commands of this module, those in their own modules of this package
     (`traceinsight/cli/<name>.py`, each exposing a click command `command` named like the module) and the
-    collectors' `collect` (when the collectors package ships beside traceinsight) are imported when used, or
+    collectors' `collect` (traceinsight.collectors) are imported when used, or
     listed (`--help`): importing all of them (and with them the collectors' run configuration) took ~40 ms of
     every `traceinsight analyze`."""
 
@@ -175,11 +182,10 @@ def _module_commands() -> list[str]:
     import importlib.util
     import pkgutil
 
-    import traceinsight.cli as pkg
-
-    names = [info.name for info in pkgutil.iter_modules(pkg.__path__) if info.name not in ("main", "__main__")]
+    names = [info.name for info in pkgutil.iter_modules([str(Path(__file__).parent)])
+             if info.name not in NOT_COMMANDS]
     try:
-        if importlib.util.find_spec("collectors.cli") is not None:
+        if importlib.util.find_spec(COLLECTORS_CLI) is not None:
             names.append("collect")
     except ImportError:  # no collectors package
         pass
@@ -193,10 +199,10 @@ def _module_command(name: str) -> click.Command | None:
 
     if name == "collect":
         try:
-            from collectors.cli import collect  # optional: the collectors package ships beside traceinsight
+            collect = getattr(importlib.import_module(COLLECTORS_CLI), "collect", None)
         except ImportError:
             return None
-        return collect
+        return collect if isinstance(collect, click.Command) else None
     if name not in _module_commands():
         return None
     command = getattr(importlib.import_module(f"traceinsight.cli.{name}"), "command", None)
@@ -213,6 +219,9 @@ def main() -> None:
     Nsight Compute CSV (ncu --csv: the default details page or --page raw). The format is detected from the
     content.
     """
+    from traceinsight.tuning import tune
+
+    tune()  # the command's process is its own: tuned for long analyses (the library leaves a caller's alone)
 
 
 @main.command()
@@ -279,16 +288,17 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
     if kept is not None and save is None and fmt != "perfetto" and (src := analysis_cache.lookup(kept)) is not None:
         _emit_kept(src, fmt, out, max_steps, steps, width, fail_on)  # analyzed before: its report from its tables
         return
+    from traceinsight.api import open as open_analysis
     from traceinsight.diagnose.finding import fail_exit_code
-    from traceinsight.pipeline import analyze as run_analysis
     from traceinsight.report.progress import ingest_progress
 
     with ingest_progress(traces + _paths(meta) + _paths(ncu), quiet=quiet):
-        db, analyses = run_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
-                                    cache=False if no_cache else None)
+        result = open_analysis(traces, meta=_paths(meta), ncu=_paths(ncu), step_pattern=step_pattern,
+                               cache=False if no_cache else None)
+    db, analyses = result.db, result.analyses
     warn_analyses(analyses)
     if save is not None:
-        _save(db, analyses, save, no_cache)
+        result.save(save, no_cache)
     if fmt == "perfetto":
         _emit_perfetto(db, analyses, out)
     else:
@@ -305,7 +315,7 @@ def _emit_kept(src: Any, fmt: str, out: str | None, max_steps: int, steps: str, 
     """`analyze`'s output from a kept analysis (cli/analysis_cache.py): its warnings on stderr, the report, the
     exit status."""
     from traceinsight.cli.analysis_cache import warnings
-    from traceinsight.cli.report import emit
+    from traceinsight.cli.saved_output import emit
     from traceinsight.diagnose.finding import fail_exit_code
 
     kept = warnings(src)
@@ -316,17 +326,6 @@ def _emit_kept(src: Any, fmt: str, out: str | None, max_steps: int, steps: str, 
     code = fail_exit_code([f for d in docs for f in d["findings"]], fail_on)
     if code:
         sys.exit(code)
-
-
-def _save(db: Any, analyses: list[Any], out_dir: Path, no_cache: bool) -> None:
-    """Write the analyses as a Parquet dataset with their analysis tables (`traceinsight report` reads it)."""
-    from traceinsight.ingest.parquet import export_parquet
-    from traceinsight.model.kernel_table import ensure_labels
-    from traceinsight.report.tables import write_tables
-
-    write_tables(db, analyses)
-    ensure_labels(db)
-    export_parquet(db, [a.trace_id for a in analyses], out_dir, options={"no_cache": no_cache, "analysis": True})
 
 
 def _emit_perfetto(db: Any, analyses: list[Any], out: str | None) -> None:

@@ -32,31 +32,14 @@ def command(path: str, step: int | None, all_steps: bool, meta: tuple[str, ...],
     FlashAttention-3's dynamic split, the other FlashInfer decode paths, and the batch capped at B_th - 1.
 
     Needs the batch composition of the step (KV lengths): from --meta, or a sidecar the collectors wrote."""
-    from traceinsight.diagnose.whatif import replay_step, replayable_steps, totals
-    from traceinsight.pipeline import analyze
+    from traceinsight.api import open as open_analysis
+    from traceinsight.diagnose.whatif import totals
 
     if step is not None and all_steps:
         raise InputError(f"{path}: --step and --all exclude each other")
-    _, analyses = analyze([Path(path)], meta=[Path(m) for m in meta], step_pattern=step_pattern,
-                          diagnostics=False)
-    a = analyses[0]
-    sched = a.schedule
-    known = replayable_steps(sched, a.steps)
-    by_index = a.steps_by_index()
-    if step is not None:
-        if step not in by_index:
-            raise InputError(f"{path}: no step {step} (the trace has {len(a.steps)} steps, 0..{len(a.steps) - 1})")
-        if step not in known:
-            raise InputError(f"{path}: step {step} has no known batch composition (KV lengths): pass --meta SIDECAR")
-        chosen = [step]
-    elif not known:
-        raise InputError(f"{path}: no step has a known batch composition (KV lengths): pass --meta SIDECAR")
-    elif all_steps:
-        chosen = known
-    else:
-        chosen = [max(known, key=lambda i: by_index[i].launches[0].attention.dur_ns)]
-    assert sched is not None
-    replays = [replay_step(sched, by_index[i]) for i in chosen]
+    result = open_analysis(Path(path), meta=[Path(m) for m in meta], step_pattern=step_pattern, diagnostics=False)
+    a = result.analyses[0]
+    replays = result.whatif(step, all_steps)
     if fmt == "json":
         doc = {"schema": "traceinsight.whatif/1", "trace": a.path, "steps": [r.to_json() for r in replays],
                "totals": totals(replays)}

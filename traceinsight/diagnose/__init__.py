@@ -13,7 +13,7 @@ from traceinsight.diagnose.finding import EXIT_FINDINGS, SEVERITIES, Finding, Se
 
 # The rule registry imports every rule (and the schedule model they read): loaded on first use, so that what
 # needs only findings (a report from saved tables, `fail_exit_code`) does not pay for it.
-_REGISTRY = ("RULE_IDS", "RULES", "diagnose", "run_rules")
+_REGISTRY = ("RULE_IDS", "RULES", "run_rules")
 
 
 def __getattr__(name: str) -> Any:
@@ -21,6 +21,10 @@ def __getattr__(name: str) -> Any:
         from traceinsight.diagnose import registry
 
         return getattr(registry, name)
+    if name == "diagnose":
+        from traceinsight.diagnose.run import diagnose
+
+        return diagnose
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

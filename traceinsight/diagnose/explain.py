@@ -123,7 +123,8 @@ def explain_step(ctx: TraceAnalysis, index: int) -> StepExplanation:
     cause: str | None = None
     component: str | None = None
     for f in ctx.findings:
-        if f.id == latency_spike.ID and index in f.steps:
+        # The incident holding the step: a latency spike's, else a slow-steps run's (not the groups of either).
+        if f.id in (latency_spike.ID, "slow-steps") and index in f.steps and not f.evidence.get("group"):
             incident = {"summary": f.summary, "first_step": f.evidence.get("first_step"),
                         "last_step": f.evidence.get("last_step"), "onset_steps": f.evidence.get("onset_steps"),
                         "threshold_step": f.evidence.get("threshold_step")}

@@ -48,7 +48,11 @@ class Finding:
     id: the rule's stable id ('split-kv-off'); severity; steps: indexes of the steps it concerns (ascending);
     summary: one line; evidence: the numbers behind it, units in the key names (dur_ns, b_threshold, ...);
     explanation: one paragraph a non-kernel engineer can follow; remedy: what to change; saving_ns: estimated
-    GPU time saved over those steps if the remedy is applied (ns), None when it cannot be computed.
+    GPU time saved over those steps if the remedy is applied (ns), None when it cannot be computed;
+    step_saving_ns: the same saving step by step ({step: ns}; empty when the rule cannot place it), what each
+    step would take less with the remedy, so that its time minus this is its reference (what it would still
+    take: the balanced launch, the other path, the baseline step). `traceinsight.diagnose.rootcause` bounds
+    the savings step by step with it.
     """
 
     id: str
@@ -64,6 +68,7 @@ class Finding:
     related: tuple[str, ...] = ()
     attributed_ns: int | None = None
     saving_basis: str | None = None
+    step_saving_ns: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "severity", Severity(self.severity))
@@ -71,6 +76,8 @@ class Finding:
         object.__setattr__(self, "evidence", dict(self.evidence))
         if self.saving_ns is not None:
             object.__setattr__(self, "saving_ns", max(0, int(round(self.saving_ns))))
+        object.__setattr__(self, "step_saving_ns",
+                           {int(k): max(0, int(round(v))) for k, v in self.step_saving_ns.items()})
 
     def to_json(self) -> dict[str, Any]:
         """The finding as schema `traceinsight.analysis/1` writes it (docs/JSON.md)."""

@@ -1,9 +1,10 @@
-"""The diagnostics catalogue, in the order the rules run, and `diagnose()` which runs them.
+"""The diagnostics catalogue, in the order the rules run, and `run_rules()` which runs them in that order.
 
 Order matters where a rule reads others' findings (its READS, which must run before it): `tail-ctas` leaves
 out what the split-KV rules reported, `kv-bandwidth` what those and `tail-ctas` explain, and `latency-spike`,
-which links each spike to the attention findings, runs last. Each entry is a rule module (see
-`traceinsight.diagnose.rule`).
+which links each spike to the attention findings, runs next to last, and `slow-steps` (the runs of steps slower
+than their baseline short of a spike, on latency-spike's step attribution) last. Each entry is a rule module (see
+`traceinsight.diagnose.rule`). `diagnose()` (diagnose/run.py) runs them and links the findings to their roots.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.diagnose.finding import Finding, sort_findings
+from traceinsight.diagnose.finding import Finding
 from traceinsight.diagnose.launch_table import release
 from traceinsight.diagnose.rule import NotApplicable, RuleResult, missing_reason
 from traceinsight.diagnose.rules import (
@@ -21,6 +22,7 @@ from traceinsight.diagnose.rules import (
     kv_bandwidth,
     latency_spike,
     slow_path,
+    slow_steps,
     sm_idle,
     split_kv_off,
     split_kv_starved,
@@ -43,6 +45,7 @@ RULES: tuple[ModuleType, ...] = (
     gpu_idle_gaps,
     codesign,
     latency_spike,
+    slow_steps,
 )
 
 RULE_IDS: tuple[str, ...] = tuple(r.ID for r in RULES)
@@ -111,15 +114,3 @@ def scope(rule: ModuleType, ctx: TraceAnalysis) -> tuple[str, str]:
 
     return words(mine), words(other)
 
-
-def diagnose(ctx: TraceAnalysis) -> list[Finding]:
-    """Run every rule on `ctx`; record each rule's outcome in `ctx.checks`; return the findings, most severe
-    first and, within a severity, largest estimated saving first; each linked to its root cause and each root's
-    saving bounded by the time it comes from (`traceinsight.diagnose.rootcause`)."""
-    from traceinsight.diagnose.rootcause import consolidate
-
-    findings, results = run_rules(ctx)
-    ctx.checks = results
-    ordered = consolidate(sort_findings(findings), ctx.steps)
-    ctx.findings = ordered
-    return ordered

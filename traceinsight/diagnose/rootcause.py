@@ -8,14 +8,21 @@ on the root), then attributes the roots' savings so that, step by step, they nev
 
 Linking (SYMPTOMS): a symptom attaches to the candidate root of the rules it lists that shares the most steps
 with it (same attention kernel when both name one); a latency spike attaches to the finding of the cause it
-names. Chains resolve (a spike caused by tail CTAs that are themselves the slow path's: the slow path is the
-root). A finding that explains nothing and is explained by nothing is a root of its own.
+names, and an incident whose cause no rule explains (host-stall, prefill, kernels:gemm, ...) to the finding
+that groups the incidents of that cause (latency-spike's `evidence.group`): incidents of one cause are one root
+cause, with the incidents as its evidence. Chains resolve (a spike caused by tail CTAs that are themselves the
+slow path's: the slow path is the root). A finding that explains nothing and is explained by nothing is a root
+of its own.
 
-Attribution (`attribute`): roots in report order (most severe, then largest saving) each claim their saving;
-the claim is spread over the root's steps in proportion to what is left of each step's budget and capped by it.
-The budget of a step is its wall time for savings inside steps (basis "steps") and the gap before it for
-savings between steps (gpu-idle-gaps, basis "span"). So the listed savings never exceed the steps' wall time
-plus the time between them, and each basis is bounded on its own.
+Attribution (`attribute`): roots in report order (most severe, then largest saving) each claim their saving,
+step by step (`Finding.step_saving_ns`: what the remedy saves in each step, so that the step's time minus it is
+the step's reference under the remedy: the balanced split-on launch, the other path's time, the baseline step);
+a claim the rule could not place is spread over its steps in proportion to what is left of each. Each step's
+claims together are capped by its budget. Inside steps (basis "steps") a step's budget is its wall time minus its
+floor, the least it would still take: its time under the remedy that saves it the most (`floors`); remedies are
+not added on top of one another, since each reference is the whole step with one remedy applied. Between steps
+(gpu-idle-gaps, basis "span") the budget is the gap before the step. So the listed savings never exceed the
+steps' time minus their floor plus the time between them, and each basis is bounded on its own.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from typing import Any
 from traceinsight.diagnose.finding import Finding, sort_findings
 
 SPIKE_ID = "latency-spike"
+# Findings linked to their root by the cause they name (latency spikes and slow steps).
+BY_CAUSE = (SPIKE_ID, "slow-steps")
 
 # Symptom rule -> the rules whose findings can explain it, most likely first.
 SYMPTOMS: Mapping[str, tuple[str, ...]] = {
@@ -66,9 +75,18 @@ def _parent(i: int, findings: Sequence[Finding]) -> int | None:
     """The index of the finding that explains findings[i] (None: it is a root or explains itself)."""
     f = findings[i]
     mine = set(f.steps)
-    if f.id == SPIKE_ID:
+    if f.id in BY_CAUSE:
         cause = f.evidence.get("cause")
-        cands = [j for j, g in enumerate(findings) if j != i and g.id == cause and g.id != SPIKE_ID]
+        # A recurring cause's group: latency-spike's first, then slow-steps' (one root per cause, whichever rule
+        # found its incidents); a group itself goes under latency-spike's group of the same cause, if any.
+        groups = sorted((j for j, g in enumerate(findings) if j != i and g.id in BY_CAUSE
+                         and g.evidence.get("group") and g.evidence.get("cause") == cause),
+                        key=lambda j: BY_CAUSE.index(findings[j].id))
+        if f.evidence.get("group"):
+            return next((j for j in groups if findings[j].id == SPIKE_ID and f.id != SPIKE_ID), None)
+        cands = [j for j, g in enumerate(findings) if j != i and g.id == cause and g.id not in BY_CAUSE]
+        if not cands:
+            return groups[0] if groups else None
     else:
         wanted = SYMPTOMS.get(f.id, ())
         cands = [j for j, g in enumerate(findings) if j != i and g.id in wanted
@@ -83,20 +101,34 @@ def _parent(i: int, findings: Sequence[Finding]) -> int | None:
     return best
 
 
-def attribute(claims: Sequence[tuple[int | None, Sequence[int]]], budget: Mapping[int, int],
-              total_budget: int | None = None) -> list[int | None]:
-    """Bound each claim (saving_ns, steps), in order, by what is left of its steps' budgets (ns per step): a claim
-    takes min(claim, what is left over its steps), spread in proportion to what is left of each step, so that
-    no step gives more than its budget in all. A claim without steps draws on `total_budget` (what the steps'
-    budgets add up to when None). None claims stay None. Pure; the returned list matches `claims`."""
+def attribute(claims: Sequence[tuple[int | None, Sequence[int]] | tuple[int | None, Sequence[int], Mapping[int, int]]],
+              budget: Mapping[int, int], total_budget: int | None = None) -> list[int | None]:
+    """Bound each claim (saving_ns, steps[, per_step]), in order, by what is left of its steps' budgets (ns per
+    step), so that no step gives more than its budget in all. A claim with `per_step` ({step: ns}) takes in each
+    step min(its saving there, what is left of the step); one without takes min(claim, what is left over its
+    steps), spread in proportion to what is left of each step. A claim without steps draws on `total_budget`
+    (what the steps' budgets add up to when None). None claims stay None. Pure; the returned list matches
+    `claims`."""
     left = {k: max(0, int(v)) for k, v in budget.items()}
     pool = sum(left.values()) if total_budget is None else max(0, int(total_budget))
     out: list[int | None] = []
-    for saving, steps in claims:
+    for claim in claims:
+        saving, steps = claim[0], claim[1]
+        per_step = claim[2] if len(claim) > 2 else None
         if saving is None:
             out.append(None)
             continue
         want = max(0, int(saving))
+        if per_step:
+            got = 0
+            for s, v in per_step.items():
+                if s in left:
+                    take = min(max(0, int(v)), left[s], pool - got, want - got)
+                    left[s] -= take
+                    got += take
+            pool -= got
+            out.append(got)
+            continue
         mine = [s for s in dict.fromkeys(steps) if s in left]
         if not mine:
             got = min(want, pool)
@@ -177,10 +209,15 @@ def consolidate(findings: Sequence[Finding], steps: Sequence[Any]) -> list[Findi
             related.setdefault(r, []).append(refs[i])
     basis_budget = budgets(steps)
     root_idx = [i for i in range(len(ordered)) if roots[i] == i]
+    claims = {i: _claim(i, ordered, roots) for i in root_idx}
+    walls = basis_budget[BASIS_STEPS]
+    in_steps = [i for i in root_idx if saving_basis(ordered[i].id) == BASIS_STEPS]
+    floor = floors(walls, [(claims[i][0], ordered[i].steps, claims[i][1]) for i in in_steps])
+    basis_budget[BASIS_STEPS] = {s: walls[s] - floor[s] for s in walls}
     attributed: dict[int, int | None] = {}
     for basis in (BASIS_STEPS, BASIS_SPAN):
         mine = [i for i in root_idx if saving_basis(ordered[i].id) == basis]
-        got = attribute([(_claim(i, ordered, roots), ordered[i].steps) for i in mine], basis_budget[basis])
+        got = attribute([(claims[i][0], ordered[i].steps, claims[i][1]) for i in mine], basis_budget[basis])
         attributed.update(zip(mine, got, strict=True))
     out = []
     for i, f in enumerate(ordered):
@@ -191,13 +228,71 @@ def consolidate(findings: Sequence[Finding], steps: Sequence[Any]) -> list[Findi
     return out
 
 
-def _claim(i: int, findings: Sequence[Finding], roots: Sequence[int]) -> int | None:
-    """What a root claims: its own saving; when it has none, the largest of its symptoms' savings."""
-    own = findings[i].saving_ns
-    if own is not None:
-        return own
-    others = [g.saving_ns for j, g in enumerate(findings) if roots[j] == i and j != i and g.saving_ns is not None]
-    return max(others) if others else None
+def _claim(i: int, findings: Sequence[Finding], roots: Sequence[int]) -> tuple[int | None, Mapping[int, int]]:
+    """What a root claims, in all and step by step: its own saving; when it has none, the largest of its
+    symptoms' savings."""
+    own = findings[i]
+    if own.saving_ns is not None and own.id in BY_CAUSE and own.evidence.get("group"):
+        # A recurring cause: its incidents, and those of the other rule's findings it holds (slow steps under a
+        # spike group, or a lone spike under a slow-steps group), step by step.
+        per_step = dict(own.step_saving_ns)
+        for j, g in enumerate(findings):
+            if roots[j] == i and j != i and g.id in BY_CAUSE:
+                for st, v in g.step_saving_ns.items():
+                    per_step.setdefault(st, v)
+        return sum(per_step.values()), per_step
+    if own.saving_ns is not None:
+        return own.saving_ns, own.step_saving_ns
+    others = [g for j, g in enumerate(findings) if roots[j] == i and j != i and g.saving_ns is not None]
+    if not others:
+        return None, {}
+    best = max(others, key=lambda g: g.saving_ns or 0)
+    return best.saving_ns, best.step_saving_ns
+
+
+def step_claims(saving_ns: int | None, steps: Sequence[int], per_step: Mapping[int, int],
+                walls: Mapping[int, int]) -> dict[int, int]:
+    """What a claim takes from each of its steps before any bound: `per_step` where the rule placed its saving,
+    else the saving spread over its steps in proportion to their wall time; never more than a step's wall
+    time."""
+    if saving_ns is None:
+        return {}
+    if per_step:
+        return {s: min(max(0, int(v)), walls[s]) for s, v in per_step.items() if s in walls}
+    mine = [s for s in dict.fromkeys(steps) if s in walls]
+    total = sum(walls[s] for s in mine)
+    if not total:
+        return {}
+    rate = min(1.0, max(0, int(saving_ns)) / total)
+    return {s: int(walls[s] * rate) for s in mine}
+
+
+def floors(walls: Mapping[int, int], claims: Sequence[tuple[int | None, Sequence[int], Mapping[int, int]]]
+           ) -> dict[int, int]:
+    """Each step's floor (ns): the least it would still take with a remedy applied, its wall time minus the
+    largest saving any root cause claims in it (a step no root names keeps its wall time). Remedies are not
+    stacked: each claim's reference is the whole step with that one remedy. Pure."""
+    best: dict[int, int] = {}
+    for saving, steps, per_step in claims:
+        for s, v in step_claims(saving, steps, per_step, walls).items():
+            if v > best.get(s, 0):
+                best[s] = v
+    return {s: w - min(w, best.get(s, 0)) for s, w in walls.items()}
+
+
+def step_floors(findings: Sequence[Finding], steps: Sequence[Any]) -> dict[int, int]:
+    """The floor of every step (`floors`) from consolidated findings: the root causes whose saving lies inside
+    steps."""
+    walls = budgets(steps)[BASIS_STEPS]
+    ordered = list(findings)
+    refs = {f.ref: j for j, f in enumerate(ordered)}
+    roots = [refs.get(f.supports, j) if f.supports is not None else j for j, f in enumerate(ordered)]
+    claims = []
+    for j, f in enumerate(ordered):
+        if roots[j] == j and saving_basis(f.id) == BASIS_STEPS:
+            saving, per_step = _claim(j, ordered, roots)
+            claims.append((saving, f.steps, per_step))
+    return floors(walls, claims)
 
 
 def root_findings(findings: Sequence[Any]) -> list[Any]:

@@ -7,7 +7,7 @@ All times are nanoseconds; results are never negative. A child estimate is cappe
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -71,3 +71,23 @@ def roofline_floor_ns(kv_bytes: float, peak_bytes_per_s: float) -> float:
     if peak_bytes_per_s <= 0:
         return 0.0
     return float(kv_bytes) / float(peak_bytes_per_s) * 1e9
+
+
+def by_step(items: Iterable[tuple[int, float]]) -> dict[int, int]:
+    """Per-launch savings summed per step: {step: ns} from (step, saving_ns) pairs (negative savings count 0).
+    A finding's `step_saving_ns`, which the root-cause attribution bounds step by step."""
+    out: dict[int, float] = {}
+    for step, saving in items:
+        out[int(step)] = out.get(int(step), 0.0) + max(0.0, float(saving))
+    return {s: round(v) for s, v in out.items()}
+
+
+def spread_by_time(saving_ns: float, launches: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """A saving estimated on a sample of launches, placed step by step: each launch (step, dur_ns) takes a share
+    of `saving_ns` in proportion to its time (the sample's saving per ns of kernel time, applied to every
+    launch), never more than its own time. {step: ns}."""
+    total = sum(max(0, d) for _, d in launches)
+    if total <= 0 or saving_ns <= 0:
+        return {}
+    rate = min(1.0, float(saving_ns) / total)
+    return by_step((s, d * rate) for s, d in launches)

@@ -86,7 +86,8 @@ def overview_lines(doc: dict[str, Any]) -> list[str]:
 OUTLIERS_NOTE = ("each trace against the median of the analyzed traces on its GPU (3 or more): median and p99 "
                  "step, share of steps with split-KV off, critical findings")
 ROOT_CAUSES_NOTE = ("time lost: the root cause's savings summed over its traces, each bounded step by step by "
-                    "the time it comes from (the steps' wall time, or the time between steps)")
+                    "the time it comes from (the steps' wall time minus their floor, what they would still take "
+                    "with the remedy, or the time between steps)")
 STEPS_NOTE = ("time: GPU span of the step's kernels; ×median: against its trace's median step; wall: what the "
               "engine waited for it")
 
@@ -300,7 +301,7 @@ def _link_of(doc: dict[str, Any], trace: str | None) -> str | None:
 
 def render_markdown(doc: dict[str, Any], base: str = "", top: int = TOP) -> str:
     """The report as GitHub-flavoured Markdown; links relative, reaching the dataset folder by `base`."""
-    from traceinsight.report.markdown import md_table
+    from traceinsight.report.md_table import md_table
 
     ov = doc["overview"]
 

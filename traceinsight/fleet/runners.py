@@ -22,6 +22,7 @@ from typing import Any
 
 from traceinsight.errors import InputError
 from traceinsight.fleet.task import Outcome, Task, run_task
+from traceinsight.tuning import tune
 
 ATTEMPTS = 2  # a task whose worker died is run again once
 DIED = "its worker process died (killed for memory? try fewer --workers or a --memory-limit)"
@@ -81,6 +82,7 @@ def _init_worker(memory_limit: str | None, workers: int) -> None:
     container's limit nor the analysis's Python objects, which on a long trace hold as much as DuckDB."""
     from traceinsight.ingest.store import MEMORY_LIMIT_ENV, MEMORY_SHARE_ENV
 
+    tune()  # a worker is the command's own process: tuned as its entry tunes the command's (traceinsight.tuning)
     if memory_limit:
         os.environ[MEMORY_LIMIT_ENV] = memory_limit
     else:
@@ -123,12 +125,18 @@ def _retry_or_fail(queue: deque[tuple[Task, int]], task: Task, attempt: int) -> 
         yield Outcome(task.key, "error", 0.0, "", error=DIED)
 
 
+def _run_tuned(task: Task) -> Outcome:
+    """`run_task` in a Ray worker, the process tuned as the command's is (traceinsight.tuning)."""
+    tune()
+    return run_task(task)
+
+
 def _ray(ray: Any, tasks: Iterable[Task], spec: RunnerSpec) -> Iterator[Outcome]:
     from traceinsight.ingest.store import MEMORY_LIMIT_ENV
 
     limit = user_memory_limit(spec)
     env = {MEMORY_LIMIT_ENV: limit} if limit else {}
-    remote = ray.remote(run_task).options(num_cpus=1, max_retries=ATTEMPTS - 1, retry_exceptions=False,
+    remote = ray.remote(_run_tuned).options(num_cpus=1, max_retries=ATTEMPTS - 1, retry_exceptions=False,
                                           runtime_env={"env_vars": env} if env else None)
     width = max(1, int(ray.cluster_resources().get("CPU", 1))) * 2
     queue = deque(tasks)

@@ -21,7 +21,6 @@ import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Queue
@@ -47,48 +46,6 @@ MAX_HEADER_BYTES = 64 << 20
 MAX_REST_BYTES = 512 << 20
 # Chunks decompressed ahead of the parser by the reading thread.
 READ_AHEAD = 2
-
-# glibc's malloc maps an allocation of at least this many bytes on its own and unmaps it on free. The analysis
-# keeps it at MMAP_THRESHOLD_BYTES (`store.free_promptly`: memory a stage freed goes back to the system). While a
-# file is streamed, every chunk, batch and piece of a few MB would then be a fresh mapping, its pages faulted in
-# one by one: on the 2-core machine 3.3 s of system time per GB of Kineto JSON, 1.0 s with blocks this large taken
-# from (and given back to) the heap, where the next chunk reuses them (`chunk_heap`).
-MMAP_THRESHOLD_BYTES = 1 << 20
-STREAM_MMAP_THRESHOLD_BYTES = 64 << 20
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter
-
-
-@functools.cache
-def _mallopt() -> Any:
-    """glibc's mallopt, or None (other C libraries)."""
-    import ctypes
-    import platform
-
-    if platform.libc_ver()[0] != "glibc":
-        return None
-    try:
-        return ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return None
-
-
-def set_mmap_threshold(n: int) -> None:
-    """Have glibc map allocations of `n` bytes or more on their own (fixed: no dynamic threshold); no-op elsewhere."""
-    mallopt = _mallopt()
-    if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, n)
-
-
-@contextmanager
-def chunk_heap() -> Iterator[None]:
-    """While streaming a file: blocks of a few MB from the heap (see STREAM_MMAP_THRESHOLD_BYTES); afterwards the
-    threshold is MMAP_THRESHOLD_BYTES, the analysis's."""
-    set_mmap_threshold(STREAM_MMAP_THRESHOLD_BYTES)
-    try:
-        yield
-    finally:
-        set_mmap_threshold(MMAP_THRESHOLD_BYTES)
-
 
 # What the lenient parser repaired, by kind, in the order messages are listed.
 REPAIR_MESSAGES = {

@@ -19,13 +19,11 @@ parse a document whole (sidecars, odd layouts) and give the same rows.
 from __future__ import annotations
 
 import functools
-import gc
 import json
 import os
 import re
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,9 +41,9 @@ from traceinsight.ingest.json_stream import (
     NotAnArray,
     Repairs,
     byte_chunks,
-    chunk_heap,
     read_ahead,
 )
+from traceinsight.tuning import gc_paused, stream_heap
 
 __all__ = ["GZIP_MAGIC", "UTF8_BOM", "REPAIRS_KEY", "from_document", "load_json", "read"]
 
@@ -111,19 +109,6 @@ _LONE_SURROGATE = re.compile(
 
 
 # ================================================================== reading the file
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: parsing allocates ~10^5 dicts, which would trigger it many times
-    (about a third of the parse time on a 27 MB trace) for no garbage at all."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def load_json(path: Path) -> Any:
     """Read a plain or gzipped (detected by magic bytes) JSON file and parse it whole (sidecars, and traces the
     streaming reader `read` does not take).
@@ -136,7 +121,7 @@ def load_json(path: Path) -> Any:
     data = b"".join(byte_chunks(path, repairs))
     if not data.strip():
         raise FormatError(f"{path}: no JSON data in the file")
-    with _gc_paused():
+    with gc_paused():
         try:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -237,7 +222,7 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
     n = _worker_count(path, workers)
     prepared = None
     try:
-        with _gc_paused(), chunk_heap():
+        with gc_paused(), stream_heap():
             if n > 1:
                 n_events = _read_parallel(stream.batches(), path, n, t, repairs)
             else:
@@ -373,7 +358,7 @@ def _parse_batch(path: str, batch: Batch, learned: dict[bytes, bool] | None) -> 
     """Worker: the rows of one batch; `learned`: the prefixes of skipped elements learned up to it (`_learn`)."""
     repairs = Repairs()
     t = _Tables()
-    with _gc_paused():
+    with gc_paused():
         kept = None
         if batch.sep is not None and learned is not None:
             kept = _kept_pieces(batch.data, batch.sep, learned), batch.data.count(batch.sep) + 1

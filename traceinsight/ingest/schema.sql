@@ -304,7 +304,7 @@ CREATE TABLE IF NOT EXISTS findings (
     ref             VARCHAR,            -- the finding's reference ('F1', ...), which `supports` and `related` use
     supports        VARCHAR,            -- the ref of the root cause this finding is evidence for; NULL: a root cause
     related         VARCHAR[],          -- a root cause: the refs of the findings that support it
-    attributed_saving_ns BIGINT,        -- a root cause: its saving, bounded step by step by the time it comes from
+    attributed_saving_ns BIGINT,        -- a root cause: its saving, bounded step by step by the step's time minus its floor
     saving_basis    VARCHAR             -- what attributed_saving_ns is bounded by: 'steps' | 'span' (between steps)
 );
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +12,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from traceinsight.ingest import json_stream
 from traceinsight.ingest.arrow_numpy import COMPUTE_MIN_ROWS, ints, text_bytes
 from traceinsight.ingest.base import Columns, Ingest
 from traceinsight.ingest.schema import schema_sql, table_names
+from traceinsight.tuning import arrow_pool
 
 # Tables whose rows get a per-trace id in start order, and the name of that id column.
 _ID_COLUMNS = {"kernels": "kernel_id", "ranges": "range_id"}
@@ -107,31 +106,12 @@ def spill_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"traceinsight-spill-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 
-# The size from which glibc maps each allocation on its own (given back on free).
-MMAP_THRESHOLD_BYTES = json_stream.MMAP_THRESHOLD_BYTES
-
-
-@cache
-def free_promptly() -> None:
-    """Have the process give large freed buffers back to the system at once (process-wide, once). The analysis of
-    a long trace allocates arrays and Arrow buffers of megabytes to hundreds of megabytes that each live for one
-    stage; by default both allocators keep what was freed for reuse, and that memory stayed resident beside
-    the next stage's own (on the 1M-kernel export: peak RSS 2.3 GB, 1.7 GB with this; docs/SCALE.md):
-    - pyarrow's default pool (mimalloc) keeps freed segments: Arrow buffers come from the system allocator;
-    - glibc maps a block of at least 128 KB on its own and unmaps it on free, but raises that threshold to the size
-      of each such block freed (to 32 MB), after which blocks that large come from its heaps, which give memory
-      back only from their top: the threshold is fixed at MMAP_THRESHOLD_BYTES (no-op on other C libraries)."""
-    if pa.default_memory_pool().backend_name != "system":
-        pa.set_memory_pool(pa.system_memory_pool())
-    json_stream.set_mmap_threshold(MMAP_THRESHOLD_BYTES)
-
-
 class TraceDB:
     """One DuckDB connection holding the normalized tables of one or more traces, its memory capped by
-    `memory_limit()` and its spill files under `spill_dir()` (and the process set to `free_promptly`)."""
+    `memory_limit()` and its spill files under `spill_dir()`."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, read_only: bool = False) -> None:
-        free_promptly()
+        arrow_pool()  # the command's choice (traceinsight.tuning), nothing when the library is called
         self.path = str(path) if path is not None else ":memory:"
         self.con = duckdb.connect(self.path, read_only=read_only)
         limit = memory_limit()

@@ -23,7 +23,7 @@ import bisect
 import functools
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -37,6 +37,7 @@ from traceinsight.ingest.arrow_numpy import python_values
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model import engine_steps, iterations
 from traceinsight.model.kernel_table import ensure_labels
+from traceinsight.model.phases import MIXED, mixed_from_tiles, tile_padding
 from traceinsight.model.toml_tables import versioned_tables
 from traceinsight.queries import sql
 
@@ -411,7 +412,81 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
                 launch.phase = "decode"
                 launch.phase_evidence = (f"{launch.merges[0].kernel} combined its KV splits: "
                                          f"{SPLIT_MEANS_DECODE[launch.attention.backend]}")
+    _mixed_from_tiles(db, trace_id, steps)
     return steps, unassigned
+
+
+# Steps searched on either side of a prefill-shaped step for the running decode batch (a chunked prefill's
+# chunks run back to back, each a step).
+MIXED_NEIGHBOUR_STEPS = 8
+
+
+def _prefill_shaped(s: Step) -> bool:
+    """A step whose every attention launch is prefill by its kernel's template alone (no range name or engine
+    annotation said so) on a tensor-core kernel that states its query tile."""
+    if s.engine is not None or not s.launches:
+        return False
+    for x in s.launches:
+        tile = x.attention.params.get("cta_tile_q")
+        if x.phase != "prefill" or not isinstance(tile, int) or tile <= 0:
+            return False
+        if x.phase_evidence != labels.label(x.attention.name).phase_evidence:
+            return False
+    return True
+
+
+def _mixed_from_tiles(db: TraceDB, trace_id: int, steps: list[Step]) -> None:
+    """Prefill-shaped steps that served the running decode batch too (chunked prefill in one launch) become
+    `mixed`, from the trace alone (`model.phases.mixed_from_tiles`): the step's token rows are the rows its norm
+    kernels run (one CTA per token row), the running batch the rows of the nearest decode steps before and after
+    it, and each launch's query tiles its grid.x. A sidecar's query lengths, read later, override this."""
+    cands = [i for i, s in enumerate(steps) if _prefill_shaped(s)]
+    if not cands:
+        return
+    decode = [bool(s.launches) and all(x.phase == "decode" for x in s.launches) for s in steps]
+    rows_of: dict[int, int | None] = {}
+
+    def rows(i: int) -> int | None:
+        if i not in rows_of:
+            grids = Counter(k.grid[0] for k in step_kernels(db, trace_id, steps[i]) if k.family == "norm")
+            rows_of[i] = grids.most_common(1)[0][0] if grids else None
+        return rows_of[i]
+
+    # The batches around each candidate, and its rows (read only where a decode step is near).
+    around: dict[int, tuple[int, list[int]]] = {}
+    for i in cands:
+        near = [next((j for j in r if decode[j]), None)
+                for r in (range(i - 1, max(-1, i - 1 - MIXED_NEIGHBOUR_STEPS), -1),
+                          range(i + 1, min(len(steps), i + 1 + MIXED_NEIGHBOUR_STEPS)))]
+        if all(j is None for j in near):
+            continue
+        n = rows(i)
+        batches = [b for j in near if j is not None and (b := rows(j))]
+        if n and batches:
+            around[i] = (n, list(dict.fromkeys(batches)))
+    # Every GQA group first; then, for the launches that reading left open, the one group the kernel's settled
+    # launches agree on (a kernel has one shape: prefill alone may fit a chunk at another G by chance).
+    settled: dict[str, set[int]] = defaultdict(set)
+    open_: list[tuple[Launch, int, int, list[int]]] = []
+    for i, (n, batches) in around.items():
+        for x in steps[i].launches:
+            tile = int(x.attention.params["cta_tile_q"])
+            got = mixed_from_tiles(x.attention.grid[0], tile, n, batches)
+            if got is None:
+                open_.append((x, tile, n, batches))
+                continue
+            _set_mixed(x, tile, got)
+            settled[x.attention.name].add(got[1])
+    for x, tile, n, batches in open_:
+        groups = settled.get(x.attention.name, set())
+        if len(groups) == 1 and (got := mixed_from_tiles(x.attention.grid[0], tile, n, batches, tuple(groups))):
+            _set_mixed(x, tile, got)
+
+
+def _set_mixed(x: Launch, tile: int, got: tuple[list[int], int, str]) -> None:
+    qo, group, evidence = got
+    x.phase, x.phase_evidence = MIXED, evidence
+    x.tiles = tile_padding(qo, tile, group)
 
 
 # Varlen / unified kernels that serve both phases, and why one that split along KV ran decode.

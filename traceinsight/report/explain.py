@@ -21,10 +21,11 @@ def render_explanation(ex: Any, con: Console) -> None:
     head = Text()
     head.append(f"step {doc['step']}", style="bold")
     head.append(f"  {doc['name']}  [{doc['phase']}]\n")
-    verdict = "a latency spike" if doc["spike"] else "within its trend"
+    slow = not doc["spike"] and bool(doc.get("incident"))  # a slow-steps incident holds it (below the spike ratio)
+    verdict = "a latency spike" if doc["spike"] else ("a slow step, short of a spike" if slow else "within its trend")
     head.append(f"took {fmt_ns(doc['wall_ns'])} against a {fmt_ns(doc['baseline_ns'])} baseline "
                 f"({doc['ratio']:.2f}x, {doc['baseline']}): {verdict}")
-    if doc.get("cause") and not doc["spike"]:
+    if doc.get("cause") and not doc["spike"] and not slow:
         head.append(f"\nlargest growth: {doc['cause']}")
     elif doc.get("cause"):
         head.append(f"\ncause: {doc['cause']}", style="bold red")
@@ -35,7 +36,8 @@ def render_explanation(ex: Any, con: Console) -> None:
                     else f"steps {inc['first_step']}-{inc['last_step']}")
             head.append(f"  (incident of {span}"
                         + (f", onset at step {onset[0]} before the total crossed the threshold at step "
-                           f"{inc['threshold_step']}" if onset else "") + ")")
+                           f"{inc['threshold_step']}" if onset and inc.get("threshold_step") is not None else "")
+                        + ")")
     con.print(head)
     con.print()
     b = doc.get("breakdown") or {}

@@ -252,10 +252,11 @@ def kernel_rows(a: TraceAnalysis) -> list[dict[str, Any]]:
 
 def savings_summary(a: TraceAnalysis) -> dict[str, Any]:
     """What the listed savings are bounded by and add up to, over every step (ns): steps_wall_ns (the steps' wall
-    time), between_steps_ns (the time between steps' windows, from the first step to the last), and the root
-    causes' attributed savings on each basis (listed_steps_ns <= steps_wall_ns, listed_between_ns <=
-    between_steps_ns; `traceinsight.diagnose.rootcause`)."""
-    from traceinsight.diagnose.rootcause import BASIS_SPAN, BASIS_STEPS, budgets
+    time), steps_floor_ns (what the steps would still take with the remedies: each step's time under the remedy
+    that saves it the most, `traceinsight.diagnose.rootcause.floors`), between_steps_ns (the time between steps'
+    windows, from the first step to the last), and the root causes' attributed savings on each basis
+    (listed_steps_ns <= steps_wall_ns - steps_floor_ns, listed_between_ns <= between_steps_ns)."""
+    from traceinsight.diagnose.rootcause import BASIS_SPAN, BASIS_STEPS, budgets, step_floors
 
     b = budgets(a.steps)
     listed = {BASIS_STEPS: 0, BASIS_SPAN: 0}
@@ -263,10 +264,14 @@ def savings_summary(a: TraceAnalysis) -> dict[str, Any]:
         if getattr(f, "supports", None) is None and getattr(f, "attributed_ns", None):
             basis = f.saving_basis if f.saving_basis in listed else BASIS_STEPS
             listed[basis] += int(f.attributed_ns)
-    return {"steps_wall_ns": sum(b[BASIS_STEPS].values()), "between_steps_ns": sum(b[BASIS_SPAN].values()),
+    return {"steps_wall_ns": sum(b[BASIS_STEPS].values()),
+            "steps_floor_ns": sum(step_floors(a.findings, a.steps).values()),
+            "between_steps_ns": sum(b[BASIS_SPAN].values()),
             "listed_steps_ns": listed[BASIS_STEPS], "listed_between_ns": listed[BASIS_SPAN],
-            "basis": "each root cause's saving is bounded, step by step, by the step's wall time (savings inside "
-                     "steps) or by the time before the step since the previous one ended (gpu-idle-gaps)"}
+            "basis": "each root cause's saving is bounded, step by step, by the step's wall time minus its floor "
+                     "(what the step would still take under the remedy that saves it the most: the balanced "
+                     "split-on launch, the other path, the baseline step) for savings inside steps, or by the time "
+                     "before the step since the previous one ended (gpu-idle-gaps)"}
 
 
 def _schedule(sched: Schedule | None) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from traceinsight import __version__
 from traceinsight.report import sections
 from traceinsight.report.html import SECTIONS
+from traceinsight.report.md_table import md_table
 from traceinsight.units import fmt_ns
 
 if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn (diff pages need none)
@@ -24,20 +25,6 @@ def _figures() -> Any:
     return figures
 
 SEVERITY_MARK = {"critical": "🔴 CRITICAL", "warning": "🟠 WARNING", "info": "🔵 INFO"}
-
-
-def cell(value: Any) -> str:
-    """Text safe inside a Markdown table cell."""
-    text = "" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(headers: list[str], rows: list[list[Any]], right: set[int] | None = None) -> str:
-    right = right or set()
-    head = "| " + " | ".join(headers) + " |"
-    rule = "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|"
-    body = ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
-    return "\n".join([head, rule, *body])
 
 
 class _Figures:
@@ -95,7 +82,8 @@ def verdict_md(doc: dict[str, Any]) -> str:
         if g.steps:
             shown = ", ".join(f"{i} ({names.get(i, '?')})" for i in g.steps[:6])
             lines.append(f"  - Steps ({len(g.steps)}): {shown}" + (" …" if len(g.steps) > 6 else ""))
-    return "\n".join(lines) + checks_md(doc)
+    savings = sections.savings_line(doc)
+    return "\n".join(lines) + (f"\n\n_{savings}._" if savings else "") + checks_md(doc)
 
 
 def checks_md(doc: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceinsight.report.markdown import md_table
+from traceinsight.report.md_table import md_table
 from traceinsight.report.run_html import HTML_MAX_COLLECTIVES, distinct_runs, straggler_findings
 from traceinsight.units import fmt_ns
 

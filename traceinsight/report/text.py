@@ -417,7 +417,8 @@ def make_console(file: Any = None, no_color: bool = False, stderr: bool = False,
     tty = force_terminal if force_terminal is not None else (file is None and stream.isatty())
     out = cast(IO[str], StripTrailing(file if file is not None else stream))
     return Console(file=out, stderr=stderr, no_color=off, color_system=None if off else "auto", highlight=False,
-                   soft_wrap=False, force_terminal=force_terminal, width=output_width(width, bool(tty)))
+                   soft_wrap=False, force_terminal=force_terminal, width=output_width(width, bool(tty)),
+                   force_jupyter=False)  # in a notebook too: text into `file`, not a display of rich's own
 
 
 def render_fleet(analyses: list[TraceAnalysis], console: Console) -> None:

@@ -16,7 +16,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.launch_table import select_groups
 from traceinsight.diagnose.rule import Input
-from traceinsight.diagnose.savings import excess_over_reference_ns
+from traceinsight.diagnose.savings import excess_over_reference_ns, spread_by_time
 from traceinsight.diagnose.views import LaunchView, spread_sample, steps_of
 from traceinsight.diagnose.whatif import path_alternative
 from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
@@ -100,5 +100,6 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 "use_tensor_cores=False; SGLang picks tensor cores for G >= 4 unless overridden), or pin the FA2 "
                 "backend and keep the batch below its split threshold; compare with `traceinsight whatif`."),
             saving_ns=round(saving) if compared else None,
+            step_saving_ns=spread_by_time(saving, [(v.step.index, v.dur_ns) for v in known]) if compared else {},
         ))
     return out

@@ -23,7 +23,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.launch_table import int64_relation, launch_db, select_groups
 from traceinsight.diagnose.rule import Input, limit
-from traceinsight.diagnose.savings import bandwidth_saving_ns
+from traceinsight.diagnose.savings import bandwidth_saving_ns, by_step
 from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
 from traceinsight.model.batches import KV_DTYPE_BYTES
 
@@ -115,5 +115,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             remedy=("Compare attention backends on this shape with `traceinsight whatif`; larger batches or longer "
                     "KV per step amortize fixed costs; an fp8 KV cache halves the bytes to move."),
             saving_ns=round(sum(bandwidth_saving_ns(r[0].dur_ns, r[1], peak, target) for r in low)),
+            step_saving_ns=by_step((r[0].step.index, bandwidth_saving_ns(r[0].dur_ns, r[1], peak, target))
+                                   for r in low),
         ))
     return out

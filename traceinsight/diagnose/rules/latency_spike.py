@@ -27,9 +27,11 @@ cause, each cause from the attention findings and the component that grew) is wo
 
 from __future__ import annotations
 
+import tomllib
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any, cast
 
 import numpy as np
@@ -57,8 +59,17 @@ ATTENTION_CAUSES = ("split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", 
 # Rules whose findings this rule reads: the attention causes (KNOWN_SLOW, left out of the fit, is among them).
 READS = ATTENTION_CAUSES
 
-# A spike takes at least this many times its baseline...
-SPIKE_RATIO = 2.0
+
+
+def _thresholds() -> dict[str, float]:
+    """The slow-step and spike thresholds, data in one place (traceinsight/diagnose/slow_steps.toml)."""
+    raw = tomllib.loads(resources.files("traceinsight.diagnose").joinpath("slow_steps.toml").read_text())
+    return {k: float(v) for k, v in raw.items()}
+
+
+THRESHOLDS = _thresholds()
+# A spike takes at least this many times its baseline (slow_steps.toml: spike_ratio)...
+SPIKE_RATIO = THRESHOLDS["spike_ratio"]
 # ...and at least this much longer (ns).
 EXCESS_MIN_NS = 50_000
 # Rolling baseline: steps on each side of the window (a run of spikes longer than this is a new level).
@@ -76,6 +87,8 @@ MAX_INCIDENTS = 20
 MAX_PARTS = 6
 # Causes on the host side (their evidence names what the host did while the GPU waited).
 HOST_CAUSES = (attribution.HOST_STALL, attribution.HOST_LAUNCH_BOUND)
+# Incidents of one cause that no other rule explains become one root-cause finding from this many on.
+GROUP_MIN_INCIDENTS = 2
 # Baseline steps a host op's usual time is taken over (the nearest non-spike steps of the series).
 HOST_BASELINE_STEPS = 10
 
@@ -318,6 +331,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 + "."),
             remedy=_remedy(inc, ctx, worst, host_text, by_index),
             saving_ns=round(excess),
+            step_saving_ns={i: round(table[i].excess_ns) for i in inc.steps},
         )
 
     records = []
@@ -325,8 +339,10 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         worst = worst_of[id(inc)]
         records.append(_Record(inc, worst, round(sum(table[i].excess_ns for i in inc.steps)),
                                tuple(inc.onset + inc.steps),
-                               Severity.CRITICAL if worst.ratio >= crit else Severity.WARNING))
-    return _fold(records, int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)), build)
+                               Severity.CRITICAL if worst.ratio >= crit else Severity.WARNING,
+                               {i: max(0, round(table[i].excess_ns)) for i in inc.steps}))
+    out = _fold(records, int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)), build)
+    return out + _groups(records, out)
 
 
 @dataclass
@@ -339,6 +355,7 @@ class _Record:
     excess_ns: int
     steps: tuple[int, ...]
     severity: Severity
+    step_excess: dict[int, int]
 
 
 def _fold(records: list[_Record], keep: int, build: Callable[[Incident], Finding]) -> list[Finding]:
@@ -384,5 +401,56 @@ def _fold(records: list[_Record], keep: int, build: Callable[[Incident], Finding
                 f"each attributed to {cid}. The first: {first.explanation}"),
             remedy=first.remedy,
             saving_ns=excess,
+            step_saving_ns={s: v for i in members for s, v in records[i].step_excess.items()},
+        ))
+    return out
+
+
+def _groups(records: list[_Record], listed: list[Finding]) -> list[Finding]:
+    """One finding per cause that no other rule's finding explains (host-stall, prefill, kernels:gemm, ...) and
+    that recurs (GROUP_MIN_INCIDENTS incidents or more): the root cause its incidents are the evidence of
+    (`traceinsight.diagnose.rootcause` links them to it by `evidence.cause`). Its saving is the incidents' excess
+    time, step by step; its severity the worst of theirs."""
+    by_cause: dict[str, list[_Record]] = defaultdict(list)
+    for r in records:
+        if r.inc.finding is None:
+            by_cause[r.inc.cause].append(r)
+    out = []
+    for cid, members in by_cause.items():
+        if len(members) < GROUP_MIN_INCIDENTS:
+            continue
+        steps = sorted(s for r in members for s in r.steps)
+        excess = sum(r.excess_ns for r in members)
+        worst = max(members, key=lambda r: (round(r.worst.ratio, 2), -r.worst.step)).worst
+        severity = min((r.severity for r in members), key=lambda x: x.rank)
+        biggest = sorted(members, key=lambda r: -r.excess_ns)[:MAX_INCIDENTS]
+        out.append(Finding(
+            id=ID,
+            severity=severity,
+            steps=tuple(steps),
+            summary=(f"{cid} in {len(members)} latency-spike incidents ({step_ranges(steps)}): up to "
+                     f"{fmt_ns(worst.wall_ns)} vs a {fmt_ns(worst.baseline_ns)} baseline ({worst.ratio:.1f}x), "
+                     f"{fmt_ns(excess)} of excess time in all"),
+            evidence={
+                "cause": cid,
+                "cause_component": members[0].inc.component,
+                "group": True,
+                "incidents": len(members),
+                "spike_steps": sum(len(r.inc.steps) for r in members),
+                "first_step": steps[0],
+                "last_step": steps[-1],
+                "worst_step": worst.step,
+                "worst_ratio": round(worst.ratio, 2),
+                "excess_ns": excess,
+                "incident_steps": [[r.steps[0], r.steps[-1], r.excess_ns] for r in biggest],
+            },
+            explanation=(
+                f"{len(members)} incidents broke from the trend of their series for one cause, {cid}: one root "
+                f"cause, not {len(members)}. Worst: step {worst.step}, {round(worst.ratio, 2):.1f}x its baseline; "
+                f"{fmt_ns(excess)} of excess time over {len(steps)} steps. Each incident is listed as evidence "
+                "of this finding."),
+            remedy=next((f.remedy for f in listed if f.evidence.get("cause") == cid), ""),
+            saving_ns=excess,
+            step_saving_ns={s: v for r in members for s, v in r.step_excess.items()},
         ))
     return out

@@ -17,7 +17,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.launch_table import select, select_groups
 from traceinsight.diagnose.rule import Input
-from traceinsight.diagnose.savings import excess_over_reference_ns
+from traceinsight.diagnose.savings import excess_over_reference_ns, spread_by_time
 from traceinsight.diagnose.views import spread_sample, step_ranges, steps_of
 from traceinsight.diagnose.whatif import path_alternative
 from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
@@ -103,6 +103,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             explanation=path.reason + (f" Here: {seen}." if seen else ""),
             remedy=path.remedy,
             saving_ns=round(saving) if compared else None,
+            step_saving_ns=spread_by_time(saving, [(v.step.index, v.dur_ns) for v in known]) if compared else {},
         ))
     return out
 

@@ -14,7 +14,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.launch_table import select_groups
 from traceinsight.diagnose.rule import Input, NotApplicable, has, limit
-from traceinsight.diagnose.savings import balanced_saving_ns
+from traceinsight.diagnose.savings import balanced_saving_ns, by_step
 from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
 
 ID = "sm-idle"
@@ -71,5 +71,6 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 "would finish in about that fraction of the time."),
             remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""]),
             saving_ns=round(sum(balanced_saving_ns(h[0].dur_ns, h[1]) for h in hits)),
+            step_saving_ns=by_step((h[0].step.index, balanced_saving_ns(h[0].dur_ns, h[1])) for h in hits),
         ))
     return out

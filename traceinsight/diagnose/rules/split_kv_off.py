@@ -17,6 +17,7 @@ from traceinsight.diagnose import fa3, remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
+from traceinsight.diagnose.savings import by_step
 from traceinsight.diagnose.slowdown import Slowdown, slow_launches, worst
 from traceinsight.diagnose.views import step_ranges, steps_of
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3, FA3_MAX_DYNAMIC_SPLIT_BATCH
@@ -103,6 +104,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""], b_th=b_th,
                                    cap=b_th - 1 if b_th else None),
             saving_ns=round(sum(h.excess_ns for h in hits)),
+            step_saving_ns=by_step((h.view.step.index, h.excess_ns) for h in hits),
         ))
     return out
 
@@ -161,4 +163,5 @@ def _fa3_finding(ctx: TraceAnalysis, reason: str | None, hits: list[Slowdown]) -
         remedy=remedies.remedy(fa3.REMEDY.get(reason or "", "fa3-batch-cap"), remedies.facts(ctx),
                                backends=[FA3], splits=heuristic, cap=FA3_MAX_DYNAMIC_SPLIT_BATCH),
         saving_ns=round(sum(h.excess_ns for h in hits)),
+            step_saving_ns=by_step((h.view.step.index, h.excess_ns) for h in hits),
     )

@@ -16,6 +16,7 @@ from traceinsight.diagnose import fa3, remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
+from traceinsight.diagnose.savings import by_step
 from traceinsight.diagnose.slowdown import Slowdown, slow_launches, worst
 from traceinsight.diagnose.views import step_ranges, steps_of
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
@@ -99,6 +100,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""],
                                    b_th=wv.threshold.b_threshold if wv.threshold else None),
             saving_ns=round(sum(h.excess_ns for h in hits)),
+            step_saving_ns=by_step((h.view.step.index, h.excess_ns) for h in hits),
         ))
     return out
 
@@ -147,4 +149,5 @@ def _fa3_finding(ctx: TraceAnalysis, reason: str, hits: list[Slowdown]) -> Findi
             + (f"; FA3's own heuristic would cut it into {heuristic}." if heuristic else ".")),
         remedy=remedies.remedy(fa3.REMEDY[reason], remedies.facts(ctx), backends=[FA3], splits=heuristic),
         saving_ns=round(sum(h.excess_ns for h in hits)),
+            step_saving_ns=by_step((h.view.step.index, h.excess_ns) for h in hits),
     )

@@ -21,7 +21,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.launch_table import select
 from traceinsight.diagnose.rule import Input, limit
-from traceinsight.diagnose.savings import cap, tail_saving_ns
+from traceinsight.diagnose.savings import by_step, cap, tail_saving_ns
 from traceinsight.diagnose.slowdown import Slowdown, slow_rows
 from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
 from traceinsight.units import fmt_ns
@@ -125,5 +125,6 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 f"(estimated from {source}).{formed}"),
             remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""]),
             saving_ns=round(saving),
+            step_saving_ns=by_step((h[0].step.index, cap(h[2], h[0].dur_ns) or 0.0) for h in hits),
         ))
     return out

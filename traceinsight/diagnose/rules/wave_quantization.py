@@ -20,6 +20,7 @@ import math
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
+from traceinsight.diagnose.savings import by_step
 from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, step_ranges, steps_of
 from traceinsight.model.launch_models import throughput_floor_ns
 from traceinsight.model.occupancy import CUDA_CORE, FA2
@@ -101,5 +102,6 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             remedy=("Size the work so the CTA count is just under a whole number of waves (e.g. a slightly larger "
                     "KV chunk, or a batch size that keeps B x H_kv at or under the slot count)."),
             saving_ns=round(sum(h[3] * h[0].dur_ns for h in hits)),
+            step_saving_ns=by_step((h[0].step.index, h[3] * h[0].dur_ns) for h in hits),
         ))
     return out

@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
 from typing import NamedTuple
 
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Hold off Python's cyclic garbage collector while a plan or a simulation builds its 10^5 small objects (work
-    items, segments), none of them garbage: otherwise every few thousand allocations trigger a collection and the
-    full ones rescan every live object, which costs as much as the building itself. Restores the previous state."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+from traceinsight.tuning import gc_paused as gc_paused  # the planners' and the simulator's
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -1,0 +1,1 @@
+"""The Streamlit dashboard (`traceinsight dashboard`; app.py is its script), shipped as traceinsight.dashboards."""
