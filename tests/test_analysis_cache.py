@@ -304,3 +304,18 @@ def test_a_sidecar_among_the_paths_is_another_analysis(cache_dir: Path) -> None:
     assert run(SMALL, SWEEP_META, "--format", "json") == run(SMALL, SWEEP_META, "--format", "json", "--no-cache")
     assert with_meta in kept(cache_dir)
     assert sql(SMALL, "--meta", SWEEP_META, query)[1] == "count_star()\n1\n"  # `analyze --meta`'s entry answers
+
+
+def test_large_inputs_are_kept_at_their_first_analysis(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs of $TRACEINSIGHT_ANALYSIS_KEEP_BYTES or more are kept by the first `analyze` (no marker first), and
+    the second renders the same bytes from them; smaller ones still leave a marker first. The setting itself does
+    not change the entry's key."""
+    monkeypatch.setenv("TRACEINSIGHT_ANALYSIS_KEEP_BYTES", str(SMALL.stat().st_size + 1))
+    run(SMALL, "--format", "json")
+    assert kept(cache_dir) == []  # below the size: a marker only
+    monkeypatch.setenv("TRACEINSIGHT_ANALYSIS_KEEP_BYTES", str(SMALL.stat().st_size))
+    assert not list((cache_dir / "analysis").glob("*.duckdb"))
+    first = run(NSYS, "--format", "json")
+    assert len(kept(cache_dir)) == 1  # at or above it: kept at once
+    assert run(NSYS, "--format", "json") == first == run(NSYS, "--format", "json", "--no-cache")
+    assert analysis_cache.keep_at_once([NSYS, SMALL]) and not analysis_cache.keep_at_once([REPO / "missing"])

@@ -3,9 +3,10 @@ analysis tables it kept (`traceinsight.report.saved`, as `traceinsight report` d
 the traces again: the same bytes on stdout and stderr, for text, JSON, Markdown and HTML.
 
 An analysis is kept the second time the same inputs are analyzed: the first run leaves only an empty marker
-named by its key. Writing the tables can cost a third of the analysis's time on a long trace (the 1M-kernel
-export: 42 s without, 57 s with, one run each; docs/SCALE.md), which a one-off run (a CI gate) should not pay;
-from the third run on, that export's JSON takes 1.5 s.
+named by its key, since writing the tables costs a one-off run (a CI gate) time for nothing. Inputs of
+KEEP_AT_ONCE_BYTES or more together ($TRACEINSIGHT_ANALYSIS_KEEP_BYTES) are kept the first time: there the
+analysis after the read is what a repeat would redo (the 1M-kernel export: ~21 CPU-s) and writing its tables a
+fraction of it (~2.5-3 s), so the second run renders from them (0.8 s; docs/SCALE.md, issue 28).
 
 An entry is a DuckDB file holding the analysis tables (`report/tables.py`) of one `analyze` call, under
 `<cache folder>/analysis/` (the cache folder of `traceinsight.ingest.cache`). It is named by a key of:
@@ -53,9 +54,12 @@ ENV_NOT_IN_KEY = frozenset({
     "TRACEINSIGHT_CACHE", "TRACEINSIGHT_CACHE_DIR", "TRACEINSIGHT_CACHE_MIN_BYTES", "TRACEINSIGHT_CACHE_MAX_BYTES",
     "TRACEINSIGHT_MEMORY_LIMIT", "TRACEINSIGHT_MEMORY_SHARE", "TRACEINSIGHT_WORKERS", "TRACEINSIGHT_ANALYSIS_CACHE",
     "TRACEINSIGHT_DASHBOARD_PATHS", "TRACEINSIGHT_DASHBOARD_META", "TRACEINSIGHT_DASHBOARD_FLEET",
-    "TRACEINSIGHT_MAX_UPLOAD_MB",
+    "TRACEINSIGHT_MAX_UPLOAD_MB", "TRACEINSIGHT_ANALYSIS_KEEP_BYTES",
 })
 OFF_ENV = "TRACEINSIGHT_ANALYSIS_CACHE"
+KEEP_ENV = "TRACEINSIGHT_ANALYSIS_KEEP_BYTES"
+# Inputs this large (bytes on disk, together) are kept at their first analysis, not at the second.
+KEEP_AT_ONCE_BYTES = 256 << 20
 RULES_ENV = "TRACEINSIGHT_RULES"
 # The marker of inputs analyzed once, beside where their entry would be.
 SEEN_SUFFIX = ".seen"
@@ -142,13 +146,23 @@ def answer(entry: Path, query: str) -> tuple[list[str], list[tuple[Any, ...]]] |
     return result
 
 
-def store(db: TraceDB, analyses: list[Any], entry: Path) -> None:
+def keep_at_once(traces: list[Path]) -> bool:
+    """Whether these traces are large enough (KEEP_AT_ONCE_BYTES) to keep their analysis the first time."""
+    try:
+        limit = int(os.environ.get(KEEP_ENV, KEEP_AT_ONCE_BYTES))
+        return sum(os.stat(t).st_size for t in traces) >= limit
+    except (OSError, ValueError):
+        return False
+
+
+def store(db: TraceDB, analyses: list[Any], entry: Path, traces: list[Path] | None = None) -> None:
     """Keep these analyses' tables at `entry` when they were analyzed before (a marker beside it says so; else
-    leave the marker). Best effort: a full disk or a read-only cache folder keeps nothing and says nothing."""
+    leave the marker), or at once when `traces` are large (`keep_at_once`). Best effort: a full disk or a
+    read-only cache folder keeps nothing and says nothing."""
     import duckdb
 
     seen = entry.with_suffix(SEEN_SUFFIX)
-    if not seen.exists():
+    if not seen.exists() and not (traces and keep_at_once(traces)):
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             seen.touch()

@@ -304,7 +304,7 @@ def analyze(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
     else:
         _emit(analyses, fmt, out, max_steps, steps, width)
     if kept is not None and not any("run" in a.extra for a in analyses):  # a run's section is not kept
-        analysis_cache.store(db, analyses, kept)
+        analysis_cache.store(db, analyses, kept, traces)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
         sys.exit(code)
@@ -480,6 +480,6 @@ def _sql_analyzed(traces: list[Path], meta: list[Path], ncu: list[Path], query: 
     ensure_labels(db)
     answer = readonly_query(db, query)
     if kept is not None:
-        analysis_cache.store(db, analyses, kept)
+        analysis_cache.store(db, analyses, kept, traces)
     return answer
 

@@ -105,17 +105,33 @@ def rolling_quantile(values: Sequence[float], half_window: int, use: Sequence[bo
     windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * h + 1)
     q = min(max(q, 0.0), 1.0)
     out = np.full(n, fallback, float)
+    width = 2 * h + 1
+    # A window whose every value is used (most of them) needs only the two order statistics at fixed positions:
+    # a partial partition of the row, not a sort (the same values, so the same interpolation).
+    full_pos = (width - 1) * q
+    full_lo = int(full_pos)
+    full_hi = min(full_lo + 1, width - 1)
     for first in range(0, n, _ROWS_PER_BLOCK):
-        block = np.sort(windows[first : first + _ROWS_PER_BLOCK], axis=1)
+        block = windows[first : first + _ROWS_PER_BLOCK]
         k = np.isfinite(block).sum(axis=1)
-        some = k > 0
-        pos = (k[some] - 1) * q
+        full = k == width
+        at = out[first : first + len(block)]
+        if full.any():
+            part = np.partition(block[full], sorted({full_lo, full_hi}), axis=1)
+            xlo = part[:, full_lo]
+            xhi = part[:, full_hi]
+            at[full] = xlo + (xhi - xlo) * (np.float64(full_pos) - full_lo)
+        some = (k > 0) & ~full
+        if not some.any():
+            continue
+        rows = np.sort(block[some], axis=1)
+        ks = k[some]
+        pos = (ks - 1) * q
         lo = pos.astype(np.int64)
-        hi = np.minimum(lo + 1, k[some] - 1)
-        rows = block[some]
+        hi = np.minimum(lo + 1, ks - 1)
         xlo = np.take_along_axis(rows, lo[:, None], axis=1)[:, 0]
         xhi = np.take_along_axis(rows, hi[:, None], axis=1)[:, 0]
-        out[first : first + len(block)][some] = xlo + (xhi - xlo) * (pos - lo)
+        at[some] = xlo + (xhi - xlo) * (pos - lo)
     return out.tolist()
 
 

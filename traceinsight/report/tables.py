@@ -28,7 +28,7 @@ from traceinsight.ingest.arrow_numpy import (
 from traceinsight.ingest.schema import analysis_table_names
 from traceinsight.ingest.schema import mentions_analysis as mentions_analysis  # `sql` asks it without pyarrow
 from traceinsight.ingest.store import TraceDB
-from traceinsight.model.breakdown import StepBreakdown
+from traceinsight.model.breakdown import StepBreakdown, components_ns
 from traceinsight.model.planners.types import gc_paused
 from traceinsight.report import json_doc
 
@@ -103,8 +103,7 @@ def _breakdown_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
     return {"trace_id": _repeat(a.trace_id, n),
             "step": int64_array(np.repeat(np.fromiter((i for i, _ in windows), np.int64, len(windows)), lengths)),
             "component": dictionary_array(list(words), component),
-            "ns": int64_array(np.fromiter(itertools.chain.from_iterable(b.component_ns() for _, b in windows),
-                                          np.int64, n))}
+            "ns": int64_array(components_ns([b for _, b in windows]))}
 
 
 def _launch_rows(a: TraceAnalysis) -> dict[str, pa.Array]:

@@ -1,0 +1,41 @@
+"""`baseline.rolling_quantile` against the plain definition: for every point, the q-quantile (`baseline.quantile`)
+of the used values within half_window either side, or the fallback when a window has none. Windows whose every
+value is used take a partial partition instead of a sort; both paths are exercised (ends, unused points, ties)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from traceinsight.diagnose.baseline import quantile, rolling_quantile
+
+
+def _plain(values: list[float], h: int, use: list[bool], q: float) -> list[float]:
+    kept = [v for v, u in zip(values, use, strict=True) if u] or list(values)
+    fallback = quantile(kept, q) if kept else 0.0
+    out = []
+    for i in range(len(values)):
+        window = [values[j] for j in range(max(0, i - h), min(len(values), i + h + 1)) if use[j]]
+        out.append(quantile(window, q) if window else fallback)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_matches_the_plain_definition(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 7, 60, 400])
+    h = rng.choice([0, 1, 3, 50])
+    q = rng.choice([0.0, 0.25, 0.5, 0.9, 1.0])
+    pool = [rng.uniform(-1e9, 1e9) for _ in range(5)]  # ties
+    values = [rng.choice(pool) if rng.random() < 0.3 else float(rng.randrange(0, 10**7)) for _ in range(n)]
+    use = [rng.random() > rng.choice([0.0, 0.1, 0.9]) for _ in range(n)]
+    assert rolling_quantile(values, h, use, q) == _plain(values, h, use, q)
+
+
+def test_a_long_series_every_window_full_but_the_ends() -> None:
+    rng = random.Random(7)
+    values = [float(rng.randrange(10**9)) for _ in range(20_000)]  # more rows than one block
+    use = [True] * len(values)
+    assert rolling_quantile(values, 50, use, 0.5) == _plain(values, 50, use, 0.5)
+    assert rolling_quantile(values, 50, use, 0.25) == _plain(values, 50, use, 0.25)
