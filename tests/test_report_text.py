@@ -135,7 +135,7 @@ HEADER_AT_WIDTH = {
     80: ["kernel", "count", "time", "share"],
     100: ["kernel", "backend", "count", "time", "share", "max"],
     120: ["kernel", "backend", "phase", "count", "time", "share", "median", "max"],
-    160: ["kernel", "backend", "phase", "count", "time", "share", "median", "min", "max", "stddev"],
+    160: ["kernel", "backend", "phase", "count", "time", "share", "median", "p90", "p99", "min", "max", "stddev"],
 }
 
 

@@ -273,8 +273,8 @@ def folded_line(doc: dict[str, Any], limit: int | None) -> str:
 
 # Columns a table gives up, first to last, when the terminal is too narrow for all of them: squeezed instead, rich
 # folds them into blank continuation lines under every row.
-OPTIONAL_COLUMNS = ("grids", "stddev", "min", "median", "predicted", "other GPU", "phase", "launches", "max",
-                    "backend", "host wait")
+OPTIONAL_COLUMNS = ("grids", "p99", "p90", "stddev", "min", "median", "predicted", "other GPU", "phase", "launches",
+                    "max", "backend", "host wait")
 
 
 def fit(table: Table, console: Console, optional: Sequence[str] = OPTIONAL_COLUMNS) -> Table:
