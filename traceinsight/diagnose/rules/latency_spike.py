@@ -136,13 +136,7 @@ def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], dict[int, StepAttribu
     table = attributions(ctx)
     ratio = limit(ctx, ID, "SPIKE_RATIO", SPIKE_RATIO)
     excess_min = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
-    by_step: dict[int, list[Finding]] = defaultdict(list)
-    for f in ctx.findings:
-        for s in f.steps:
-            by_step[s].append(f)
-    by_series: dict[int, list[StepAttribution]] = defaultdict(list)
-    for att in table.values():
-        by_series[att.series].append(att)
+    by_step, by_series = by_step_and_series(ctx, table)
     out: list[Incident] = []
     for gi in sorted(by_series):
         order = sorted(by_series[gi], key=lambda a: a.position)
@@ -454,3 +448,17 @@ def _groups(records: list[_Record], listed: list[Finding]) -> list[Finding]:
             step_saving_ns={s: v for r in members for s, v in r.step_excess.items()},
         ))
     return out
+
+
+def by_step_and_series(ctx: TraceAnalysis, table: dict[int, StepAttribution]
+                       ) -> tuple[dict[int, list[Finding]], dict[int, list[StepAttribution]]]:
+    """The findings so far by the steps they name, and the steps' attributions by series (the slow-steps rule groups
+    its runs the same way)."""
+    by_step: dict[int, list[Finding]] = defaultdict(list)
+    for f in ctx.findings:
+        for s in f.steps:
+            by_step[s].append(f)
+    by_series: dict[int, list[StepAttribution]] = defaultdict(list)
+    for att in table.values():
+        by_series[att.series].append(att)
+    return by_step, by_series

@@ -144,13 +144,7 @@ def incidents(ctx: TraceAnalysis) -> list[_Incident]:
     table = latency_spike.attributions(ctx)
     told = {s for f in ctx.findings if f.id == latency_spike.ID for s in f.steps}
     slow = {k: v for k, v in slow_steps(ctx, table).items() if k not in told}
-    by_step: dict[int, list[Finding]] = defaultdict(list)
-    for f in ctx.findings:
-        for s in f.steps:
-            by_step[s].append(f)
-    by_series: dict[int, list[StepAttribution]] = defaultdict(list)
-    for att in table.values():
-        by_series[att.series].append(att)
+    by_step, by_series = latency_spike.by_step_and_series(ctx, table)
     out: list[_Incident] = []
     for gi in sorted(by_series):
         current: _Incident | None = None
