@@ -672,6 +672,40 @@ def test_demangler_matches_libstdcxx(names_by_trace: dict[str, set[str]]) -> Non
         assert demangle(n) == ref(n), n  # type: ignore[operator]
 
 
+def test_demangler_rejects_every_cut_name_libstdcxx_rejects(names_by_trace: dict[str, set[str]]) -> None:
+    """Every prefix of every real mangled name (byte-scraped names such as `_Z0` from a .nsys-rep are cut ones):
+    ours reads exactly what libstdc++ reads. Before, `_Z0` demangled to '' and a template function cut after its
+    return type (`...EEv`, no parameter types) to `void f<...>()`; 43 such prefixes of benchmarks/demangle_compare.py's
+    names were read where libstdc++ rejects them."""
+    ref = _libstdcxx_demangle()
+    if ref is None:
+        pytest.skip("libstdc++ not found: no reference demangler on this machine")
+    mangled = sorted({n for names in names_by_trace.values() for n in names if n.startswith("_Z")})
+    prefixes = {n[:k] for n in [*mangled, FA3_MANGLED, FA2_DECODE_MANGLED] for k in range(2, len(n))}
+    wrong = [p for p in sorted(prefixes) if demangle(p) != ref(p)]  # type: ignore[operator]
+    assert not wrong, wrong[:5]
+
+
+@pytest.mark.parametrize("name", ["_Z0", "_Z0v", "_Z", "_ZN3fooIiEEv", FA3_MANGLED[:-len("vNT_6ParamsE")] + "v"])
+def test_cut_names_do_not_demangle(name: str) -> None:
+    assert demangle(name) is None
+
+
+def test_bfloat16_t_reads_as_libstdcxx_13_prints_it() -> None:
+    """DF16b (std::bfloat16_t, GCC 13's mangling; ROCm's aiter kernels in examples/engines): GCC 12's libstdc++
+    returns nothing for it. The same name with DF16b swapped for Dh (half, also unsubstitutable) is what both read,
+    so ours must print that text with `half` spelled std::bfloat16_t."""
+    name = "_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi64ELi8ELb0ELb0ELb1ELi1EEEvPT0_PT_PfS4_S4_S4_diiiiiiib"
+    assert demangle(name) == (
+        "void aiter::add_rmsnorm_quant_kernel<std::bfloat16_t, std::bfloat16_t, 64, 8, false, false, true, 1>"
+        "(std::bfloat16_t*, std::bfloat16_t*, float*, std::bfloat16_t*, std::bfloat16_t*, std::bfloat16_t*, double, "
+        "int, int, int, int, int, int, int, bool)")
+    ref = _libstdcxx_demangle()
+    if ref is not None:
+        half = ref(name.replace("DF16b", "Dh"))  # type: ignore[operator]
+        assert half is not None and demangle(name) == half.replace("half", "std::bfloat16_t")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Phase from context
 # ---------------------------------------------------------------------------------------------------

@@ -123,6 +123,8 @@ class _Parser:
         types: list[str] = []
         while self.peek() not in ("", "E", "."):
             types.append(self.type())
+        if not types:  # a signature has at least one type (`v` for none): `..EEv` alone is a cut name
+            raise _Fail("empty signature")
         if types == ["void"]:
             return ""
         return ", ".join(types)
@@ -256,7 +258,7 @@ class _Parser:
     def source_name(self) -> str:
         n = self.number()
         ident = self.s[self.i:self.i + n]
-        if len(ident) != n:
+        if n <= 0 or len(ident) != n:  # `_Z0`: no identifier is empty
             raise _Fail("short identifier")
         self.i += n
         if ident.startswith("_GLOBAL__N"):
