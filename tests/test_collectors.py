@@ -33,6 +33,7 @@ from collectors.schedule import assign_pages, capture_sizes, graph_size, make_re
 from collectors.sidecar import PlanRecord, StepRecord
 from traceinsight.ingest import TraceDB, load, read_file
 from traceinsight.ingest import sidecar as reader
+from traceinsight.model import CUDA_CORE, FA2, Batch, gpu_by_key, plan
 
 REPO = Path(__file__).resolve().parents[1]
 COLLECTED = REPO / "examples" / "collected"
@@ -357,17 +358,29 @@ def test_collected_sidecars_validate_and_load(path: Path) -> None:
     assert db.rows("SELECT count(*) AS n FROM batches WHERE trace_id = $t", {"t": tid})[0]["n"] == len(doc["steps"])
 
 
-def test_collected_timing_shows_the_new_cliff() -> None:
-    # H_q 64 / H_kv 8: CUDA-core split-KV stops once B * 8 reaches 132 * 9 = 1188 (B >= 149; at 148 no chunk
-    # is left to split); skew80 then takes 13.6 ms against 1.4 ms at B = 128 (medians of 20 CUDA-event runs)
+def test_planners_reproduce_the_split_state_flashinfer_recorded_in_the_timing_run() -> None:
+    """Out of the planners' own test data (the shared sweeps are shape A, H_q 32 / H_kv 4): on shape B (H_q 64 /
+    H_kv 8) every CUDA-core and FA2 case of the timing run, its batch rebuilt from (dist, B, total tokens), gets
+    from traceinsight's planner the split state and padded batch FlashInfer's plan recorded at collection. The
+    CUDA-core cliff follows: split-KV stops once B * 8 reaches 132 * 9 = 1188 (B >= 149), and skew80 then takes
+    13.6 ms against 1.4 ms at B = 128 (medians of 20 CUDA-event runs); FA2 from 2 * 132 / 8 = 33."""
+    gpu = gpu_by_key("h200")
     rows = _json(COLLECTED / "timing_q64kv8d128_none.timing.json.gz")["cases"]
-    core = {(r["dist"], r["batch_size"]): r for r in rows if r["backend"] == "flashinfer-cuda-core"}
-    assert all(not r["split_kv"] for (_, b), r in core.items() if b >= 149)
-    # below it, skewed batches are split; uniform ones from B = 96 are not (2 chunks each would exceed 148)
-    assert all(r["split_kv"] for (d, b), r in core.items() if b <= 144 and d != "uniform")
-    assert [b for (d, b), r in sorted(core.items()) if d == "uniform" and not r["split_kv"]] == [96, 128, 144, 148,
-                                                                                               149, 160, 192, 256, 384]
-    assert core[("skew80", 149)]["median_ms"] > 5 * core[("skew80", 128)]["median_ms"]
-    assert core[("uniform", 149)]["median_ms"] < 1.5 * core[("uniform", 128)]["median_ms"]
-    fa2 = {(r["dist"], r["batch_size"]): r for r in rows if r["backend"] == "flashinfer-fa2"}
-    assert all(not r["split_kv"] for (_, b), r in fa2.items() if b >= 33)  # 2 * 132 / 8 = 33
+    planner = {"flashinfer-cuda-core": (CUDA_CORE, 9), "flashinfer-fa2": (FA2, 2)}  # (backend, CTAs per SM)
+    checked = defaultdict(list)
+    for r in rows:
+        if r["backend"] not in planner:
+            continue
+        lens = kv_lens(r["dist"], r["batch_size"], r["total_tokens"])
+        assert max(lens) == r["max_kv_len"], r["key"]  # the same batch the collector ran
+        backend, occ = planner[r["backend"]]
+        p = plan(backend, Batch(lens, 16, 64, 8, 128), gpu, occ)
+        assert (p.split_kv, p.padded_batch_size) == (r["split_kv"], r["padded_batch_size"]), r["key"]
+        checked[r["backend"]].append((r["dist"], r["batch_size"], p.split_kv))
+    assert {k: len(v) for k, v in checked.items()} == {"flashinfer-cuda-core": 75, "flashinfer-fa2": 75}
+    # skewed batches from 148 (no chunk left to split there either; uniform ones from B = 96, where two chunks
+    # each would exceed 148 CTAs)
+    assert min(b for d, b, split in checked["flashinfer-cuda-core"] if not split and d != "uniform") == 148
+    assert max(b for _, b, split in checked["flashinfer-fa2"] if split) < 33
+    core = {(r["dist"], r["batch_size"]): r["median_ms"] for r in rows if r["backend"] == "flashinfer-cuda-core"}
+    assert core[("skew80", 149)] > 5 * core[("skew80", 128)]

@@ -42,6 +42,7 @@ from collectors.config import (
     fa3_sweep_key,
     range_name,
 )
+from collectors.distributions import kv_lens
 from collectors.fa3_decode import (
     PLAN_INFO_MAX_INTS,
     call_record,
@@ -53,6 +54,8 @@ from collectors.fa3_decode import (
 from collectors.sidecar import PlanRecord, StepRecord
 from traceinsight.ingest import load
 from traceinsight.ingest import sidecar as reader
+from traceinsight.model import FA3 as FA3_BACKEND
+from traceinsight.model import Batch, gpu_by_key, plan
 
 REPO = Path(__file__).resolve().parents[1]
 FA3 = REPO / "examples" / "fa3"
@@ -447,15 +450,33 @@ def _timing(stem: str) -> dict[tuple[str, int], dict[str, Any]]:
     return {(r["dist"], r["batch_size"]): r for r in _json(FA3 / f"{stem}.timing.json.gz")["cases"]}
 
 
-@pytest.mark.parametrize("stem", ["timing_q32kv4d128_fa3_none", "timing_q64kv8d128_fa3_none"])
-def test_timing_shows_the_cap(stem: str) -> None:
-    rows = _timing(stem)
-    assert len(rows) == 30 and all(r["backend"] == "fa3" and len(r["samples_ms"]) == 20 for r in rows.values())
-    for dist, factor in (("skew80", 4), ("skew40", 2.5)):  # shape B: 4.9x, 2.8x; shape A 9.5x, 5.7x
-        assert rows[(dist, 993)]["median_ms"] > factor * rows[(dist, 992)]["median_ms"]
-        assert rows[(dist, 992)]["split_kv"] and not rows[(dist, 993)]["split_kv"]
-        assert rows[(dist, 993)]["num_splits_static"] > 1 and rows[(dist, 993)]["max_splits"] == 1
-    assert rows[("uniform", 993)]["median_ms"] < 1.1 * rows[("uniform", 992)]["median_ms"]
+@pytest.mark.parametrize("stem", ["timing_q32kv4d128_fa3_none", "timing_q64kv8d128_fa3_none",
+                                  "timing_variants_q32kv4d128_fa3_none"])
+def test_fa3_planner_reproduces_the_split_state_of_every_timed_call(stem: str) -> None:
+    """traceinsight's FA3 planner, given each timed case's batch (rebuilt from dist, B and total tokens) and its
+    call (num_splits, sm_margin, causal, pack_gqa, max_seqlen_k), splits exactly the cases FA3's own scheduler
+    metadata split when they were timed: 124 calls, on both model shapes, both sides of the 992 cap, and the
+    forced num_splits variants. Across the cap the measured time jumps (skewed batches) where the split stops."""
+    doc = _json(FA3 / f"{stem}.timing.json.gz")
+    heads = (doc["model"]["qo_heads"], doc["model"]["kv_heads"], doc["model"]["head_dim"])
+    gpu = gpu_by_key("h200")
+    for r in doc["cases"]:
+        lens = kv_lens(r["dist"], r["batch_size"], r["total_tokens"])
+        assert max(lens) == r["max_kv_len"], r["key"]  # the batch the collector timed
+        c = r["call"]
+        options = {"num_splits": c["num_splits"], "sm_margin": c["sm_margin"], "causal": c["causal"],
+                   "max_seqlen_k": c["max_seqlen_k"], **({} if c["pack_gqa"] is None else {"pack_gqa": c["pack_gqa"]})}
+        p = plan(FA3_BACKEND, Batch(lens, 1, *heads), gpu, 1, **options)
+        assert p.split_kv is r["split_kv"], r["key"]
+    assert {r["split_kv"] for r in doc["cases"]} == {True, False}
+    if "variants" not in stem:  # the measured cliff where the planner (and FA3) stop splitting
+        rows = _timing(stem)
+        assert len(rows) == 30 and all(r["backend"] == "fa3" and len(r["samples_ms"]) == 20 for r in rows.values())
+        for dist, factor in (("skew80", 4), ("skew40", 2.5)):  # shape B: 4.9x, 2.8x; shape A 9.5x, 5.7x
+            assert rows[(dist, 993)]["median_ms"] > factor * rows[(dist, 992)]["median_ms"]
+            assert rows[(dist, 992)]["split_kv"] and not rows[(dist, 993)]["split_kv"]
+            assert rows[(dist, 993)]["num_splits_static"] > 1 and rows[(dist, 993)]["max_splits"] == 1
+        assert rows[("uniform", 993)]["median_ms"] < 1.1 * rows[("uniform", 992)]["median_ms"]
 
 
 def test_serving_replay_crosses_the_cap() -> None:
