@@ -63,11 +63,7 @@ def aa_diffs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
     return files
 
 
-FLASHINFER_AA = [("aa1", "aa2"), ("aa2", "aa3"), ("aa1", "aa3")]
-
-
-def test_truth_lists_three_flashinfer_aa_pairs_and_one_fa3() -> None:
-    assert AA_PAIRS == [*FLASHINFER_AA, ("fa3_aa1", "fa3_aa2")]
+FLASHINFER_AA = [p for p in AA_PAIRS if not p[0].startswith("fa3")]  # the truth's FlashInfer A/A pairs
 
 
 def test_aa_pairs_are_unchanged_in_every_group(aa_diffs: dict[tuple[str, str], Path]) -> None:
@@ -173,6 +169,7 @@ def test_fa3_num_splits_1_regresses_the_skewed_steps_with_split_kv_named() -> No
 
 def test_aa_pairs_stay_unchanged_at_1_percent_with_the_other_pairs_as_noise(
         aa_diffs: dict[tuple[str, str], Path]) -> None:
+    assert len(FLASHINFER_AA) == 3  # each pair judged against the other two as its noise
     for pair in FLASHINFER_AA:
         noise = [opt for other, path in aa_diffs.items() if other != pair and other in FLASHINFER_AA
                  for opt in ("--noise", str(path))]
