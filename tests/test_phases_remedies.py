@@ -54,6 +54,21 @@ def test_every_cause_has_a_remedy_that_fits_the_trace(cause: str) -> None:
             assert "Enable chunked prefill" not in text, text
 
 
+@pytest.mark.parametrize(("cause", "phrase", "uses_it", "lacks_it"), [
+    ("split-kv-off", "FlashAttention-3's dynamic split)", "fa3", "flashinfer"),
+    ("split-kv-starved", "FlashAttention-3's dynamic split)", "fa3", "flashinfer"),
+    ("tail-ctas", "as FlashAttention-3", "fa3", "flashinfer"),
+    ("host-launch-bound", "Capture the decode step in a CUDA graph", "graph", "flashinfer"),
+    ("prefill", "Enable chunked prefill", "graph", "flashinfer"),
+])
+def test_each_withheld_remedy_is_offered_where_the_trace_lacks_it(cause: str, phrase: str, uses_it: str,
+                                                                  lacks_it: str) -> None:
+    """The withheld advice above is not withheld everywhere (which would make those checks hold vacuously): a
+    trace without FA3 / CUDA graphs / chunked prefill is told to use it, one that uses it is not."""
+    assert phrase in remedies.remedy(cause, FACTS[lacks_it], b_th=297, cap=296)
+    assert phrase not in remedies.remedy(cause, FACTS[uses_it], b_th=297, cap=296)
+
+
 def test_remedy_placeholders_read_generically_when_unknown() -> None:
     known = remedies.remedy("split-kv-off", FACTS["flashinfer"], b_th=297, cap=296)
     assert known.startswith("Keep decode batches below B_th = 297 (cap running requests at 296) ")
