@@ -222,11 +222,20 @@ def test_v1_attached_to_trace(tmp_path: Path, h200: Path) -> None:
     assert n == 6 * 3
 
 
-def test_minor_version_and_unknown_keys_accepted(h200: Path) -> None:
+def test_minor_version_and_unknown_keys_accepted(h200: Path, tmp_path: Path) -> None:
+    """A later minor version with a key this reader does not know validates, and its step loads as before."""
     doc = _v1_from_sweep(h200, n=1)
     doc["schema"] = "traceinsight.sidecar/1.3"
     doc["steps"][0]["future_field"] = {"anything": 1}
     sidecar.validate(doc)
+    out = tmp_path / "future.sidecar.json"
+    out.write_text(json.dumps(doc))
+    rows = _batches(out)
+    assert [(r["step_key"], r["batch_size"], r["kv_lens"]) for r in rows] == [
+        (doc["steps"][0]["key"], 8, [32768] * 8)]
+    doc["schema"] = "traceinsight.sidecar/2.0"  # a major version this reader does not know is refused
+    with pytest.raises(FormatError):
+        sidecar.validate(doc)
 
 
 def _mutate(doc: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
