@@ -7,9 +7,9 @@ readers), so these tests depend only on the files themselves.
 from __future__ import annotations
 
 import csv
-import ctypes
-import ctypes.util
+import functools
 import gzip
+import importlib.util
 import re
 import sqlite3
 from pathlib import Path
@@ -638,28 +638,15 @@ def test_label_is_cached_and_hashable() -> None:
         label(DECODE_KINETO).params["head_dim"] = 64  # type: ignore[index]
 
 
+@functools.cache
 def _libstdcxx_demangle() -> object | None:
-    path = ctypes.util.find_library("stdc++")
-    if not path:
-        return None
-    lib = ctypes.CDLL(path)
-    fn = lib.__cxa_demangle
-    fn.restype = ctypes.c_void_p
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-    free = ctypes.CDLL(ctypes.util.find_library("c")).free
-    free.argtypes = [ctypes.c_void_p]
-
-    def run(name: str) -> str | None:
-        status = ctypes.c_int()
-        ptr = fn(name.encode(), None, None, ctypes.byref(status))
-        if status.value != 0 or not ptr:
-            return None
-        try:
-            return ctypes.string_at(ptr).decode()
-        finally:
-            free(ptr)
-
-    return run
+    """libstdc++'s `__cxa_demangle` through ctypes, from benchmarks/demangle_compare.py (None without libstdc++)."""
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "demangle_compare.py"
+    spec = importlib.util.spec_from_file_location("demangle_compare", bench)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.libstdcxx()
 
 
 def test_demangler_matches_libstdcxx(names_by_trace: dict[str, set[str]]) -> None:
