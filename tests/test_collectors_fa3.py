@@ -454,9 +454,10 @@ def _timing(stem: str) -> dict[tuple[str, int], dict[str, Any]]:
                                   "timing_variants_q32kv4d128_fa3_none"])
 def test_fa3_planner_reproduces_the_split_state_of_every_timed_call(stem: str) -> None:
     """traceinsight's FA3 planner, given each timed case's batch (rebuilt from dist, B and total tokens) and its
-    call (num_splits, sm_margin, causal, pack_gqa, max_seqlen_k), splits exactly the cases FA3's own scheduler
-    metadata split when they were timed: 124 calls, on both model shapes, both sides of the 992 cap, and the
-    forced num_splits variants. Across the cap the measured time jumps (skewed batches) where the split stops."""
+    call (num_splits, sm_margin, causal, pack_gqa, max_seqlen_k), gets the split state, the longest request's
+    split count and the static split bound FA3's own scheduler metadata had when they were timed: 124 calls, on
+    both model shapes, both sides of the 992 cap, and the forced num_splits variants. Across the cap the measured
+    time jumps (skewed batches) where the split stops."""
     doc = _json(FA3 / f"{stem}.timing.json.gz")
     heads = (doc["model"]["qo_heads"], doc["model"]["kv_heads"], doc["model"]["head_dim"])
     gpu = gpu_by_key("h200")
@@ -466,8 +467,10 @@ def test_fa3_planner_reproduces_the_split_state_of_every_timed_call(stem: str) -
         c = r["call"]
         options = {"num_splits": c["num_splits"], "sm_margin": c["sm_margin"], "causal": c["causal"],
                    "max_seqlen_k": c["max_seqlen_k"], **({} if c["pack_gqa"] is None else {"pack_gqa": c["pack_gqa"]})}
-        p = plan(FA3_BACKEND, Batch(lens, 1, *heads), gpu, 1, **options)
-        assert p.split_kv is r["split_kv"], r["key"]
+        # kBlockN = 176: the tile of FA3's D = 128 kernel that ran (FlashAttnFwdSm90 ... cute::C<176>)
+        p = plan(FA3_BACKEND, Batch(lens, 1, *heads), gpu, 1, block_n=176, **options)
+        got = (p.split_kv, max(p.splits), p.details["num_splits_static"])
+        assert got == (r["split_kv"], r["max_splits"], r["num_splits_static"]), r["key"]
     assert {r["split_kv"] for r in doc["cases"]} == {True, False}
     if "variants" not in stem:  # the measured cliff where the planner (and FA3) stop splitting
         rows = _timing(stem)
