@@ -31,8 +31,10 @@ from typing import Any
 import orjson
 
 from traceinsight.errors import FormatError
+from traceinsight.ingest import collective_args
 from traceinsight.ingest.base import Columns, Ingest
 from traceinsight.ingest.graphs import HostCall, Work, graph_launch_names, replay_columns
+from traceinsight.ingest.host_ops import HostOps
 from traceinsight.ingest.json_stream import (
     GZIP_MAGIC,
     UTF8_BOM,
@@ -229,7 +231,7 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
                 n_events = 0
                 # Cutting batches and finding the kept elements run a batch ahead in a thread: their scans are
                 # numpy's, which releases the GIL, so they overlap with parsing on the other core.
-                prepared = read_ahead(_prepare(stream.batches()), name="traceinsight-scan")
+                prepared = read_ahead(_prepare(stream.batches(), t.host_ops), name="traceinsight-scan")
                 for batch, kept in prepared:
                     events, count = _batch_events(batch, path, repairs, kept)
                     n_events += count
@@ -270,8 +272,9 @@ def _element_count(batch: Batch, events: list[Any]) -> int:
 _Kept = tuple[list[bytes], int] | None
 
 
-def _prepare(batches: Iterator[Batch]) -> Iterator[tuple[Batch, _Kept]]:
-    """Each batch with its kept elements (`_kept_spans`), for `read`'s scanning thread. The prefixes of skipped
+def _prepare(batches: Iterator[Batch], host_ops: HostOps) -> Iterator[tuple[Batch, _Kept]]:
+    """Each batch with its kept elements (`_kept_spans`), for `read`'s scanning thread, its host operations
+    added to `host_ops` (found by their bytes, never parsed: `HostOps.scan`). The prefixes of skipped
     elements learned from each batch's start are kept for the batches after it (per separator): a trace's
     sections (operators, then runtime calls and kernels, then flows) are longer than a batch, and a batch whose
     first 64 KB show no operator would otherwise parse every operator and flow it holds (on the replicas of the
@@ -285,6 +288,7 @@ def _prepare(batches: Iterator[Batch]) -> Iterator[tuple[Batch, _Kept]]:
                 kept = _kept_spans(batch.data, sep, batch.braces, learned)
             if kept is None:
                 kept = _kept_pieces(batch.data, sep, learned), batch.data.count(sep) + 1
+        host_ops.scan(batch.data)
         yield batch, kept
 
 
@@ -349,9 +353,10 @@ def _read_parallel(batches: Iterator[Batch], path: Path, n: int, t: _Tables, rep
     return count
 
 
-# What a worker returns for one batch: its tables' columns, skip counts, repairs and number of elements.
-_Part = tuple[dict[str, Columns], Counter[tuple[str, str]], Repairs, int]
-_TABLES = ("kernels", "memops", "launches", "ranges")
+# What a worker returns for one batch: its tables' columns, host operations, skip counts, repairs and number of
+# elements.
+_Part = tuple[dict[str, Columns], HostOps, Counter[tuple[str, str]], Repairs, int]
+_TABLES = ("kernels", "memops", "launches", "ranges", "collectives")
 
 
 def _parse_batch(path: str, batch: Batch, learned: dict[bytes, bool] | None) -> _Part:
@@ -364,12 +369,14 @@ def _parse_batch(path: str, batch: Batch, learned: dict[bytes, bool] | None) -> 
             kept = _kept_pieces(batch.data, batch.sep, learned), batch.data.count(batch.sep) + 1
         events, count = _batch_events(batch, Path(path), repairs, kept)
         _read_events(events, t)
-    return {name: getattr(t, name) for name in _TABLES}, t.skipped, repairs, count
+        t.host_ops.scan(batch.data)
+    return {name: getattr(t, name) for name in _TABLES}, t.host_ops, t.skipped, repairs, count
 
 
 def _merge(t: _Tables, repairs: Repairs, part: _Part) -> int:
     """Append a worker's rows to `t`; return its number of elements."""
-    cols, skipped, fixed, count = part
+    cols, host_ops, skipped, fixed, count = part
+    t.host_ops.extend(host_ops)
     intern = t.names.setdefault
     for name in _TABLES:
         into = getattr(t, name)
@@ -644,6 +651,8 @@ class _Tables:
     memops: Columns = field(default_factory=lambda: {c: [] for c in _MEMOP_COLUMNS})
     launches: Columns = field(default_factory=lambda: {c: [] for c in _LAUNCH_COLUMNS})
     ranges: Columns = field(default_factory=lambda: {c: [] for c in _RANGE_COLUMNS})
+    collectives: Columns = field(default_factory=collective_args.empty)
+    host_ops: HostOps = field(default_factory=HostOps)
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
     names: dict[str, str] = field(default_factory=dict)  # each distinct name once (memory)
 
@@ -659,7 +668,8 @@ def _read_events(events: list[Any], t: _Tables) -> None:
     flows = FLOW_PHASES
     skipped = t.skipped
     intern = t.names.setdefault
-    k, m, r = t.kernels, t.memops, t.ranges
+    k, m, r, coll = t.kernels, t.memops, t.ranges, t.collectives
+    collective, coll_key = collective_args.add, collective_args.KEY
     la_corr, la_name, la_start, la_end, la_pid, la_tid = (t.launches[c].append for c in _LAUNCH_COLUMNS)
     (k_name, k_dev, k_stream, k_start, k_end, k_gx, k_gy, k_gz, k_bx, k_by, k_bz, k_regs, k_smem,
      k_corr) = (k[c].append for c in _KERNEL_COLUMNS)
@@ -760,6 +770,8 @@ def _read_events(events: list[Any], t: _Tables) -> None:
             k_smem(v if type(v) is int and lo32 <= v < hi32 else _i32(v))
             v = args.get("correlation")
             k_corr(v if type(v) is int and lo <= v < hi else _i64(v))
+            if coll_key in args:  # what torch.distributed recorded on a collective's kernel
+                collective(coll, args)
         elif what == _MEMOP:
             # peer copies (CUpti_ActivityMemcpy2) name the executing device "inDevice"
             v = args.get("device", args.get("inDevice", e.get("pid")))
@@ -900,6 +912,7 @@ def from_document(doc: dict[str, Any], path: Path) -> Ingest:
         raise FormatError(f"{path}: traceEvents is not a list of events")
     t = _Tables()
     _read_events(events, t)
+    t.host_ops.add_events(events)
     repairs = doc.get(REPAIRS_KEY)
     return _to_ingest(doc, t, path, list(repairs) if type(repairs) is list else [])
 
@@ -923,6 +936,7 @@ def _to_ingest(doc: dict[str, Any], t: _Tables, path: Path, repairs: list[str]) 
     if not t.kernels["name"] and not t.memops["name"]:
         warnings.append("no GPU kernels or memory operations in the trace (profiled without ProfilerActivity.CUDA?)")
     tables = {"devices": devices, "kernels": t.kernels, "memops": t.memops, "launches": t.launches,
-              "graph_replays": _graph_replays(t), "ranges": t.ranges}
+              "graph_replays": _graph_replays(t), "ranges": t.ranges, "collectives": t.collectives,
+              "host_ops": t.host_ops.columns()}
     ingest.tables = {name: cols for name, cols in tables.items() if cols and next(iter(cols.values()))}
     return ingest
