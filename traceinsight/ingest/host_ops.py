@@ -26,12 +26,14 @@ from traceinsight.ingest.base import Columns
 
 # Categories read as host operations.
 HOST_OP_CATS = ("cpu_op", "python_function")
-# Searched from the `X` of `"ph": "X"` (a rare byte: the search runs fast until it) and checked behind it; any
-# whitespace between the pairs (Kineto writes `, ` and `,\n    `, pretty-printers one pair a line).
+# Searched from the `X` of `"ph": "X"` (a rare byte: the search runs fast until it) and checked behind it; the
+# pairs in Kineto's order, with any whitespace around their `:` and `,` that json.dump writes (Kineto writes `, `
+# and `,\n    `, pretty-printers one pair a line, compact JSON none).
+_NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 _OP = re.compile(
-    rb'X"(?<="ph": "X"),\s*"cat": "(' + b"|".join(c.encode() for c in HOST_OP_CATS) + rb')",\s*'
-    rb'"name": "([^"\\]*(?:\\.[^"\\]*)*)",\s*"pid": "?(-?\d+)"?,\s*"tid": "?(-?\d+)"?,\s*'
-    rb'"ts": (-?\d+(?:\.\d*)?),\s*"dur": (\d+(?:\.\d*)?)'
+    rb'X"(?:(?<="ph": "X")|(?<="ph":"X")),\s*"cat":\s*"(' + b"|".join(c.encode() for c in HOST_OP_CATS) + rb')",\s*'
+    rb'"name":\s*"([^"\\]*(?:\\.[^"\\]*)*)",\s*"pid":\s*"?(-?\d+)"?,\s*"tid":\s*"?(-?\d+)"?,\s*'
+    rb'"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
 )
 _INT_TEXT = re.compile(r"-?\d+")
 _INT64 = 2**63
@@ -111,7 +113,7 @@ class HostOps:
         dur, ok_dur = _ns(np.fromiter(map(float, durs), np.float64, n))
         self._add(np.fromiter(map(self.index.__getitem__, names), np.int32, n),
                   np.fromiter(map(cat_code.__getitem__, cats), np.int8, n), start, start + dur, _ints(pids, n),
-                  _ints(tids, n), ok & ok_dur)
+                  _ints(tids, n), ok & ok_dur & (dur >= 0))
 
     def add_events(self, events: list[Any]) -> None:
         """Add the host operations among parsed traceEvents (complete events of HOST_OP_CATS with a name, numeric
