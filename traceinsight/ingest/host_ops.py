@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import re
 from collections import defaultdict
-from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,12 +28,17 @@ HOST_OP_CATS = ("cpu_op", "python_function")
 # Searched from the `X` of `"ph": "X"` (a rare byte: the search runs fast until it) and checked behind it; the
 # pairs in Kineto's order, with any whitespace around their `:` and `,` that json.dump writes (Kineto writes `, `
 # and `,\n    `, pretty-printers one pair a line, compact JSON none).
-_NUMBER = rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+_NUMBER = rb"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
 _OP = re.compile(
     rb'X"(?:(?<="ph": "X")|(?<="ph":"X")),\s*"cat":\s*"(' + b"|".join(c.encode() for c in HOST_OP_CATS) + rb')",\s*'
-    rb'"name":\s*"([^"\\]*(?:\\.[^"\\]*)*)",\s*"pid":\s*"?(-?\d+)"?,\s*"tid":\s*"?(-?\d+)"?,\s*'
-    rb'"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER
+    rb'"name":\s*"([^"\\]*(?:\\.[^"\\]*)*)",(\s*"pid":\s*"?-?\d+"?,\s*"tid":\s*"?-?\d+"?,\s*'
+    rb'"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER + rb")"
 )
+# The third group's four numbers (pid, tid, ts, dur), each read alone where they cannot be read at once.
+_NUMBERS = re.compile(_NUMBER)
+# Bytes that write a number, kept by `translate`; every other byte of the third group (the keys, quotes,
+# whitespace) becomes a space.
+_NUMBERS_ONLY = bytes(c if chr(c) in "0123456789.-+eE" else 32 for c in range(256))
 _INT_TEXT = re.compile(r"-?\d+")
 _INT64 = 2**63
 
@@ -66,12 +70,16 @@ def _unescape(raw: bytes) -> str:
     return text
 
 
-def _ints(texts: Iterable[bytes], n: int) -> np.ndarray:
-    """Integers written as text, as int64 (one beyond int64: the int64 minimum, dropped by `_Part`)."""
+def _numbers(texts: tuple[bytes, ...], n: int) -> np.ndarray:
+    """The four numbers of each op's third group, as an (n, 4) float64 array: all read at once by numpy's
+    strtod (correctly rounded, as `float`), else (an odd byte between them) each op's alone."""
     try:
-        return np.fromiter(map(int, texts), np.int64, n)
-    except OverflowError:
-        return np.fromiter((v if -_INT64 < v < _INT64 else -_INT64 for v in map(int, texts)), np.int64, n)
+        values = np.fromstring(b" ".join(texts).translate(_NUMBERS_ONLY), sep=" ")
+    except ValueError:
+        values = np.zeros(0)
+    if len(values) != 4 * n:
+        values = np.array([[float(x) for x in _NUMBERS.findall(t)[:4]] for t in texts], np.float64)
+    return values.reshape(n, 4)
 
 
 def _ns(us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -107,13 +115,16 @@ class HostOps:
         if not found:
             return
         n = len(found)
-        cats, names, pids, tids, ts, durs = zip(*found, strict=True)
+        cats, names, numbers = zip(*found, strict=True)
+        values = _numbers(numbers, n)
+        pids, tids = values[:, 0].astype(np.int64), values[:, 1].astype(np.int64)
+        start, ok = _ns(values[:, 2])
+        dur, ok_dur = _ns(values[:, 3])
+        exact = (np.abs(values[:, :2]) < 2.0**53).all(axis=1)  # ids beyond: dropped (no trace writes them)
         cat_code = {c.encode(): i for i, c in enumerate(HOST_OP_CATS)}
-        start, ok = _ns(np.fromiter(map(float, ts), np.float64, n))
-        dur, ok_dur = _ns(np.fromiter(map(float, durs), np.float64, n))
         self._add(np.fromiter(map(self.index.__getitem__, names), np.int32, n),
-                  np.fromiter(map(cat_code.__getitem__, cats), np.int8, n), start, start + dur, _ints(pids, n),
-                  _ints(tids, n), ok & ok_dur & (dur >= 0))
+                  np.fromiter(map(cat_code.__getitem__, cats), np.int8, n), start, start + dur, pids, tids,
+                  ok & ok_dur & (dur >= 0) & exact)
 
     def add_events(self, events: list[Any]) -> None:
         """Add the host operations among parsed traceEvents (complete events of HOST_OP_CATS with a name, numeric
