@@ -5,7 +5,7 @@ The reader parses only the events it keeps (kernels, runtime calls, memory opera
 the bytes), and it must read them exactly as orjson does. This times, per GB of trace, on the kept text of each
 batch as `kineto.read` joins it (CPU time, one thread, rounds interleaved, minimum and first quartile):
 
-- `orjson.loads`, and `orjson.loads` + `kineto._read_events` (the reader's calling thread today);
+- `orjson.loads`, and `orjson.loads` + `kineto_events.read_events` (the reader's calling thread today);
 - msgspec decoding the same text into structs of the fields the tables read (the rest skipped);
 - the checks msgspec needs to be used only where it reads the text as orjson would: UTF-8 (msgspec does not
   validate the strings it skips), numbers past a double's range (orjson refuses them; msgspec skips them, or reads
@@ -33,7 +33,8 @@ from typing import Any, Union
 import msgspec
 import orjson
 
-from traceinsight.ingest import kineto
+from traceinsight.ingest import kineto, kineto_batch, kineto_events
+from traceinsight.ingest.host_ops import HostOps
 from traceinsight.ingest.json_stream import ArrayStream, Repairs, byte_chunks
 
 
@@ -82,9 +83,9 @@ def reads_alike(text: bytes) -> bool:
 def kept_texts(path: Path) -> list[bytes]:
     stream = ArrayStream(path, byte_chunks(path, Repairs()), b"traceEvents")
     out = []
-    for batch, kept in kineto._prepare(stream.batches()):
-        if batch.sep is not None:
-            out.append(kineto.joined(kineto.kept_elements(batch, kept)[0]))
+    for _batch, kept in kineto._prepare(stream.batches(), HostOps()):
+        if kept is not None:
+            out.append(kineto_batch.joined(kept[0]))
     return out
 
 
@@ -98,13 +99,13 @@ def main() -> None:
     per_gb = 1e9 / args.trace.stat().st_size
 
     def rows() -> None:
-        t = kineto._Tables()
+        t = kineto_events.Tables()
         for text in texts:
-            kineto._read_events(orjson.loads(text), t)
+            kineto_events.read_events(orjson.loads(text), t)
 
     cases: dict[str, Callable[[], Any]] = {
         "orjson.loads": lambda: [orjson.loads(x) for x in texts],
-        "orjson.loads + kineto._read_events": rows,
+        "orjson.loads + kineto_events.read_events": rows,
         "msgspec typed decode": lambda: [DECODER.decode(x) for x in texts],
         "checks that msgspec reads as orjson": lambda: [reads_alike(x) for x in texts],
     }

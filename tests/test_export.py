@@ -23,8 +23,8 @@ from traceinsight.ingest.paths import expand_paths
 SWEEP = "flashinfer_decode_sweep.pt.trace.json.gz"
 SMALL = "flashinfer_decode_small.pt.trace.json.gz"
 NSYS = "flashinfer_decode.sqlite"
-TABLES = {"traces", "devices", "kernels", "launches", "graph_replays", "ranges", "memops", "ncu_kernels", "ncu_metrics",
-          "batches", "kernel_labels"}
+TABLES = {"traces", "devices", "kernels", "launches", "graph_replays", "ranges", "host_ops", "collectives", "memops",
+          "ncu_kernels", "ncu_metrics", "batches", "kernel_labels"}
 
 
 @pytest.fixture(autouse=True)

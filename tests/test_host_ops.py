@@ -1,37 +1,94 @@
-"""Host ops read on demand from a Kineto trace (ingest/host_ops.py) equal what a full JSON parse finds."""
+"""Host ops stored at ingest (ingest/host_ops.py, the host_ops table) equal what a full JSON parse finds, whatever
+the reader (streamed, parsed whole, worker processes) and the layout; the analysis reads them from the database
+after the file is gone."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
-from traceinsight.ingest.host_ops import read_kineto_ops
+import pytest
+
+from traceinsight.ingest import kineto, load
+from traceinsight.ingest.base import Ingest
+from traceinsight.pipeline import analyze_trace
+
+Op = tuple[str, str, int, int, int, int]
 
 
-def _parsed(path: Path) -> list[tuple[str, int, int, int]]:
-    with gzip.open(path) as fh:
-        events = json.load(fh)["traceEvents"]
+def _parsed(events: list[dict[str, object]]) -> list[Op]:
     out = []
     for e in events:
         if e.get("cat") in ("cpu_op", "python_function") and e.get("ph") == "X":
-            start = round(e["ts"] * 1000)
-            out.append((e["name"], start, start + round(e["dur"] * 1000), int(e["tid"])))
+            start = round(e["ts"] * 1000)  # type: ignore[operator]
+            out.append((str(e["name"]), str(e["cat"]), start, start + round(e["dur"] * 1000),  # type: ignore[operator]
+                        int(e["pid"]), int(e["tid"])))  # type: ignore[call-overload]
     return out
 
 
-def test_ops_in_windows_equal_a_full_parse(h200: Path) -> None:
+def _ops(ingest: Ingest) -> list[Op]:
+    cols = ingest.lists("host_ops")
+    assert cols["op_id"] == list(range(len(cols["op_id"])))
+    return list(zip(cols["name"], cols["category"], cols["start_ns"], cols["end_ns"], cols["process_id"],
+                    cols["thread_id"], strict=True))
+
+
+def test_ops_equal_a_full_parse_streamed_whole_and_in_workers(h200: Path) -> None:
     path = h200 / "flashinfer_decode_small.pt.trace.json.gz"
-    every = _parsed(path)
-    assert len(every) > 1000
-    starts = sorted(s for _, s, _, _ in every)
+    want = _parsed(json.loads(gzip.decompress(path.read_bytes()))["traceEvents"])
+    assert len(want) > 1000
+    assert _ops(kineto.read(path)) == want  # type: ignore[arg-type]
+    assert _ops(kineto.read(path, workers=2)) == want  # type: ignore[arg-type]
+    assert _ops(kineto.from_document(kineto.load_json(path), path)) == want
+
+
+def test_one_pair_a_line_and_escaped_names_are_read(tmp_path: Path) -> None:
+    """Pretty-printed (TraceLens writes its traces so), a name with an escaped quote, a pid written as a string."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": 'aten::to "copy"', "pid": "596", "tid": 7, "ts": 10.5, "dur": 2.25,
+         "args": {"Input Dims": [[1, 2]]}},
+        {"ph": "X", "cat": "python_function", "name": "engine.py(12): step", "pid": 596, "tid": 7, "ts": 9,
+         "dur": 20.0005},
+        {"ph": "i", "cat": "cpu_op", "name": "instant", "pid": 596, "tid": 7, "ts": 11, "s": "t"},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 11, "dur": 1, "args": {"device": 0}},
+    ]
+    path = tmp_path / "pretty.json"
+    path.write_text(json.dumps({"traceEvents": events}, indent=2))
+    want = [('aten::to "copy"', "cpu_op", 10500, 12750, 596, 7),
+            ("engine.py(12): step", "python_function", 9000, 29000, 596, 7)]
+    assert _ops(kineto.read(path)) == want  # type: ignore[arg-type]
+    assert _ops(kineto.from_document(kineto.load_json(path), path)) == want
+
+
+def test_the_analysis_reads_host_ops_from_the_database_after_the_file_is_gone(h200: Path, tmp_path: Path) -> None:
+    path = tmp_path / "small.pt.trace.json.gz"
+    shutil.copy(h200 / "flashinfer_decode_small.pt.trace.json.gz", path)
+    want = _parsed(json.loads(gzip.decompress(path.read_bytes()))["traceEvents"])
+    db, (trace,) = load([path], cache=False)
+    path.unlink()
+    analysis = analyze_trace(db, trace, diagnostics=False)
+    assert analysis.host_ops is not None
+    starts = sorted(s for _, _, s, _, _, _ in want)
     a, b = starts[len(starts) // 3], starts[2 * len(starts) // 3]
     windows = [(a - 1_000, a + 500_000), (b, b + 2_000_000)]
-    want = sorted(op for op in every if any(op[1] < hi and lo < op[2] for lo, hi in windows))
-    got = sorted((o.name, o.start_ns, o.end_ns, o.thread_id) for o in read_kineto_ops(path, windows))
-    assert want and got == want
-    # A floor on the duration, and no window at all.
-    long = read_kineto_ops(path, windows, min_dur_ns=20_000)
-    assert sorted((o.name, o.start_ns, o.end_ns, o.thread_id) for o in long) == [
-        w for w in want if w[2] - w[1] >= 20_000]
-    assert read_kineto_ops(path, []) == []
+    got = analysis.host_ops(windows)
+    ops = [(o.name, o.category, o.start_ns, o.end_ns, o.process_id, o.thread_id) for o in got
+           if o.category in ("cpu_op", "python_function")]
+    assert ops and ops == [op for op in want if any(op[2] < hi and lo < op[3] for lo, hi in windows)]
+    every = analysis.host_ops([(starts[0], max(e for _, _, _, e, _, _ in want))])  # the CPU ranges first
+    n = len(every) - len(want)
+    assert n > 0 and {o.category for o in every[:n]} <= {"annotation", "profiler_step"}
+    assert [o.start_ns for o in every[:n]] == sorted(o.start_ns for o in every[:n])
+    assert analysis.host_ops([]) == []
+
+
+@pytest.mark.parametrize("name", ["flashinfer_decode.sqlite"])
+def test_nsys_host_ranges_come_through_the_same_query(h200: Path, name: str) -> None:
+    db, (trace,) = load([h200 / name], cache=False)
+    analysis = analyze_trace(db, trace, diagnostics=False)
+    assert analysis.host_ops is not None
+    got = analysis.host_ops([(analysis.start_ns, analysis.end_ns)])
+    assert got and {o.category for o in got} == {"nvtx"}
+    assert db.rows("SELECT count(*) AS n FROM host_ops")[0]["n"] == 0

@@ -1,4 +1,4 @@
-"""The Kineto reader's row loop (`kineto._read_events`, with its appends bound once and its integer columns'
+"""The Kineto reader's row loop (`kineto_events.read_events`, with its appends bound once and its integer columns'
 common case tested inline) gives exactly the rows and skip counts of the plain loop it replaced (`plain_rows`,
 kept here as the reference), on the kept events of the real traces, on hand-written events at the edges of the
 tables' checks, and on randomly mutated real events; and the streaming reader, which keeps what it learned about
@@ -18,24 +18,25 @@ import pytest
 from conftest import FOREIGN, H200, REPO
 
 from traceinsight.errors import FormatError
-from traceinsight.ingest import kineto
+from traceinsight.ingest import kineto, kineto_batch, kineto_events
+from traceinsight.ingest.host_ops import HostOps
 from traceinsight.ingest.json_stream import ArrayStream, Repairs, byte_chunks
-from traceinsight.ingest.kineto import (
-    _DISPATCH,
+from traceinsight.ingest.kineto_events import (
     _INT64,
     _KERNEL,
     _LAUNCH,
-    _LAUNCH_COLUMNS,
     _MEMOP,
     _STEP_OP,
+    DISPATCH,
     FLOW_PHASES,
+    LAUNCH_COLUMNS,
     MEMOP_CATS,
     PROFILER_STEP_PREFIX,
     RANGE_CATS,
-    _i32,
-    _i64,
-    _os_id,
-    _stream_of_tid,
+    i32,
+    i64,
+    os_id,
+    stream_of_tid,
 )
 
 REAL = [*sorted(H200.glob("*.pt.trace.json.gz")), *sorted(FOREIGN.glob("*.json.gz")),
@@ -43,26 +44,26 @@ REAL = [*sorted(H200.glob("*.pt.trace.json.gz")), *sorted(FOREIGN.glob("*.json.g
 SEP = b"\n  },\n  {"
 
 
-def rows(t: kineto._Tables) -> str:
+def rows(t: kineto_events.Tables) -> str:
     """Everything the loop fills, as text (repr: an int and the equal float differ)."""
     return repr((t.kernels, t.memops, t.launches, t.ranges, sorted(t.skipped.items()), t.names))
 
 
 def check(text: bytes) -> None:
     events = orjson.loads(text)
-    fast, plain = kineto._Tables(), kineto._Tables()
-    kineto._read_events(events, fast)
+    fast, plain = kineto_events.Tables(), kineto_events.Tables()
+    kineto_events.read_events(events, fast)
     plain_rows(events, plain)
     assert rows(fast) == rows(plain)
 
 
 def kept_texts(path: Path) -> list[bytes]:
-    """The kept elements of each batch of a trace, as `_batch_events` joins them."""
+    """The kept elements of each batch of a trace, as `kineto_batch.batch_events` joins them."""
     stream = ArrayStream(path, byte_chunks(path, Repairs()), b"traceEvents")
     out = []
-    for batch, kept in kineto._prepare(stream.batches()):
-        if batch.sep is not None:
-            out.append(kineto.joined(kineto.kept_elements(batch, kept)[0]))
+    for _batch, kept in kineto._prepare(stream.batches(), HostOps()):
+        if kept is not None:
+            out.append(kineto_batch.joined(kept[0]))
     return out
 
 
@@ -175,7 +176,7 @@ def mutate(event: dict[str, Any], rng: random.Random) -> str:
 
 def test_randomly_mutated_real_events() -> None:
     trace = json.loads(gzip.decompress((H200 / "flashinfer_decode_small.pt.trace.json.gz").read_bytes()))
-    events = [e for e in trace["traceEvents"] if e.get("cat") in kineto._DISPATCH]
+    events = [e for e in trace["traceEvents"] if e.get("cat") in kineto_events.DISPATCH]
     rng = random.Random(7)
     for _ in range(300):
         check(doc(*(mutate(rng.choice(events), rng) for _ in range(20))))
@@ -208,15 +209,15 @@ def test_invalid_utf8_in_a_kept_event_is_the_same_one_line_error(tmp_path: Path)
 
 
 # ------------------------------------------------------------------ the reference
-def plain_rows(events: list[Any], t: kineto._Tables) -> None:
-    """`kineto._read_events` as it was before its columns' appends were bound and its integers tested inline
+def plain_rows(events: list[Any], t: kineto_events.Tables) -> None:
+    """`kineto_events.read_events` as it was before its columns' appends were bound and its integers tested inline
     (the reference the inlined loop is held to)."""
-    dispatch = _DISPATCH
+    dispatch = DISPATCH
     flows = FLOW_PHASES
     skipped = t.skipped
     intern = t.names.setdefault
     k, m, r = t.kernels, t.memops, t.ranges
-    la_corr, la_name, la_start, la_end, la_pid, la_tid = (t.launches[c].append for c in _LAUNCH_COLUMNS)
+    la_corr, la_name, la_start, la_end, la_pid, la_tid = (t.launches[c].append for c in LAUNCH_COLUMNS)
     lo, hi = -_INT64, _INT64
     empty: dict[str, Any] = {}
     not_objects = 0
@@ -265,7 +266,7 @@ def plain_rows(events: list[Any], t: kineto._Tables) -> None:
         if what == _LAUNCH:
             corr = args.get("correlation")
             if type(corr) is not int or not lo <= corr < hi:
-                corr = _i64(corr)
+                corr = i64(corr)
                 if corr is None:
                     continue
             pid, tid = e.get("pid"), e.get("tid")
@@ -273,15 +274,15 @@ def plain_rows(events: list[Any], t: kineto._Tables) -> None:
             la_name(intern(name, name))
             la_start(start)
             la_end(end)
-            la_pid(pid if type(pid) is int and lo <= pid < hi else _os_id(pid))
-            la_tid(tid if type(tid) is int and lo <= tid < hi else _os_id(tid))
+            la_pid(pid if type(pid) is int and lo <= pid < hi else os_id(pid))
+            la_tid(tid if type(tid) is int and lo <= tid < hi else os_id(tid))
         elif what == _KERNEL:
             stream = args.get("stream")
             gx, gy, gz = dim3(args.get("grid"))
             bx, by, bz = dim3(args.get("block"))
             k["name"].append(intern(name, name))
-            k["device_id"].append(_i32(args.get("device", e.get("pid"))))
-            k["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
+            k["device_id"].append(i32(args.get("device", e.get("pid"))))
+            k["stream_id"].append(i64(stream) if stream is not None else stream_of_tid(e.get("tid")))
             k["start_ns"].append(start)
             k["end_ns"].append(end)
             k["grid_x"].append(gx)
@@ -290,21 +291,21 @@ def plain_rows(events: list[Any], t: kineto._Tables) -> None:
             k["block_x"].append(bx)
             k["block_y"].append(by)
             k["block_z"].append(bz)
-            k["registers_per_thread"].append(_i32(args.get("registers per thread")))
-            k["smem_bytes"].append(_i32(args.get("shared memory")))  # static + dynamic; Kineto gives only the sum
-            k["correlation_id"].append(_i64(args.get("correlation")))
+            k["registers_per_thread"].append(i32(args.get("registers per thread")))
+            k["smem_bytes"].append(i32(args.get("shared memory")))  # static + dynamic; Kineto gives only the sum
+            k["correlation_id"].append(i64(args.get("correlation")))
         elif what == _MEMOP:
             stream = args.get("stream")
             # peer copies (CUpti_ActivityMemcpy2) name the executing device "inDevice"
             dev = args.get("device", args.get("inDevice", e.get("pid")))
             m["kind"].append(MEMOP_CATS[cat])
             m["name"].append(intern(name, name))
-            m["device_id"].append(_i32(dev))
-            m["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
+            m["device_id"].append(i32(dev))
+            m["stream_id"].append(i64(stream) if stream is not None else stream_of_tid(e.get("tid")))
             m["start_ns"].append(start)
             m["end_ns"].append(end)
-            m["bytes"].append(_i64(args.get("bytes")))
-            m["correlation_id"].append(_i64(args.get("correlation")))
+            m["bytes"].append(i64(args.get("bytes")))
+            m["correlation_id"].append(i64(args.get("correlation")))
         else:
             kind, side = ("profiler_step", "cpu") if what == _STEP_OP else RANGE_CATS[cat]
             if side == "cpu" and name.startswith(PROFILER_STEP_PREFIX):
@@ -315,8 +316,8 @@ def plain_rows(events: list[Any], t: kineto._Tables) -> None:
             r["start_ns"].append(start)
             r["end_ns"].append(end)
             if side == "cpu":
-                r["process_id"].append(_os_id(e.get("pid")))
-                r["thread_id"].append(_os_id(e.get("tid")))
+                r["process_id"].append(os_id(e.get("pid")))
+                r["thread_id"].append(os_id(e.get("tid")))
                 r["device_id"].append(None)
                 r["stream_id"].append(None)
             else:
@@ -324,13 +325,13 @@ def plain_rows(events: list[Any], t: kineto._Tables) -> None:
                 stream = args.get("stream")
                 r["process_id"].append(None)
                 r["thread_id"].append(None)
-                r["device_id"].append(_i32(dev))
-                r["stream_id"].append(_i64(stream) if stream is not None else _stream_of_tid(e.get("tid")))
+                r["device_id"].append(i32(dev))
+                r["stream_id"].append(i64(stream) if stream is not None else stream_of_tid(e.get("tid")))
     if not_objects:
         skipped[("traceEvents", "not a JSON object")] += not_objects
 
 
 def dim3(v: Any) -> tuple[int | None, int | None, int | None]:
     if type(v) is list and len(v) == 3:
-        return _i32(v[0]), _i32(v[1]), _i32(v[2])
+        return i32(v[0]), i32(v[1]), i32(v[2])
     return None, None, None

@@ -302,10 +302,22 @@ def test_gpu_gaps_counts_memory_operations_as_busy() -> None:
     assert x.rows("gpu_gaps", t=T, d=0, min=500, lo=0, hi=10_000) == []
 
 
-def test_host_ranges_returns_cpu_ranges_overlapping_any_window() -> None:
+def test_host_ops_returns_cpu_ranges_then_host_ops_overlapping_any_window() -> None:
     x = _two_steps()
-    got = x.rows("host_ranges", trace=T, lo=[1010, 4000], hi=[1020, 4100])
-    assert [r[0] for r in got] == ["run", "ProfilerStep#0", "attn"]
+    ops = [("aten::mm", "cpu_op", 1012, 1014, 11), ("aten::empty", "cpu_op", 1005, 1011, 11),  # file order kept
+           ("py_sleep", "python_function", 1100, 3000, 12), ("after", "cpu_op", 1020, 1030, 11),  # ends past 1020
+           ("other_trace", "cpu_op", 1010, 1020, 11)]
+    for i, (name, cat, a, e, thread) in enumerate(ops):
+        x.db.sql("INSERT INTO host_ops VALUES ($t, $i, $n, $c, $a, $e, $e - $a, 1, $h)",
+                 {"t": T + 1 if name == "other_trace" else T, "i": i, "n": name, "c": cat, "a": a, "e": e, "h": thread})
+    got = x.rows("host_ops", trace=T, lo=[1010, 4000], hi=[1020, 4100])
+    assert [(r[0], r[1]) for r in got] == [
+        ("run", "annotation"), ("ProfilerStep#0", "profiler_step"), ("attn", "annotation"),
+        ("aten::mm", "cpu_op"), ("aten::empty", "cpu_op")]
+    assert got[3] == ("aten::mm", "cpu_op", 1012, 1014, 1, 11)
+    # The second window reaches the Python function and the range around both steps only.
+    got = x.rows("host_ops", trace=T, lo=[2950], hi=[2990])
+    assert [r[0] for r in got] == ["run", "py_sleep"]
 
 
 def test_step_gpu_work_puts_kernels_and_memory_operations_in_start_order_with_their_launch() -> None:

@@ -32,3 +32,16 @@ def test_rank_steps_lists_the_host_profiler_steps_of_one_trace_in_order() -> Non
     x.range("ProfilerStep#1", 1100, 1800, side="gpu", kind="profiler_step", thread=None, device=0)
     x.range("ProfilerStep#9", 0, 10, kind="profiler_step", trace=T + 1)
     assert x.rows("rank_steps", trace=T) == [("ProfilerStep#1", 1000, 1900), ("ProfilerStep#2", 2000, 2900)]
+
+
+def test_collective_args_gives_each_correlation_id_its_last_recorded_arguments() -> None:
+    x = Inline()
+    rows = [(T, 7, "allreduce", 100, 100, 2, "Float", "0", "default_pg", "[0, 1]", 3),
+            (T, 5, "send", 8, None, 2, "BFloat16", "1", None, "[0, 1]", None),
+            (T, 7, "allreduce", 100, 100, 2, "Float", "0", "default_pg", "[0, 1]", 4),  # the same id again: kept
+            (T + 1, 9, "allgather", 1, 2, 2, "Float", "0", "default_pg", "[0, 1]", 0)]  # another trace
+    for r in rows:
+        x.db.sql("INSERT INTO collectives VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", list(r))
+    assert x.rows("collective_args", trace=T) == [
+        (5, "send", 8, None, 2, "BFloat16", "1", None, "[0, 1]", None),
+        (7, "allreduce", 100, 100, 2, "Float", "0", "default_pg", "[0, 1]", 4)]

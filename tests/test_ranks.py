@@ -18,7 +18,6 @@ from traceinsight.cli.main import main
 from traceinsight.diagnose.rules import rank_straggler
 from traceinsight.diagnose.run_rules import run_rules
 from traceinsight.ingest import load
-from traceinsight.ingest.collective_args import read_collective_args
 from traceinsight.labels import label
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.model.ranks import RunAlignment, align_run, find_runs
@@ -161,14 +160,23 @@ def test_a_copy_of_a_real_rank_aligns_collective_for_collective_and_nobody_waits
     assert run_rules(run)[0] == []
 
 
-def test_the_collectives_arguments_are_read_from_the_kernels() -> None:
-    args = read_collective_args(NCCL_RANK0)
+def test_the_collectives_arguments_are_read_from_the_kernels_at_ingest(tmp_path: Path) -> None:
+    db, (trace,) = load([NCCL_RANK0], cache=False)
+    args = {r["correlation_id"]: r for r in db.rows("SELECT * FROM collectives WHERE trace_id = $t", {"t": trace})}
     kernels = _nccl(_doc(NCCL_RANK0))
     assert len(args) == len(kernels)
     for k in kernels:
         a = args[k["args"]["correlation"]]
-        assert (a.name, a.in_nelems, a.group_size, a.group_name) == (
-            k["args"]["Collective name"], k["args"]["In msg nelems"], 2, k["args"]["Process Group Name"])
+        assert (a["name"], a["in_nelems"], a["group_size"], a["group_name"], a["group_ranks"]) == (
+            k["args"]["Collective name"], k["args"]["In msg nelems"], 2, k["args"]["Process Group Name"],
+            k["args"]["Process Group Ranks"])
+    # The run is aligned from the database alone: the rank's file gone after ingest changes nothing.
+    copy = _write(_doc(NCCL_RANK0), tmp_path / "rank0.json.gz")
+    db, ids = load([copy, _rank1(tmp_path, "copy")], cache=False)
+    copy.unlink()
+    ensure_labels(db)
+    run = align_run(db, find_runs(db, ids)[0])
+    assert {c.group for c in run.collectives} == {"0"} and len(run.collectives) == 21
 
 
 @pytest.mark.parametrize("grow_kernel", [True, False], ids=["kernel-grew", "host-late"])

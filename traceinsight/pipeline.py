@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.run import diagnose
-from traceinsight.errors import TraceInsightError
 from traceinsight.ingest import load
-from traceinsight.ingest.host_ops import HostOp, read_kineto_ops
+from traceinsight.ingest.host_ops import HostOp
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.attach import attach
 from traceinsight.model.breakdown import breakdowns
@@ -95,7 +93,7 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
             f"--meta {Path(meta['path']).name})")
     if steps:
         analysis.extra["steps_from"] = STEPS_FROM[steps[0].evidence]
-    analysis.host_ops = _host_ops_reader(db, trace_id, meta)
+    analysis.host_ops = _host_ops_reader(db, trace_id)
     analysis.step_kernels = lambda step: step_kernels(db, trace_id, step)
     analysis.cursor = db.con.cursor
     if unassigned:
@@ -118,25 +116,23 @@ def _analyze_trace(db: TraceDB, trace_id: int, step_pattern: str | None, model: 
     return analysis
 
 
-def _host_ops_reader(db: TraceDB, trace_id: int, meta: dict[str, Any]) -> Callable[[list[tuple[int, int]]],
-                                                                               list[HostOp]]:
-    """What the host did within time windows: the trace's CPU ranges (from the database) and, for a Kineto
-    trace whose file is still there, its CPU ops (read from the file on demand: the tables do not keep them)."""
+def _host_ops_reader(db: TraceDB, trace_id: int) -> Callable[[list[tuple[int, int]]], list[HostOp]]:
+    """What the host did within time windows: the trace's CPU ranges, then its host operations (Kineto CPU ops,
+    stored at ingest: the trace file is not read again), as queries/host_ops.sql gives them. Windows that touch
+    or overlap are read as one."""
 
     def read(windows: list[tuple[int, int]]) -> list[HostOp]:
-        if not windows:
+        merged: list[list[int]] = []
+        for lo, hi in sorted(windows):
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        if not merged:
             return []
-        rows = db.rows(sql("host_ranges"), {"trace": trace_id, "lo": [w[0] for w in windows],
-                                            "hi": [w[1] for w in windows]})
-        ops = [HostOp(r["name"], r["kind"], r["start_ns"], r["end_ns"], r["process_id"], r["thread_id"])
-               for r in rows]
-        source = Path(meta.get("source_path") or meta["path"])
-        if meta.get("format") == "kineto" and source.is_file():
-            try:
-                ops.extend(read_kineto_ops(source, windows))
-            except TraceInsightError:
-                pass  # the file changed since it was analyzed: the ranges alone
-        return ops
+        rows = db.sql(sql("host_ops"), {"trace": trace_id, "lo": [w[0] for w in merged],
+                                        "hi": [w[1] for w in merged]}).fetchall()
+        return [HostOp(*r) for r in rows]
 
     return read
 

@@ -1,32 +1,35 @@
-"""What torch.distributed wrote on each collective kernel of a Kineto trace, read on demand.
+"""What torch.distributed wrote on each collective kernel of a Kineto trace, kept at ingest in the `collectives`
+table (model/ranks.py reads it through queries/collective_args.sql).
 
 PyTorch (2.1 and later) copies the arguments of the collective's `record_param_comms` op onto its NCCL kernel
 event: `"Collective name": "allreduce", "In msg nelems": 6637568, "Out msg nelems": ..., "Group size": 2,
 "dtype": "Float", "Process Group Name": "0", "Process Group Description": "default_pg", "Process Group Ranks":
-"[0, 1]"` and, in newer releases, `"Seq"` (the collective's sequence number in its group). The tables keep none
-of it (the kernels table is the same for every format); only a multi-rank run needs it, to match the n-th
-collective of a group on every rank. `read_collective_args` streams the file once more and returns, per kernel
-correlation id, the arguments of every event whose `args` object holds a "Collective name" and a "correlation"
-(kernels; the CPU op holds no correlation). Events written in another layout are not seen: the result is evidence,
-never a table.
+"[0, 1]"` and, in newer releases, `"Seq"` (the collective's sequence number in its group). The Kineto reader
+parses every kernel's `args` anyway: `add` keeps those of a kernel whose args hold a "Collective name" and an
+integer "correlation", one row per kernel (a multi-rank run matches the n-th collective of a group on every rank
+with them).
 """
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import orjson
-
-from traceinsight.ingest.json_stream import Repairs, byte_chunks
-
-_KEY = b'"Collective name"'
-_ARGS = b'"args"'
-# Bytes kept from one chunk to the next: from the last event's start, so an event cut by the boundary is read
-# whole with the next chunk.
-_CARRY = b'"ph"'
-_OPEN = re.compile(rb'"args"\s*:\s*\{')
+# collectives column -> the kernel args key it is read from, and whether it is an integer (else a text).
+COLUMNS: dict[str, tuple[str, bool]] = {
+    "name": ("Collective name", False),
+    "in_nelems": ("In msg nelems", True),
+    "out_nelems": ("Out msg nelems", True),
+    "group_size": ("Group size", True),
+    "dtype": ("dtype", False),
+    "group_name": ("Process Group Name", False),
+    "group_desc": ("Process Group Description", False),
+    "group_ranks": ("Process Group Ranks", False),
+    "seq": ("Seq", True),
+}
+# The args key that marks a collective kernel.
+KEY = "Collective name"
+_INT32 = 2**31
+_INT64 = 2**63
 
 
 class CollectiveArgs(NamedTuple):
@@ -44,58 +47,28 @@ class CollectiveArgs(NamedTuple):
 
 
 def _int(v: object) -> int | None:
-    return v if type(v) is int else None
+    return v if type(v) is int and -_INT64 <= v < _INT64 else None
 
 
 def _str(v: object) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def _args_of(buf: bytes, at: int) -> dict[str, object] | None:
-    """The `args` object around offset `at` (a "Collective name" key), parsed; None when it is not one plain
-    object (nested braces, cut by the chunk)."""
-    lo = buf.rfind(_ARGS, 0, at)
-    if lo < 0:
-        return None
-    m = _OPEN.match(buf, lo)
-    if m is None:
-        return None
-    start = m.end() - 1
-    if buf.find(b"{", start + 1, at) >= 0 or buf.find(b"}", start + 1, at) >= 0:
-        return None
-    end = buf.find(b"}", at)
-    if end < 0:
-        return None
-    try:
-        got = orjson.loads(buf[start:end + 1])
-    except orjson.JSONDecodeError:
-        return None
-    return got if isinstance(got, dict) else None
+def empty() -> dict[str, list[Any]]:
+    """The collectives columns, no row yet."""
+    return {"correlation_id": [], **{c: [] for c in COLUMNS}}
 
 
-def read_collective_args(path: Path) -> dict[int, CollectiveArgs]:
-    """Per kernel correlation id, the collective arguments of the Kineto trace at `path` (empty when the trace
-    holds none)."""
-    out: dict[int, CollectiveArgs] = {}
-    carry = b""
-    for chunk in byte_chunks(path, Repairs(), cut_ok=True):
-        buf = carry + chunk
-        cut = buf.rfind(_CARRY)
-        body, carry = (buf[:cut], buf[cut:]) if cut > 0 else (buf, b"")
-        _scan(body, out)
-    if carry:
-        _scan(carry, out)
-    return out
-
-
-def _scan(body: bytes, out: dict[int, CollectiveArgs]) -> None:
-    at = body.find(_KEY)
-    while at >= 0:
-        args = _args_of(body, at)
-        if args is not None and (corr := _int(args.get("correlation"))) is not None:
-            out[corr] = CollectiveArgs(
-                _str(args.get("Collective name")), _int(args.get("In msg nelems")), _int(args.get("Out msg nelems")),
-                _int(args.get("Group size")), _str(args.get("dtype")), _str(args.get("Process Group Name")),
-                _str(args.get("Process Group Description")), _str(args.get("Process Group Ranks")),
-                _int(args.get("Seq")))
-        at = body.find(_KEY, at + len(_KEY))
+def add(cols: dict[str, list[Any]], args: dict[str, Any]) -> None:
+    """Append the row of a kernel whose `args` hold KEY (none when its correlation id is not an integer)."""
+    corr = _int(args.get("correlation"))
+    if corr is None:
+        return
+    cols["correlation_id"].append(corr)
+    for col, (key, integer) in COLUMNS.items():
+        v = args.get(key)
+        if integer:
+            v = _int(v)
+            if col == "group_size" and v is not None and not -_INT32 <= v < _INT32:
+                v = None
+        cols[col].append(v if integer else _str(v))

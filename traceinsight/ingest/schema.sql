@@ -125,6 +125,37 @@ CREATE TABLE IF NOT EXISTS ranges (
     domain          VARCHAR             -- NVTX domain when not the default one
 );
 
+-- Host operations besides the ranges: torch.profiler's CPU ops and Python functions (Kineto `cpu_op`,
+-- `python_function`), read at ingest so that no stage reads the trace file again. queries/host_ops.sql gives them
+-- with the CPU ranges for the windows a diagnostic asks about.
+CREATE TABLE IF NOT EXISTS host_ops (
+    trace_id        INTEGER NOT NULL,
+    op_id           BIGINT  NOT NULL,   -- 0.. in the order of the file
+    name            VARCHAR NOT NULL,   -- 'aten::mm', 'cudaStreamSynchronize', a Python function's 'file.py(12): f'
+    category        VARCHAR NOT NULL,   -- the event's category as written ('cpu_op' | 'python_function')
+    start_ns        BIGINT  NOT NULL,
+    end_ns          BIGINT  NOT NULL,
+    dur_ns          BIGINT  NOT NULL,
+    process_id      BIGINT,
+    thread_id       BIGINT              -- the thread that ran it
+);
+
+-- What torch.distributed recorded on each collective kernel (Kineto: the args of its record_param_comms op copied
+-- onto the NCCL kernel event, PyTorch 2.1 and later); model/ranks.py matches a run's ranks collective by collective.
+CREATE TABLE IF NOT EXISTS collectives (
+    trace_id        INTEGER NOT NULL,
+    correlation_id  BIGINT  NOT NULL,   -- the kernel's `kernels.correlation_id`
+    name            VARCHAR,            -- 'Collective name': 'allreduce', 'allgather_into_tensor_coalesced', 'send', ...
+    in_nelems       BIGINT,             -- 'In msg nelems': elements in
+    out_nelems      BIGINT,             -- 'Out msg nelems': elements out
+    group_size      INTEGER,            -- 'Group size': ranks in the process group
+    dtype           VARCHAR,            -- 'dtype' as written ('Float', 'BFloat16', ...)
+    group_name      VARCHAR,            -- 'Process Group Name' ('0', or a hash-like id)
+    group_desc      VARCHAR,            -- 'Process Group Description' ('default_pg', 'undefined', ...)
+    group_ranks     VARCHAR,            -- 'Process Group Ranks' as written ('[0, 1]')
+    seq             BIGINT              -- 'Seq': the collective's sequence number in its group, when the profiler wrote it
+);
+
 -- Memory copies and sets on the GPU (they matter for idle gaps between steps).
 CREATE TABLE IF NOT EXISTS memops (
     trace_id        INTEGER NOT NULL,

@@ -20,7 +20,7 @@ from traceinsight.tuning import arrow_pool
 # Tables whose rows get a per-trace id in start order, and the name of that id column.
 _ID_COLUMNS = {"kernels": "kernel_id", "ranges": "range_id"}
 # Tables whose rows get dur_ns = end_ns - start_ns on insert.
-_DURATION_TABLES = {"kernels", "ranges", "memops"}
+_DURATION_TABLES = {"kernels", "ranges", "memops", "host_ops"}
 # In memory, tables are kept as inserted — a kernel's name once per row, 920 bytes of FlashInfer's templated
 # names (demangled + mangled) per kernel — until a checkpoint compresses them (dictionary/FSST: 1.4 GB -> 80 MB
 # for a million kernels). An insert carrying more text than this is done in slices of about this much, each

@@ -7,7 +7,7 @@ each collective's time split into waiting for the last rank and the transfer its
   a rank's `pg_config` may list only the groups it created or joined.)
 - Collectives: the communication kernels of each rank (family 'communication': NCCL/RCCL, custom all-reduce).
   A collective's group is its process group as torch.distributed recorded it on the kernel ('Process Group Name',
-  `ingest.collective_args`), else its stream's order among the rank's communication streams; its kind is the
+  stored at ingest in `collectives`), else its stream's order among the rank's communication streams; its kind is the
   recorded 'Collective name', else the one in the kernel's name (ncclKernel_AllReduce_... -> allreduce). The n-th
   collective of a (group, kind) on one rank is the n-th on every rank (`Seq` numbers, when recorded, say which).
 - Clocks: ranks on different hosts have different clocks. A collective ends at about the same time on every rank
@@ -33,13 +33,11 @@ import bisect
 import re
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from traceinsight.errors import TraceInsightError
-from traceinsight.ingest.collective_args import CollectiveArgs, read_collective_args
+from traceinsight.ingest.collective_args import CollectiveArgs
 from traceinsight.ingest.store import TraceDB
 from traceinsight.queries import sql
 
@@ -233,14 +231,7 @@ def _kind(name: str, args: CollectiveArgs | None) -> str:
 
 def _read_rank(db: TraceDB, f: RankFile) -> _Rank:
     cols = db.sql(sql("rank_kernels"), {"trace": f.trace_id}).fetchnumpy()
-    args: dict[int, CollectiveArgs] = {}
-    meta = db.rows("SELECT format, coalesce(source_path, path) AS src FROM traces WHERE trace_id = $t",
-                   {"t": f.trace_id})[0]
-    if meta["format"] == "kineto" and Path(meta["src"]).is_file():
-        try:
-            args = read_collective_args(Path(meta["src"]))
-        except TraceInsightError:
-            args = {}  # the file changed since it was read: groups from streams, kinds from kernel names
+    args = {r[0]: CollectiveArgs(*r[1:]) for r in db.sql(sql("collective_args"), {"trace": f.trace_id}).fetchall()}
     fam = np.array(["other" if x is None else str(x) for x in cols["family"].tolist()], dtype=str)
     names, codes = np.unique(fam, return_inverse=True)
     starts = np.asarray(cols["start_ns"], dtype=np.int64)
