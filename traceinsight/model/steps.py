@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from traceinsight import labels
 from traceinsight.errors import FormatError
-from traceinsight.ingest.arrow_numpy import python_values
+from traceinsight.ingest.arrow_numpy import ints, python_values
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model import engine_steps, iterations
 from traceinsight.model.kernel_table import ensure_labels
@@ -265,10 +266,9 @@ def kernels_of(table: pa.Table, labels: dict[int, LabelFields] | None = None) ->
     label_id's fields: `kernel_label_rows`), in row order. Each text column is dictionary-encoded first, so a
     thousand launches of one kernel share one name string (and one parsed params dict) instead of holding a
     thousand copies."""
-    col = {name: _pylist(table.column(name), shared=name not in UNIQUE_COLUMNS) for name in table.column_names}
-    shapes: dict[tuple[int, int, int], tuple[int, int, int]] = {}  # one tuple per distinct grid or block
-    grid = (shapes.setdefault(g, g) for g in zip(*(_or_zero(col[f"grid_{a}"]) for a in "xyz"), strict=True))
-    block = (shapes.setdefault(b, b) for b in zip(*(_or_zero(col[f"block_{a}"]) for a in "xyz"), strict=True))
+    col = {name: _pylist(table.column(name), shared=name not in UNIQUE_COLUMNS) for name in table.column_names
+           if not name.startswith(("grid_", "block_"))}
+    grid, block = _triples(table, "grid"), _triples(table, "block")
     tail = ("stream_id", "device_id", "start_ns", "end_ns", "dur_ns")
     if labels is None:
         parsed = {raw: json.loads(raw) if raw else {} for raw in set(col["params_json"])}
@@ -293,8 +293,18 @@ def _pylist(column: pa.ChunkedArray, shared: bool = True) -> list[Any]:
     return python_values(column.combine_chunks(), shared_ints=shared)
 
 
-def _or_zero(values: list[Any]) -> list[int]:
-    return [0 if v is None else v for v in values]
+def _triples(table: pa.Table, prefix: str) -> list[tuple[int, int, int]]:
+    """Each row's (x, y, z) of the columns PREFIX_x/_y/_z (NULL as 0), one tuple object per distinct triple (a long
+    trace's 600K launches hold a handful of grids), found by numpy rather than a dict lookup per row."""
+    if not table.num_rows:
+        return []
+    axes = np.stack([ints(table.column(f"{prefix}_{a}").combine_chunks(), 0).astype(np.int64) for a in "xyz"], 1)
+    distinct, inverse = np.unique(axes, axis=0, return_inverse=True)
+    shared = np.empty(len(distinct), dtype=object)
+    for i, (x, y, z) in enumerate(distinct.tolist()):
+        shared[i] = (x, y, z)
+    triples: list[tuple[int, int, int]] = shared[inverse.reshape(-1)].tolist()
+    return triples
 
 
 def _choose_ranges(db: TraceDB, step_pattern: str | None) -> str:
