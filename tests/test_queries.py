@@ -194,6 +194,24 @@ def test_step_launches_attaches_merges_per_stream_and_reads_split_state() -> Non
     ]
 
 
+def test_step_launches_names_each_kernels_label_by_its_kernel_label_rows_id() -> None:
+    """step_launches gives a kernel's label as a row id of kernel_labels; kernel_label_rows reads each id's label
+    once: the merge kernel's id leads to its own name and family, not the attention kernel's."""
+    x = Inline()
+    x.kernel(0, "attn", "attention", 0, 90, backend="flashinfer-fa2")
+    x.kernel(1, "merge_states", "merge", 90, 95)
+    x.kernel(2, "attn", "attention", 100, 190, backend="flashinfer-fa2")
+    _group(x)
+    labels = {r[0]: r[1:] for r in x.rows("kernel_label_rows")}
+    rows = x.db.rows(sql("step_launches"), {"trace": T, "fa3_cap": FA3_CAP_PER_PREPARE_CTA,
+                                            **attention_split_params(x.db)})
+    got = [(r["kernel_id"], *labels[r["label_id"]][:4]) for r in rows]
+    assert sorted(got) == [(0, "attn", "attn", "attention", "flashinfer-fa2"),
+                           (1, "merge_states", "merge_states", "merge", None),
+                           (2, "attn", "attn", "attention", "flashinfer-fa2")]
+    assert len(labels) == 2 and not {"name", "kernel", "family", "params_json"} & set(rows[0])
+
+
 def test_step_launches_reads_fa3s_cap_from_its_prepare_grid() -> None:
     x = Inline()
     # FA3 above its dynamic-split cap: the prepare kernel runs 2 CTAs, the combine still runs: no request split.

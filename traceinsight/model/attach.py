@@ -10,7 +10,6 @@ saying why, never a guess presented as a fact.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -148,12 +147,6 @@ def _fa3_contradiction(launch: Launch, cut: int, s_static: int | None, said: str
 
 
 # ---------------------------------------------------------------------------------------------- main
-def _attention_launches(steps: Iterable[Step]) -> Iterable[tuple[Step, Launch]]:
-    for s in steps:
-        for launch in s.launches:
-            yield s, launch
-
-
 # The properties that make devices rows one GPU model (trace_gpu.sql compares the same).
 _MODEL_COLUMNS = ("name", "num_sms", "compute_major", "compute_minor", "total_mem_bytes")
 
@@ -172,19 +165,24 @@ def _device_row(db: TraceDB, trace_id: int, gpu_row: dict[str, Any]) -> dict[str
     return {**gpu_row, **(rows[0] if rows else {})}
 
 
-def step_graph_modes(db: TraceDB, trace_id: int) -> dict[int, str]:
+def step_graph_modes(db: TraceDB, trace_id: int) -> tuple[dict[int, str], set[int]]:
     """Per step key (group_steps' `Step.key`), how its kernels ran under CUDA / HIP graphs: 'full' when every
     attention kernel of the step came from a graph replay, 'piecewise' when replays ran between eager attention
-    kernels (step_graphs.sql); steps without a replay are left out. Leaves _kernel_replay (kernel_graph_replay.sql)
-    in the database."""
+    kernels (step_graphs.sql); steps without a replay are left out. And the kernels that ran inside a replay.
+    Leaves _kernel_replay (kernel_graph_replay.sql) in the database; a trace without graph replays skips both
+    queries (every kernel ran eagerly: a row per kernel of the 1M-kernel export, and one per step, said nothing)."""
+    if not db.rows("SELECT 1 FROM graph_replays WHERE trace_id = $t LIMIT 1", {"t": trace_id}):
+        db.sql("DROP TABLE IF EXISTS _kernel_replay")
+        return {}, set()
     db.sql("CREATE OR REPLACE TEMP TABLE _kernel_replay AS " + sql("kernel_graph_replay"), {"trace": trace_id})
+    replayed = {r[0] for r in db.sql("SELECT kernel_id FROM _kernel_replay WHERE replay_id IS NOT NULL").fetchall()}
     out: dict[int, str] = {}
     if not db.rows("SELECT 1 FROM duckdb_tables() WHERE table_name = '_step_members' LIMIT 1"):
-        return out  # steps not grouped on this connection (a caller that built them itself)
+        return out, replayed  # steps not grouped on this connection (a caller that built them itself)
     for r in db.rows(sql("step_graphs"), {"trace": trace_id}):
         if r["replays"]:
             out[r["step_key"]] = "full" if r["graph_attention"] == r["attention"] else "piecewise"
-    return out
+    return out, replayed
 
 
 def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any]) -> Schedule:
@@ -205,46 +203,52 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             f"GPU identified as {gpu.name} from compute capability {gpu.compute_capability[0]}."
             f"{gpu.compute_capability[1]}, {gpu.num_sms} SMs" + (f" and {mem / 2**30:.0f} GiB" if mem else "")
             + f" (the trace {named})")
-    graph_ids = {r["kernel_id"] for r in db.rows(
-        "SELECT kernel_id FROM kernels WHERE trace_id = $t AND graph_node_id IS NOT NULL", {"t": trace_id})}
-    modes = step_graph_modes(db, trace_id)
-    graph_ids |= {r["kernel_id"] for r in db.rows("SELECT kernel_id FROM _kernel_replay WHERE replay_id IS NOT NULL")}
+    graph_ids = {r[0] for r in db.sql("SELECT kernel_id FROM kernels WHERE trace_id = $t AND graph_node_id IS NOT "
+                                      "NULL", {"t": trace_id}).fetchall()}
+    modes, replayed = step_graph_modes(db, trace_id)
+    graph_ids |= replayed
     sched.cuda_graph_kernels = frozenset(graph_ids)
     rows = sidecar_rows(db, trace_id)
     log_rows = [r for r in rows if is_log_row(r)]
     index = SidecarIndex([r for r in rows if not is_log_row(r)])
     matched: dict[int, dict[str, Any]] = {}
-    for s in steps:
-        r = index.match(s)
-        if r is not None:
-            matched[s.index] = r
+    if index.rows:  # no sidecar: nothing to match (a step at a time, 229K steps on the 1M-kernel export)
+        for s in steps:
+            r = index.match(s)
+            if r is not None:
+                matched[s.index] = r
     if log_rows:  # a FlashInfer API log: by the order of its calls (model/log_match.py)
         by_log, note = match_log([s for s in steps if s.index not in matched], log_rows, sched.cuda_graph_kernels)
         matched.update(by_log)
         sched.notes.append(note)
 
-    # (a) thresholds, one per attention kernel variant (its most common launch shape).
-    by_name: dict[str, list[Kernel]] = defaultdict(list)
+    # (a) thresholds, one per attention kernel variant (its most common launch shape: the first launch of that
+    # shape represents it). One pass over the launches, counting shapes as it goes.
+    shapes: dict[str, Counter[tuple[Any, ...]]] = defaultdict(Counter)
+    first_of: dict[tuple[str, tuple[Any, ...]], Kernel] = {}
     hint: dict[str, int] = {}
-    for s, launch in _attention_launches(steps):
-        by_name[launch.attention.name].append(launch.attention)
-        r = matched.get(s.index)
-        if r and r.get("kv_heads"):
-            hint[launch.attention.name] = int(r["kv_heads"])
-    for name, ks in by_name.items():
-        shape = Counter((k.grid, k.block, k.registers_per_thread, k.smem_bytes) for k in ks).most_common(1)[0][0]
-        rep = next(k for k in ks if (k.grid, k.block, k.registers_per_thread, k.smem_bytes) == shape)
+    merge_kernels: dict[str, Kernel] = {}  # the first kernel of each merge name
+    for s in steps:
+        r = matched.get(s.index) if matched else None
+        for launch in s.launches:
+            k = launch.attention
+            shape = (k.grid, k.block, k.registers_per_thread, k.smem_bytes)
+            shapes[k.name][shape] += 1
+            first_of.setdefault((k.name, shape), k)
+            if r and r.get("kv_heads"):
+                hint[k.name] = int(r["kv_heads"])
+            for m in launch.merges:
+                merge_kernels.setdefault(m.name, m)
+    for name, counts in shapes.items():
+        rep = first_of[(name, counts.most_common(1)[0][0])]
         thr = kernel_threshold(rep, gpu, hint.get(name))
         if thr is not None:
             sched.thresholds[name] = thr
+    del shapes, first_of
 
     # Occupancy of the merge kernels (bounds B from their grid).
-    merge_occ: dict[str, int] = {}
-    for _, launch in _attention_launches(steps):
-        for m in launch.merges:
-            if m.name not in merge_occ:
-                merge_occ[m.name] = occupancy_limits(gpu, m.registers_per_thread or 0, threads_per_block(m),
-                                                     m.smem_bytes or 0).blocks
+    merge_occ = {name: occupancy_limits(gpu, m.registers_per_thread or 0, threads_per_block(m),
+                                        m.smem_bytes or 0).blocks for name, m in merge_kernels.items()}
 
     # (b) batch composition per step, (c) plans (one per distinct batch), calibration, simulation.
     plans: dict[int, tuple[Plan, int]] = {}
@@ -267,9 +271,10 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
         else:
             mo = merge_occ.get(first.merges[0].name) if first.merges else None
             key = trace_batch_key(first, thr, cuda_graph, mo)
-            if key not in trace_batches:
-                trace_batches[key] = batch_from_trace(first, thr, cuda_graph, gpu, mo)
-            sb = trace_batches[key]
+            found = trace_batches.get(key)
+            if found is None:
+                found = trace_batches[key] = batch_from_trace(first, thr, cuda_graph, gpu, mo)
+            sb = found
         if s.engine is not None:
             sb = with_engine(sb, s.engine)
         mode = modes.get(s.key)
@@ -306,17 +311,20 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
     sched.costs, notes = calibrate_costs({n: list(v.values()) for n, v in samples.items()}, gpu, occ_by_name)
     sched.notes.extend(notes)
     model_cache: dict[tuple[int, str], LaunchModel] = {}
-    for _, launch in _attention_launches(steps):
-        k = launch.attention
-        if k.kernel_id in plans:
-            p, occ = plans[k.kernel_id]
-            model = model_cache.get((id(p), k.name))
-            if model is None:
-                model = model_cache[(id(p), k.name)] = model_from_plan(k.kernel_id, p, k, gpu, occ,
-                                                                       sched.costs.get(k.name), cache=sched.cache)
-            sched.models[k.kernel_id] = replace(model, kernel_id=k.kernel_id, grid_matches=tuple(p.grid) == k.grid)
-        elif k.backend in BACKENDS and launch.phase not in PREFILL_PHASES:
-            sched.models[k.kernel_id] = model_from_trace(launch, sched.thresholds.get(k.name))
+    models = sched.models
+    for s in steps:
+        for launch in s.launches:
+            k = launch.attention
+            planned = plans.get(k.kernel_id) if plans else None
+            if planned is not None:
+                p, occ = planned
+                model = model_cache.get((id(p), k.name))
+                if model is None:
+                    model = model_cache[(id(p), k.name)] = model_from_plan(
+                        k.kernel_id, p, k, gpu, occ, sched.costs.get(k.name), cache=sched.cache)
+                models[k.kernel_id] = replace(model, kernel_id=k.kernel_id, grid_matches=tuple(p.grid) == k.grid)
+            elif k.backend in BACKENDS and launch.phase not in PREFILL_PHASES:
+                models[k.kernel_id] = model_from_trace(launch)
 
     # (d) Nsight Compute measurements matched to launches.
     try:

@@ -196,9 +196,11 @@ ENGINE_SAYS = ("phase", "batch_size", "query_tokens", "kv_tokens", "prefill_requ
 def trace_batch_key(launch: Launch, thr: KernelThreshold | None, cuda_graph: bool, merge_occ: int | None
                     ) -> tuple[Any, ...]:
     """Everything `batch_from_trace` reads of its arguments (the GPU aside, one per trace): launches with equal
-    keys get equal batches, so a long trace builds one per distinct launch shape instead of one per step."""
+    keys get equal batches, so a long trace builds one per distinct launch shape instead of one per step. Of the
+    threshold, the two fields it reads (hashing the whole dataclass, twice per step, was a tenth of the stage)."""
     k = launch.attention
-    return (k.backend, k.grid, k.block[1], k.params.get("head_dim"), launch.split_kv, thr, cuda_graph, merge_occ,
+    return (k.backend, k.grid, k.block[1], k.params.get("head_dim"), launch.split_kv,
+            (thr.kv_heads, thr.b_threshold) if thr is not None else None, cuda_graph, merge_occ,
             launch.merges[0].grid[0] if launch.merges else None)
 
 

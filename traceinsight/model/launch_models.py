@@ -11,7 +11,7 @@ from traceinsight.model.calibration import calibrate
 from traceinsight.model.gpus import GPU
 from traceinsight.model.occupancy import FA3, SM90
 from traceinsight.model.planners import Batch, Plan, plan
-from traceinsight.model.schedule import KernelThreshold, LaunchModel
+from traceinsight.model.schedule import LaunchModel
 from traceinsight.model.simulate import CostModel, SimResult, simulate
 from traceinsight.model.steps import Kernel, Launch
 
@@ -160,7 +160,11 @@ def model_from_plan(kernel_id: int, p: Plan, k: Kernel, gpu: GPU, occ: int, cost
     )
 
 
-def model_from_trace(launch: Launch, thr: KernelThreshold | None) -> LaunchModel:
+# What a launch modelled from the trace alone says of itself (`model_from_trace`).
+TRACE_MODEL_NOTE = "batch composition unknown (no sidecar): CTAs from the grid, split-KV from the merge kernel"
+
+
+def model_from_trace(launch: Launch) -> LaunchModel:
     k = launch.attention
     x, y, z = k.grid
     persistent = k.backend in (SM90, FA3)
@@ -173,5 +177,5 @@ def model_from_trace(launch: Launch, thr: KernelThreshold | None) -> LaunchModel
         predicted_ns=None,
         sm_idle=None,
         tail_ns=None,
-        note="batch composition unknown (no sidecar): CTAs from the grid, split-KV from the merge kernel",
+        note=TRACE_MODEL_NOTE,
     )

@@ -24,16 +24,17 @@ import functools
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from traceinsight import labels
 from traceinsight.errors import FormatError
-from traceinsight.ingest.arrow_numpy import python_values
+from traceinsight.ingest.arrow_numpy import ints, python_values
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model import engine_steps, iterations
 from traceinsight.model.kernel_table import ensure_labels
@@ -248,34 +249,40 @@ class Step:
         return states.pop() if len(states) == 1 else None
 
 
-def kernels_of(table: pa.Table) -> list[Kernel]:
-    """The kernels of a query's rows (the columns of step_launches.sql / step_kernels.sql), in row order. Each
-    text column is dictionary-encoded first, so a thousand launches of one kernel share one name string (and
-    one parsed params dict) instead of holding a thousand copies."""
-    col = {name: _pylist(table.column(name), shared=name not in UNIQUE_COLUMNS) for name in table.column_names}
-    parsed = {raw: json.loads(raw) if raw else {} for raw in set(col["params_json"])}
-    shapes: dict[tuple[int, int, int], tuple[int, int, int]] = {}  # one tuple per distinct grid or block
-    grid = (shapes.setdefault(g, g) for g in zip(*(_or_zero(col[f"grid_{a}"]) for a in "xyz"), strict=True))
-    block = (shapes.setdefault(b, b) for b in zip(*(_or_zero(col[f"block_{a}"]) for a in "xyz"), strict=True))
-    head = ("kernel_id", "name", "kernel", "family", "backend", "phase")
+# A kernel label's fields in Kernel's order (name, kernel, family, backend, phase, phase_evidence, params).
+LabelFields = tuple[str, str, str, str | None, str, str, dict[str, Any]]
+
+
+def kernel_label_rows(db: TraceDB) -> dict[int, LabelFields]:
+    """Every kernel label of the database by its row id (kernel_label_rows.sql; step_launches.sql's label_id), its
+    params parsed once: every kernel of a name shares its label's strings and params dict."""
+    return {lid: (name, kernel, family, backend, phase, evidence or "", json.loads(params) if params else {})
+            for lid, name, kernel, family, backend, phase, evidence, params
+            in db.sql(sql("kernel_label_rows")).fetchall()}
+
+
+def kernels_of(table: pa.Table, labels: dict[int, LabelFields] | None = None) -> list[Kernel]:
+    """The kernels of a query's rows (the columns of step_kernels.sql, or of step_launches.sql with `labels`, its
+    label_id's fields: `kernel_label_rows`), in row order. Each text column is dictionary-encoded first, so a
+    thousand launches of one kernel share one name string (and one parsed params dict) instead of holding a
+    thousand copies."""
+    col = {name: _pylist(table.column(name), shared=name not in UNIQUE_COLUMNS) for name in table.column_names
+           if not name.startswith(("grid_", "block_"))}
+    grid, block = _triples(table, "grid"), _triples(table, "block")
     tail = ("stream_id", "device_id", "start_ns", "end_ns", "dur_ns")
-    rows = zip(
-        *(col[n] for n in head),
-        col["phase_evidence"],
-        col["params_json"],
-        *(col[n] for n in tail),
-        grid,
-        block,
-        col["registers_per_thread"],
-        col["smem_bytes"],
-        strict=True,
-    )
-    return [
-        Kernel(kid, name, kernel, family, backend, phase, evidence or "", parsed[params_json],
-               stream, device, start, end, dur, g, b, regs, smem)
-        for kid, name, kernel, family, backend, phase, evidence, params_json,
-        stream, device, start, end, dur, g, b, regs, smem in rows
-    ]
+    if labels is None:
+        parsed = {raw: json.loads(raw) if raw else {} for raw in set(col["params_json"])}
+        label_rows: Iterator[LabelFields] = zip(
+            *(col[n] for n in ("name", "kernel", "family", "backend", "phase")),
+            (e or "" for e in col["phase_evidence"]), (parsed[p] for p in col["params_json"]), strict=True)
+    else:
+        label_rows = map(labels.__getitem__, col["label_id"])
+    rows = zip(col["kernel_id"], label_rows, *(col[n] for n in tail), grid, block, col["registers_per_thread"],
+               col["smem_bytes"], strict=True)
+    return [Kernel(kid, name, kernel, family, backend, phase, evidence, params, stream, device, start, end, dur,
+                   g, b, regs, smem)
+            for kid, (name, kernel, family, backend, phase, evidence, params), stream, device, start, end, dur,
+            g, b, regs, smem in rows]
 
 
 def _pylist(column: pa.ChunkedArray, shared: bool = True) -> list[Any]:
@@ -286,8 +293,18 @@ def _pylist(column: pa.ChunkedArray, shared: bool = True) -> list[Any]:
     return python_values(column.combine_chunks(), shared_ints=shared)
 
 
-def _or_zero(values: list[Any]) -> list[int]:
-    return [0 if v is None else v for v in values]
+def _triples(table: pa.Table, prefix: str) -> list[tuple[int, int, int]]:
+    """Each row's (x, y, z) of the columns PREFIX_x/_y/_z (NULL as 0), one tuple object per distinct triple (a long
+    trace's 600K launches hold a handful of grids), found by numpy rather than a dict lookup per row."""
+    if not table.num_rows:
+        return []
+    axes = np.stack([ints(table.column(f"{prefix}_{a}").combine_chunks(), 0).astype(np.int64) for a in "xyz"], 1)
+    distinct, inverse = np.unique(axes, axis=0, return_inverse=True)
+    shared = np.empty(len(distinct), dtype=object)
+    for i, (x, y, z) in enumerate(distinct.tolist()):
+        shared[i] = (x, y, z)
+    triples: list[tuple[int, int, int]] = shared[inverse.reshape(-1)].tolist()
+    return triples
 
 
 def _choose_ranges(db: TraceDB, step_pattern: str | None) -> str:
@@ -345,12 +362,13 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     launches: dict[tuple[int, int], Launch] = {}
     by_step: dict[int, list[Launch]] = defaultdict(list)
     pending: list[tuple[tuple[int, int], str, Kernel]] = []
+    labels = kernel_label_rows(db)
     for batch in db.stream(result, LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
         part = pa.Table.from_batches([batch])
         for key, role, lid, kv, evidence, k in zip(
                 *(_pylist(part.column(c), shared=c not in UNIQUE_COLUMNS)
                   for c in ("step_key", "role", "launch_id", "split_kv", "split_evidence")),
-                kernels_of(part), strict=True):
+                kernels_of(part, labels), strict=True):
             if role == ATTENTION:
                 launch = launches[(key, lid)] = Launch(attention=k, split_kv=kv, split_evidence=evidence or "")
                 by_step[key].append(launch)
@@ -440,7 +458,9 @@ def _mixed_from_tiles(db: TraceDB, trace_id: int, steps: list[Step]) -> None:
     `mixed`, from the trace alone (`model.phases.mixed_from_tiles`): the step's token rows are the rows its norm
     kernels run (one CTA per token row), the running batch the rows of the nearest decode steps before and after
     it, and each launch's query tiles its grid.x. A sidecar's query lengths, read later, override this."""
-    cands = [i for i, s in enumerate(steps) if _prefill_shaped(s)]
+    # The first launch's phase first: a step at a time through `_prefill_shaped` was 229K calls on the 1M-kernel
+    # export, whose steps are all decode.
+    cands = [i for i, s in enumerate(steps) if s.launches and s.launches[0].phase == "prefill" and _prefill_shaped(s)]
     if not cands:
         return
     decode = [bool(s.launches) and all(x.phase == "decode" for x in s.launches) for s in steps]

@@ -14,9 +14,10 @@
 --         $fa3_cap (BIGINT).
 -- Columns: step_key; ranged; launch_id (kernel_id of the launch's attention kernel); role ('attention' |
 --          'merge' | 'prepare'); split_kv, split_evidence (on the attention row, else NULL); the kernel:
---          kernel_id; name; kernel (short name); family; backend; phase; phase_evidence; params_json;
---          stream_id; device_id; start_ns, end_ns, dur_ns (ns); grid_x/y/z; block_x/y/z;
---          registers_per_thread; smem_bytes (bytes per block). In step_key, then kernel_id order.
+--          kernel_id; label_id (its kernel_labels row: kernel_label_rows.sql gives the name, short name, family,
+--          backend, phase, phase_evidence, params_json); stream_id; device_id; start_ns, end_ns, dur_ns (ns);
+--          grid_x/y/z; block_x/y/z; registers_per_thread; smem_bytes (bytes per block). In step_key, then
+--          kernel_id order.
 WITH m AS (
     SELECT s.step_key, s.ranged, k.kernel_id, kl.family AS role, k.device_id, k.stream_id,
            sum(CASE WHEN kl.family = 'attention' THEN 1 ELSE 0 END) OVER (
@@ -34,7 +35,7 @@ WITH m AS (
      AND a.opened = CASE WHEN m.role = 'prepare' THEN m.opened + 1 ELSE m.opened END
 ), rows AS (
     SELECT r.step_key, r.ranged, r.launch_id, r.role,
-           k.kernel_id, k.name, kl.kernel, kl.family, kl.backend, kl.phase, kl.phase_evidence, kl.params_json,
+           k.kernel_id, kl.rowid AS label_id, k.name, kl.kernel, kl.family, kl.backend,
            k.stream_id, k.device_id, k.start_ns, k.end_ns, k.dur_ns,
            k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z, k.registers_per_thread, k.smem_bytes
     FROM roles r
@@ -93,7 +94,7 @@ WITH m AS (
     FROM ruled
 )
 SELECT f.step_key, f.ranged, f.launch_id, f.role, d.split_kv, d.split_evidence,
-       f.* EXCLUDE (step_key, ranged, launch_id, role)
+       f.* EXCLUDE (step_key, ranged, launch_id, role, name, kernel, family, backend)
 FROM rows f
 LEFT JOIN decided d ON d.step_key = f.step_key AND d.launch_id = f.launch_id AND f.role = 'attention'
 ORDER BY f.step_key, f.kernel_id
