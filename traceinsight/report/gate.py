@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from traceinsight.labels.spelling import kernel_spelling, spelling_kind
 from traceinsight.report.compare_stats import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
@@ -31,7 +32,7 @@ from traceinsight.report.compare_stats import (
     quantile_change,
     verdict,
 )
-from traceinsight.report.pairing import kernel_spelling, step_kind
+from traceinsight.report.pairing import step_kind
 
 DEFAULT_THRESHOLD = 0.05
 METRICS = {"median": 0.5, "p90": 0.9}
@@ -386,7 +387,7 @@ def _pairs(before: KernelSamples, after: KernelSamples) -> list[tuple[list[Kerne
     def by_kind(keys: set[KernelKey]) -> dict[KernelKey, list[KernelKey]]:
         d: dict[KernelKey, list[KernelKey]] = defaultdict(list)
         for k in sorted(keys):
-            d[(k[0], _kind(k[1]), k[2], k[3])].append(k)
+            d[(k[0], spelling_kind(k[1]), k[2], k[3])].append(k)
         return d
 
     rb, ra = by_kind(kb - ka), by_kind(ka - kb)
@@ -411,12 +412,6 @@ def _pairs(before: KernelSamples, after: KernelSamples) -> list[tuple[list[Kerne
     return out
 
 
-def _kind(spelling: str) -> str:
-    from traceinsight.report.pairing import NUMBER
-
-    return NUMBER.sub("#", spelling)
-
-
 def kernel_groups(before: KernelSamples, after: KernelSamples, steps_before: int, steps_after: int,
                   before_doc: Mapping[str, Any], after_doc: Mapping[str, Any], th: Thresholds) -> list[dict[str, Any]]:
     """Each kernel group of either side: paired (by spelling or by kind; with metrics and a price per step), new
@@ -437,7 +432,7 @@ def kernel_groups(before: KernelSamples, after: KernelSamples, steps_before: int
             start = max(0, at - 8)
             part = key[1][start:start + LABEL_ARGS]
             label += " " + ("…" if start else "") + part + ("…" if start + LABEL_ARGS < len(key[1]) else "")
-        row: dict[str, Any] = {"group": label, "family": key[0], "kernel": name, "kind": _kind(key[1]),
+        row: dict[str, Any] = {"group": label, "family": key[0], "kernel": name, "kind": spelling_kind(key[1]),
                                "phase": key[2], "backend": key[3], "status": status,
                                "n_before": len(db), "n_after": len(da),
                                "per_step_before": _per_step(db, steps_before),
