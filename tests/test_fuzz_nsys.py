@@ -28,7 +28,7 @@ from fuzz_corpus import (
 )
 from hypothesis import given
 
-from traceinsight.ingest import load, nsys_sqlite, sqlite_salvage
+from traceinsight.ingest import load, nsys_export, nsys_sqlite, sqlite_salvage
 
 PAGE = 4096  # page size of the real export (header bytes 16-17)
 
@@ -66,7 +66,7 @@ def _rows(path: Path, table: str) -> list[tuple]:
 def test_salvage_of_an_intact_export_copies_every_row(tmp_path: Path) -> None:
     """The page walker reads the real export exactly as SQLite does (compared row by row with sqlite3)."""
     dest = tmp_path / "copy.sqlite"
-    report = sqlite_salvage.rebuild(NSYS_REAL, dest, nsys_sqlite.SALVAGE_TABLES)
+    report = sqlite_salvage.rebuild(NSYS_REAL, dest, nsys_export.SALVAGE_TABLES)
     assert not report.truncated and report.bad_pages == 0
     # sqlite3 on the real file: 70 kernels, 484 runtime calls, 16 NVTX events, 318 strings, 1 GPU
     assert report.rows["CUPTI_ACTIVITY_KIND_KERNEL"] == 70 and report.rows["CUPTI_ACTIVITY_KIND_RUNTIME"] == 484

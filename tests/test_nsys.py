@@ -24,7 +24,7 @@ import pytest
 from conftest import FOREIGN, H200, sha256
 
 from traceinsight.errors import FormatError, ToolMissingError
-from traceinsight.ingest import Ingest, load, nsys_rep, nsys_sqlite
+from traceinsight.ingest import Ingest, load, nsys_activity, nsys_devices, nsys_nvtx, nsys_query, nsys_rep, nsys_sqlite
 
 FLASHINFER = H200 / "flashinfer_decode.sqlite"
 FUSER = FOREIGN / "fuser_h200_report1.sqlite"
@@ -326,9 +326,10 @@ def test_arrow_json_and_row_fetch_agree() -> None:
             try:
                 tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 ingest = Ingest(format="nsys-sqlite")
-                reader = nsys_sqlite._Reader(con, tables, ingest, arrow_path, use_json=use_json)
-                for step in (reader.kernels, reader.memops, reader.launches, reader.ranges, reader.devices):
-                    step()
+                reader = nsys_query.ExportReader(con, tables, ingest, arrow_path, use_json=use_json)
+                for step in (nsys_activity.kernels, nsys_activity.memops, nsys_activity.launches, nsys_nvtx.ranges,
+                             nsys_devices.devices):
+                    step(reader)
             finally:
                 con.close()
             assert reader.arrow_path == arrow_path  # the Arrow route was taken where offered
