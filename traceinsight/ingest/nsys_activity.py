@@ -23,6 +23,7 @@ from traceinsight.ingest.nsys_sql import I32, I64, global_ids, id_list, int_sql,
 
 
 def kernels(reader: ExportReader) -> None:
+    """The `kernels` table: every CUDA kernel with its launch dimensions, resources, graph ids and name."""
     t = KERNEL_TABLE
     spec: dict[str, tuple[str, tuple[int, int] | None]] = {
         "device_id": ("deviceId", I32),
@@ -80,6 +81,7 @@ def kernels(reader: ExportReader) -> None:
 
 
 def memops(reader: ExportReader) -> None:
+    """The `memops` table: memory copies (named by their kind) and memsets."""
     names = ["device_id", "stream_id", "start_ns", "end_ns", "bytes", "correlation_id"]
     parts: dict[str, list[pa.Array]] = {n: [] for n in ["kind", "name", *names]}
     texts: dict[str, int] = {}  # operation name -> code of the name column
