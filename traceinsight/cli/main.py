@@ -33,13 +33,19 @@ class _Commands(click.Group):
         return found if found is not None else _module_command(cmd_name)
 
 
-def _module_commands() -> list[str]:
-    """The names of the commands that live in modules of their own (not imported)."""
-    import importlib.util
+def _own_commands() -> list[str]:
+    """The names of the commands in modules of this package (not imported)."""
     import pkgutil
 
-    names = [info.name for info in pkgutil.iter_modules([str(Path(__file__).parent)])
-             if info.name not in NOT_COMMANDS]
+    return [info.name for info in pkgutil.iter_modules([str(Path(__file__).parent)]) if info.name not in NOT_COMMANDS]
+
+
+def _module_commands() -> list[str]:
+    """The names of every command: this package's and the collectors' (`collect`; looking for it imports the
+    collectors package, which only `--help` needs)."""
+    import importlib.util
+
+    names = _own_commands()
     try:
         if importlib.util.find_spec(COLLECTORS_CLI) is not None:
             names.append("collect")
@@ -59,7 +65,7 @@ def _module_command(name: str) -> click.Command | None:
         except ImportError:
             return None
         return collect if isinstance(collect, click.Command) else None
-    if name not in _module_commands():
+    if name not in _own_commands():
         return None
     command = getattr(importlib.import_module(f"traceinsight.cli.{name}"), "command", None)
     return command if isinstance(command, click.Command) else None
