@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .checks import one_of
+
 DEFAULT_TOTAL_TOKENS = 262_144
 
 
@@ -55,8 +57,7 @@ def kv_lens(dist: str, batch_size: int, total_tokens: int = DEFAULT_TOTAL_TOKENS
     Raises ValueError (one line) for an unknown name, a batch too small for the distribution, or a total that
     leaves some request with no token.
     """
-    if dist not in DISTRIBUTIONS:
-        raise ValueError(f"unknown distribution {dist!r} (choose from {', '.join(DISTRIBUTIONS)})")
+    one_of(dist, DISTRIBUTIONS, "distribution")
     d = DISTRIBUTIONS[dist]
     if batch_size < d.min_batch:
         raise ValueError(f"distribution {dist} needs a batch of at least {d.min_batch} requests, got {batch_size}")

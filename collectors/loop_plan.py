@@ -26,6 +26,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from .checks import at_least, one_of
 from .config import LOOP_EVENTS, LOOP_SCENARIOS, PREFILL_BACKENDS, SPLIT_KV, LoopConfig
 
 HOST_EVENTS = ("host-sleep", "host-cpu")
@@ -214,26 +215,21 @@ def check(cfg: LoopConfig) -> None:
                                    ("--chunk", cfg.chunk, 1), ("--chunk-prompt", cfg.chunk_prompt, 1),
                                    ("--long-len", cfg.join_len, 1), ("--onset-len", cfg.onset_len, 0),
                                    ("--gemm-steps", cfg.gemm_steps, 1)):
-        if value < minimum:
-            raise ValueError(f"{option} must be at least {minimum}, got {value}")
+        at_least(value, minimum, option)
     for option, amount in (("--stall-factor", cfg.stall_factor), ("--sleep-ms", cfg.sleep_ms),
                            ("--cpu-ms", cfg.cpu_ms)):
         if not amount >= 0 or not math.isfinite(amount):
             raise ValueError(f"{option} must be a finite number >= 0, got {amount}")
     if not (math.isfinite(cfg.gemm_factor) and cfg.gemm_factor > 1):
         raise ValueError(f"--gemm-factor must be a finite number above 1, got {cfg.gemm_factor}")
-    if cfg.split_kv not in SPLIT_KV:
-        raise ValueError(f"unknown --split-kv {cfg.split_kv!r} (choose from {', '.join(SPLIT_KV)})")
-    if cfg.prefill_backend not in PREFILL_BACKENDS:
-        raise ValueError(f"unknown --prefill-backend {cfg.prefill_backend!r} "
-                         f"(choose from {', '.join(PREFILL_BACKENDS)})")
+    one_of(cfg.split_kv, SPLIT_KV, "--split-kv")
+    one_of(cfg.prefill_backend, PREFILL_BACKENDS, "--prefill-backend")
     if cfg.stall_factor == 0 and (cfg.sleep_ms == 0 or cfg.cpu_ms == 0):
         raise ValueError("--stall-factor 0 needs --sleep-ms and --cpu-ms")
     for option, (lo, hi) in (("--prompt-len", cfg.prompt_len), ("--prefill-len", cfg.prefill_len)):
         if lo < 1 or lo > hi:
             raise ValueError(f"{option} must be LOW:HIGH with 1 <= LOW <= HIGH, got {lo}:{hi}")
-    if cfg.scenario not in SCENARIOS:
-        raise ValueError(f"unknown --scenario {cfg.scenario!r} (choose from {', '.join(SCENARIOS)})")
+    one_of(cfg.scenario, SCENARIOS, "--scenario")
 
 
 def plan_loop(cfg: LoopConfig, steps: int, warmup: int, seed: int, page_size: int) -> LoopPlan:

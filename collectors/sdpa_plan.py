@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .checks import at_least, one_of
+
 # CLI / sidecar name -> torch.nn.attention.SDPBackend member
 BACKENDS: dict[str, str] = {
     "flash": "FLASH_ATTENTION",
@@ -105,14 +107,11 @@ class Step:
 def plan_steps(runs: list[tuple[str, str]], cases: tuple[Case, ...], repeats: int) -> list[Step]:
     """The profiled steps: for each (backend, layout) that runs, in the given order, each case `repeats` times in
     a row. ValueError for an unknown backend or layout, or fewer than one repeat."""
-    if repeats < 1:
-        raise ValueError(f"--steps must be at least 1, got {repeats}")
+    at_least(repeats, 1, "--steps")
     out: list[Step] = []
     for backend, layout in runs:
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown SDPA backend {backend!r} (choose from {', '.join(BACKENDS)})")
-        if layout not in LAYOUTS:
-            raise ValueError(f"unknown layout {layout!r} (choose from {', '.join(LAYOUTS)})")
+        one_of(backend, BACKENDS, "SDPA backend")
+        one_of(layout, LAYOUTS, "layout")
         for case in cases:
             for r in range(repeats):
                 out.append(Step(len(out), backend, layout, case, r))

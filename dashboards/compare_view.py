@@ -12,7 +12,7 @@ import streamlit as st
 
 from traceinsight.report.diff import diff_docs
 from traceinsight.report.diff_figures import latency_figure, timeline_figure
-from traceinsight.report.gate import change_text
+from traceinsight.report.gate_text import change_text
 
 
 def _rows(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:

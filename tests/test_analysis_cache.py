@@ -210,7 +210,7 @@ def test_sql_answers_from_the_kept_analysis(inputs: tuple[str | Path, ...], cach
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """`sql PATHS QUERY` answers as the analyzed traces do whether `analyze PATHS` kept its analysis or not; a
     query reading only the analysis tables does not analyze when it did, one reading a trace table does."""
-    cli = importlib.import_module("traceinsight.cli.main")  # the module (the package's `main` is the command)
+    cli = importlib.import_module("traceinsight.cli.sql")  # the module (its `command` is the command)
 
     monkeypatch.setenv("TRACEINSIGHT_ANALYSIS_CACHE", "0")
     analyzed = {q: sql(*inputs, q) for q in KEPT_QUERIES + TRACE_QUERIES + ("select nope from steps",)}
@@ -258,7 +258,7 @@ def test_every_spelling_of_a_trace_shares_its_entry(cache_dir: Path, tmp_path: P
     """A trace named by another path (relative, through `..`, a link to it) is the same analysis, the same bytes:
     `analyze` and `sql` answer from the entry kept under any spelling, without analyzing."""
     pipeline = importlib.import_module("traceinsight.pipeline")
-    cli = importlib.import_module("traceinsight.cli.main")
+    cli = importlib.import_module("traceinsight.cli.sql")
     link = tmp_path / "link.pt.trace.json.gz"
     link.symlink_to(SMALL)
     monkeypatch.chdir(SMALL.parent)

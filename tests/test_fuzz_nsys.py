@@ -28,7 +28,7 @@ from fuzz_corpus import (
 )
 from hypothesis import given
 
-from traceinsight.ingest import load, nsys_sqlite, sqlite_salvage
+from traceinsight.ingest import load, nsys_export, nsys_query, nsys_sqlite, sqlite_salvage
 
 PAGE = 4096  # page size of the real export (header bytes 16-17)
 
@@ -66,7 +66,7 @@ def _rows(path: Path, table: str) -> list[tuple]:
 def test_salvage_of_an_intact_export_copies_every_row(tmp_path: Path) -> None:
     """The page walker reads the real export exactly as SQLite does (compared row by row with sqlite3)."""
     dest = tmp_path / "copy.sqlite"
-    report = sqlite_salvage.rebuild(NSYS_REAL, dest, nsys_sqlite.SALVAGE_TABLES)
+    report = sqlite_salvage.rebuild(NSYS_REAL, dest, nsys_export.SALVAGE_TABLES)
     assert not report.truncated and report.bad_pages == 0
     # sqlite3 on the real file: 70 kernels, 484 runtime calls, 16 NVTX events, 318 strings, 1 GPU
     assert report.rows["CUPTI_ACTIVITY_KIND_KERNEL"] == 70 and report.rows["CUPTI_ACTIVITY_KIND_RUNTIME"] == 484
@@ -123,7 +123,7 @@ def test_sparse_rowids_and_bad_values_read_quickly(tmp_path: Path, monkeypatch: 
     """Rowids 1, 2, 2^62 with slices of 2 rows (a rowid-range loop would take 2^61 queries), and rows whose
     values SQLite kept as text/real/blob: rows with unusable start/end are skipped and counted, bad grid cells
     read as NULL."""
-    monkeypatch.setattr(nsys_sqlite, "FETCH_ROWS", 2)
+    monkeypatch.setattr(nsys_query, "FETCH_ROWS", 2)
     spec = NsysSpec(rows={"StringIds": [{"id": 10, "value": "my_kernel"}]})
     good = _kernel_row(1000, 50, 1, 10, (132, 1, 1))
     text_grid = {**_kernel_row(2000, 50, 2, 10, (132, 1, 1)), "gridX": "abc", "blockY": 2**40}

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from traceinsight.cli import main
 from traceinsight.report.compare_stats import quantile_change, verdict
-from traceinsight.report.pairing import batch_bucket, kernel_kind, kernel_spelling, step_name_kind
+from traceinsight.report.pairing import batch_bucket, step_name_kind
 
 REPO = Path(__file__).resolve().parents[1]
 LOOP = REPO / "examples" / "loop"
@@ -52,23 +52,6 @@ def graph_vs_eager() -> dict[str, Any]:
 
 
 # --- pairing --------------------------------------------------------------------------------------------------
-
-def test_kineto_and_nsys_spellings_of_one_kernel_are_one() -> None:
-    kineto = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
-              "BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<"
-              "float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, "
-              "c10::BFloat16, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#1}>(int, "
-              "at::native::gpu_kernel_impl_nocast<...>)")
-    nsys = ("void at::native::elementwise_kernel<(int)128, (int)4, void at::native::gpu_kernel_impl_nocast<at::"
-            "native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::"
-            "MulFunctor<float>>>(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)")
-    assert kernel_spelling(kineto) == kernel_spelling(nsys)
-    assert kernel_spelling("K<16u, true, (bool)0>(T9)") == kernel_spelling("K<(unsigned int)16, (bool)1, false>()")
-    # sizes kept by the spelling, taken out by the kind
-    a, b = "nvjet_sm90_tst_320x64_64x4_2x1_v_bz_TNT", "nvjet_sm90_tst_256x56_64x5_2x1_v_bz_TNT"
-    assert kernel_spelling(a) != kernel_spelling(b) and kernel_kind(a) == kernel_kind(b)
-    assert kernel_kind(a) != kernel_kind("nvjet_sm90_tst_320x64_64x4_2x1_v_bz_splitK_TNT")
-
 
 def test_step_kind_parts() -> None:
     assert step_name_kind("ProfilerStep#12") == step_name_kind("ProfilerStep#240") == "ProfilerStep#"

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -48,13 +49,32 @@ def _chromium() -> str:
     pytest.fail("headless Chromium not found: apt-get install -y chromium (CI: .ci/run installs it)")
 
 
+def _diff(*args: str) -> Any:
+    """`traceinsight diff` of the pair (base capture, split-KV forced off), each with its sidecar."""
+    traces = [str(AB / f"{name}.pt.trace.json.gz") for name in ("aa1", "ab_split_off")]
+    return CliRunner().invoke(main, ["diff", *traces, "--meta-before", str(AB / "aa1.sidecar.json.gz"),
+                                     "--meta-after", str(AB / "ab_split_off.sidecar.json.gz"), *args])
+
+
+def _in_chromium(probe: Path, page: Path, shot: Path, window: str, tmp_path: Path) -> tuple[str, list[dict[str, Any]]]:
+    """(the DOM of `probe` after Chromium laid it out, what its MEASURE script measured); the screenshot of `page`
+    written to `shot`."""
+    shot.unlink(missing_ok=True)
+    common = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={window}"]
+    dom = subprocess.run([*common, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    subprocess.run([*common, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=True)
+    assert shot.is_file() and shot.stat().st_size > 10_000
+    measured = re.search(r"<pre id=\"measured\">(.*?)</pre>", dom, re.S)
+    assert measured, dom[-2000:]
+    return dom, json.loads(html.unescape(measured.group(1)))
+
+
 def test_markdown_diff_renders_as_tables_in_a_browser(tmp_path: Path) -> None:
     from markdown_it import MarkdownIt
 
-    r = CliRunner().invoke(main, ["diff", str(AB / "aa1.pt.trace.json.gz"), str(AB / "ab_split_off.pt.trace.json.gz"),
-                                  "--meta-before", str(AB / "aa1.sidecar.json.gz"),
-                                  "--meta-after", str(AB / "ab_split_off.sidecar.json.gz"),
-                                  "--format", "markdown", "--fail-on-regression", "5%"])
+    r = _diff("--format", "markdown", "--fail-on-regression", "5%")
     assert r.exit_code == 3, r.output
     body = MarkdownIt("commonmark").enable("table").render(r.stdout)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><style>{STYLE}</style></head><body>{body}"
@@ -62,18 +82,7 @@ def test_markdown_diff_renders_as_tables_in_a_browser(tmp_path: Path) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     src = ARTIFACTS / "diff-markdown.html"
     src.write_text(page, encoding="utf-8")
-    shot = ARTIFACTS / "diff-markdown.png"
-    shot.unlink(missing_ok=True)
-    common = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-              f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1800,1400"]
-    dom = subprocess.run([*common, "--dump-dom", src.as_uri()], capture_output=True, text=True, timeout=120,
-                         check=True).stdout
-    subprocess.run([*common, f"--screenshot={shot}", src.as_uri()], capture_output=True, timeout=120, check=True)
-    assert shot.is_file() and shot.stat().st_size > 10_000
-
-    measured = re.search(r"<pre id=\"measured\">(.*?)</pre>", dom, re.S)
-    assert measured, dom[-2000:]
-    tables = json.loads(html.unescape(measured.group(1)))
+    dom, tables = _in_chromium(src, src, ARTIFACTS / "diff-markdown.png", "1800,1400", tmp_path)
     assert len(tables) >= 2  # steps, kernels (and findings)
     for t in tables:
         assert t["width"] > 300 and t["header"] >= 4
@@ -89,10 +98,7 @@ def test_html_diff_lays_out_both_runs_side_by_side(tmp_path: Path) -> None:
     laid out with a size on screen; the screenshot is test-artifacts/diff-html.png."""
     ARTIFACTS.mkdir(exist_ok=True)
     page = ARTIFACTS / "diff.html"
-    r = CliRunner().invoke(main, ["diff", str(AB / "aa1.pt.trace.json.gz"), str(AB / "ab_split_off.pt.trace.json.gz"),
-                                  "--meta-before", str(AB / "aa1.sidecar.json.gz"),
-                                  "--meta-after", str(AB / "ab_split_off.sidecar.json.gz"),
-                                  "--format", "html", "--out", str(page)])
+    r = _diff("--format", "html", "--out", str(page))
     assert r.exit_code == 0, r.output
     measure = MEASURE.replace("document.querySelectorAll('table')", "document.querySelectorAll("
                               "'section[data-section=gate] table, section[data-section=side-by-side] svg')")
@@ -100,16 +106,6 @@ def test_html_diff_lays_out_both_runs_side_by_side(tmp_path: Path) -> None:
     text = page.read_text(encoding="utf-8").replace("</body>", f"<pre id='measured'></pre>{measure}</body>")
     probe = tmp_path / "diff.html"
     probe.write_text(text, encoding="utf-8")
-    shot = ARTIFACTS / "diff-html.png"
-    shot.unlink(missing_ok=True)
-    common = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-              f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2400"]
-    dom = subprocess.run([*common, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120,
-                         check=True).stdout
-    subprocess.run([*common, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=True)
-    assert shot.is_file() and shot.stat().st_size > 10_000
-    measured = re.search(r"<pre id=\"measured\">(.*?)</pre>", dom, re.S)
-    assert measured, dom[-2000:]
-    shown = json.loads(html.unescape(measured.group(1)))
+    _, shown = _in_chromium(probe, page, ARTIFACTS / "diff-html.png", "1400,2400", tmp_path)
     assert len(shown) == 3  # the gate's table, latency against batch size, the timelines
     assert all(x["width"] > 300 for x in shown)

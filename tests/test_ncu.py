@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from traceinsight.errors import FormatError
-from traceinsight.ingest import TraceDB, detect, load, ncu_csv
+from traceinsight.ingest import TraceDB, detect, load, ncu_cells, ncu_csv, ncu_lines, ncu_match, ncu_sm_active
 
 DECODE = "void BatchDecodeWithPagedKVCacheKernel<0, 2, 1, 8, 16, 8, 1, DefaultAttention<0, 0, 0, 0>, Params>(T9)"
 MERGE = (
@@ -90,7 +90,7 @@ def test_metrics_long_form(ncu_db: tuple[TraceDB, int]) -> None:
 
 def test_sm_active(ncu_db: tuple[TraceDB, int]) -> None:
     db, t = ncu_db
-    rows = {r["ncu_id"]: r for r in ncu_csv.sm_active(db, t)}
+    rows = {r["ncu_id"]: r for r in ncu_sm_active.sm_active(db, t)}
     assert len(rows) == 11
     skew = rows[9]  # skew80, B=256: min "155,030", avg "797,242.58", max "1,020,054" cycles
     assert (skew["sm_active_min"], skew["sm_active_avg"], skew["sm_active_max"]) == (155030.0, 797242.58, 1020054.0)
@@ -128,7 +128,7 @@ def test_match_nsys_sqlite(h200: Path, csv_path: Path) -> None:
     sqlite_path = h200 / "flashinfer_decode.sqlite"
     db, ids = load([sqlite_path], ncu=[csv_path])  # load() calls match()
     t = ids[0]
-    assert ncu_csv.match(db, t) == 11  # idempotent
+    assert ncu_match.match(db, t) == 11  # idempotent
     expected = _nsys_kernels_by_range(sqlite_path)
     rows = db.rows(
         "SELECT n.ncu_id, n.nvtx, k.start_ns, k.grid_x, k.grid_y, k.block_x, k.name FROM ncu_kernels n "
@@ -142,7 +142,7 @@ def test_match_nsys_sqlite(h200: Path, csv_path: Path) -> None:
         assert (r["grid_x"], r["grid_y"], r["block_x"]) == (grid[0], grid[1], 16)
         assert r["start_ns"] == expected[(nvtx, grid[0])][0]  # one kernel of each grid per NVTX range
         assert ("BatchDecode" in r["name"]) == (EXPECTED[r["ncu_id"]][0] == DECODE)
-    assert all(r["kernel_id"] is not None for r in ncu_csv.sm_active(db, t))
+    assert all(r["kernel_id"] is not None for r in ncu_sm_active.sm_active(db, t))
 
 
 def test_match_kineto_by_range_tokens(h200: Path, csv_path: Path) -> None:
@@ -186,28 +186,28 @@ def test_name_key_agrees_across_tools(h200: Path) -> None:
         "void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, 2u, 1u, 8u, 16u, 8u, 1u, "
         "flashinfer::DefaultAttention<false, false, false, false>, Params>(Params)",  # Kineto
     ]
-    keys = {db.rows(f"SELECT {ncu_csv.name_key_sql('$n')} AS k", {"n": n})[0]["k"] for n in names}
+    keys = {db.rows(f"SELECT {ncu_match.name_key_sql('$n')} AS k", {"n": n})[0]["k"] for n in names}
     assert keys == {"BatchDecodeWithPagedKVCacheKernel<0,2,1,8,16,8,1,DefaultAttention<0,0,0,0>,Params>"}
 
 
 # ---------------------------------------------------------------------------------------------- cells
 def test_parse_number() -> None:
-    assert ncu_csv.parse_number("1,020,054") == 1020054.0
-    assert ncu_csv.parse_number("643,510.05") == 643510.05
-    assert ncu_csv.parse_number("9.0") == 9.0
-    assert ncu_csv.parse_number("-1.5e3") == -1500.0
+    assert ncu_cells.parse_number("1,020,054") == 1020054.0
+    assert ncu_cells.parse_number("643,510.05") == 643510.05
+    assert ncu_cells.parse_number("9.0") == 9.0
+    assert ncu_cells.parse_number("-1.5e3") == -1500.0
     for text in ("", "n/a", "NVIDIA H200", "(16, 8, 1)", "1,2", "-", "."):
-        assert ncu_csv.parse_number(text) is None
+        assert ncu_cells.parse_number(text) is None
 
 
 def test_innermost_nvtx() -> None:
     real = '911  "<default domain>:tc=0 dist=uniform bs=32:none:none:none:none:none:none" '
-    assert ncu_csv.innermost_nvtx(real) == "tc=0 dist=uniform bs=32"
+    assert ncu_cells.innermost_nvtx(real) == "tc=0 dist=uniform bs=32"
     fields = ":none:none:none:none:none:none"
     nested = f'7  "<default domain>:outer{fields}"  "mydomain:inner a:b{fields}" '
-    assert ncu_csv.innermost_nvtx(nested) == "inner a:b"
-    assert ncu_csv.innermost_nvtx(f'"3:<default domain>:region{fields}"', start_stop=True) == "region"
-    assert ncu_csv.innermost_nvtx("") is None
+    assert ncu_cells.innermost_nvtx(nested) == "inner a:b"
+    assert ncu_cells.innermost_nvtx(f'"3:<default domain>:region{fields}"', start_stop=True) == "region"
+    assert ncu_cells.innermost_nvtx("") is None
 
 
 # ---------------------------------------------------------------------------------------------- damaged files
@@ -249,7 +249,7 @@ def test_unterminated_quote(tmp_path: Path, csv_path: Path) -> None:
 
 def test_header_only_and_no_header(tmp_path: Path, csv_path: Path) -> None:
     lines = _lines(csv_path)
-    header_at = next(i for i, line in enumerate(lines) if line.startswith(ncu_csv.HEADER_PREFIX))
+    header_at = next(i for i, line in enumerate(lines) if line.startswith(ncu_lines.HEADER_PREFIX))
     _expect_error(_write(tmp_path, "header.csv", "".join(lines[: header_at + 2])), "without any profiled kernel")
     _expect_error(_write(tmp_path, "prof.csv", "".join(lines[:header_at])), "no Nsight Compute CSV header")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from traceinsight.errors import FormatError
-from traceinsight.ingest import TraceDB, detect, load, ncu_csv
+from traceinsight.ingest import TraceDB, detect, load, ncu_cells, ncu_csv, ncu_details, ncu_sm_active
 
 DETAILS = Path(__file__).parent / "data" / "foreign" / "ncu" / "superbench_cublaslt_ncu_details.csv"
 GEMM = ("cutlass3x_sm100_tensorop_s64x256x32gemm_f8_f8_f32_f16_f16_64x256x128_1x1x1_0_tnn_align4_1sm_bias_f16_relu_aux"
@@ -82,7 +82,7 @@ def test_reference_parse_agrees() -> None:
     stored = dict(zip(ingest.tables["ncu_metrics"]["metric"], ingest.tables["ncu_metrics"]["text"], strict=True))
     sec_i = header.index("Section Name")
     for r in metric_rows:
-        assert stored[ncu_csv.details_metric_name(r[sec_i], r[name_i])] == r[value_i]
+        assert stored[ncu_details.details_metric_name(r[sec_i], r[name_i])] == r[value_i]
 
 
 def test_sm_imbalance_from_the_rule(details_db: tuple[TraceDB, int]) -> None:
@@ -90,7 +90,7 @@ def test_sm_imbalance_from_the_rule(details_db: tuple[TraceDB, int]) -> None:
     # 40.85% below the average" of Average SM Active Cycles 462061.91. The first percentage is of the maximum,
     # the second of the average (checked against the raw page in tests/test_ncu_h200_pair.py).
     db, t = details_db
-    (r,) = ncu_csv.sm_active(db, t)
+    (r,) = ncu_sm_active.sm_active(db, t)
     assert r["sm_active_avg"] == 462061.91
     assert r["sm_active_max"] == pytest.approx(462061.91 / (1 - 0.0623))
     assert r["sm_active_min"] == pytest.approx(462061.91 * (1 - 0.4085))
@@ -116,7 +116,7 @@ def test_sm_imbalance_from_the_rule(details_db: tuple[TraceDB, int]) -> None:
     ("usecond", None, ("ns", None)),
 ])
 def test_normalize_unit(unit: str, value: float | None, expected: tuple[str | None, float | None]) -> None:
-    got = ncu_csv.normalize_unit(unit, value)
+    got = ncu_cells.normalize_unit(unit, value)
     assert got[0] == expected[0]
     assert got[1] == pytest.approx(expected[1]) if expected[1] is not None else got[1] is None
 
@@ -158,11 +158,11 @@ def test_details_page_beside_a_trace(h200: Path, tmp_path: Path) -> None:
     """--ncu with a details-page CSV: the 11 kernels match the nsys export's as the raw page's do."""
     details = _as_details(h200 / "flashinfer_decode.ncu.csv", tmp_path / "d.csv")
     db, ids = load([h200 / "flashinfer_decode.sqlite"], ncu=[details], cache=False)
-    rows = ncu_csv.sm_active(db, ids[0])
+    rows = ncu_sm_active.sm_active(db, ids[0])
     assert len(rows) == 11 and all(r["kernel_id"] is not None for r in rows)
     raw_db, raw_ids = load([h200 / "flashinfer_decode.sqlite"], ncu=[h200 / "flashinfer_decode.ncu.csv"], cache=False)
     assert [(r["kernel_id"], r["sm_active_avg_over_max"]) for r in rows] == [
-        (r["kernel_id"], r["sm_active_avg_over_max"]) for r in ncu_csv.sm_active(raw_db, raw_ids[0])]
+        (r["kernel_id"], r["sm_active_avg_over_max"]) for r in ncu_sm_active.sm_active(raw_db, raw_ids[0])]
 
 
 def test_details_page_without_launch_dimensions(h200: Path, tmp_path: Path) -> None:

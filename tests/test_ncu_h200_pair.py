@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from traceinsight.ingest import detect, load, ncu_csv
+from traceinsight.ingest import detect, load, ncu_csv, ncu_sm_active
 
 D = Path(__file__).parent / "data" / "h200_ncu"
 TRACE = D / "ncu_pair_torch.pt.trace.json.gz"
@@ -31,7 +31,7 @@ EXPORTS = (DETAILS, DETAILS_METRICS, RAW)
 
 def _sm_active(export: Path) -> list[dict[str, Any]]:
     db, ids = load([TRACE], ncu=[export], cache=False)
-    return ncu_csv.sm_active(db, ids[0])
+    return ncu_sm_active.sm_active(db, ids[0])
 
 
 @pytest.fixture(scope="module")

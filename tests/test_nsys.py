@@ -24,7 +24,7 @@ import pytest
 from conftest import FOREIGN, H200, sha256
 
 from traceinsight.errors import FormatError, ToolMissingError
-from traceinsight.ingest import Ingest, load, nsys_rep, nsys_sqlite
+from traceinsight.ingest import Ingest, load, nsys_activity, nsys_devices, nsys_nvtx, nsys_query, nsys_rep, nsys_sqlite
 
 FLASHINFER = H200 / "flashinfer_decode.sqlite"
 FUSER = FOREIGN / "fuser_h200_report1.sqlite"
@@ -326,9 +326,10 @@ def test_arrow_json_and_row_fetch_agree() -> None:
             try:
                 tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 ingest = Ingest(format="nsys-sqlite")
-                reader = nsys_sqlite._Reader(con, tables, ingest, arrow_path, use_json=use_json)
-                for step in (reader.kernels, reader.memops, reader.launches, reader.ranges, reader.devices):
-                    step()
+                reader = nsys_query.ExportReader(con, tables, ingest, arrow_path, use_json=use_json)
+                for step in (nsys_activity.kernels, nsys_activity.memops, nsys_activity.launches, nsys_nvtx.ranges,
+                             nsys_devices.devices):
+                    step(reader)
             finally:
                 con.close()
             assert reader.arrow_path == arrow_path  # the Arrow route was taken where offered
@@ -368,14 +369,19 @@ def test_truncated_export_is_one_line_format_error(tmp_path: Path) -> None:
         assert "malformed" in msg
 
 
-def test_export_without_kernel_table(tmp_path: Path) -> None:
-    # A real export with the kernel table dropped from a copy: a capture without `-t cuda` looks like this.
-    copy = tmp_path / "nocuda.sqlite"
-    shutil.copyfile(FUSER, copy)
+def _altered(export: Path, copy: Path, statement: str) -> Path:
+    """A copy of a real export with one SQL statement applied."""
+    shutil.copyfile(export, copy)
     con = sqlite3.connect(copy)
-    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    con.execute(statement)
     con.commit()
     con.close()
+    return copy
+
+
+def test_export_without_kernel_table(tmp_path: Path) -> None:
+    # A real export with the kernel table dropped from a copy: a capture without `-t cuda` looks like this.
+    copy = _altered(FUSER, tmp_path / "nocuda.sqlite", "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
     with pytest.raises(FormatError) as err:
         load([copy])
     assert str(err.value) == (
@@ -386,12 +392,8 @@ def test_export_without_kernel_table(tmp_path: Path) -> None:
 
 def test_nvtx_text_that_is_not_utf8(tmp_path: Path) -> None:
     # NVTX strings come from C code and need not be UTF-8; one such text must not fail the whole read.
-    copy = tmp_path / "latin1.sqlite"
-    shutil.copyfile(PIPIT, copy)
-    con = sqlite3.connect(copy)
-    con.execute("UPDATE NVTX_EVENTS SET text = CAST(X'73617870FF' AS TEXT) WHERE text = 'saxpy'")
-    con.commit()
-    con.close()
+    copy = _altered(PIPIT, tmp_path / "latin1.sqlite",
+                    "UPDATE NVTX_EVENTS SET text = CAST(X'73617870FF' AS TEXT) WHERE text = 'saxpy'")
     db, _ = load([copy])
     assert _one(db, "SELECT count(*) AS n FROM ranges WHERE name = 'saxp\ufffd'")["n"] == 5
 

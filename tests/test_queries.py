@@ -303,6 +303,20 @@ def test_kernel_and_family_summaries_total_by_name_and_family() -> None:
     assert [(r["family"], r["total_ns"]) for r in fam] == [("attention", 400), ("gemm", 200), ("merge", 100)]
 
 
+def test_kernel_summary_lists_grids_by_launches_then_value_at_most_eight() -> None:
+    """The grids of a kernel come most launched first, ties by x, y, z; past 8 distinct grids the least launched
+    are left out, whatever order the rows were stored (or DuckDB's threads read them) in."""
+    x = Inline()
+    # Stored least launched first: (9,1,1) once; (8,1,1) .. (1,1,1) twice; (2,1,2) three times; (5,1,1) once more,
+    # three times in all: a tie with (2,1,2), broken by x.
+    launches = [(9, 1, 1)] + [(g, 1, 1) for g in range(8, 0, -1)] * 2 + [(2, 1, 2)] * 3 + [(5, 1, 1)]
+    for i, (gx, gy, gz) in enumerate(launches):
+        x.kernel(i, "k", "gemm", 100 * i, 100 * i + 10, grid_x=gx, grid_y=gy, grid_z=gz)
+    (row,) = x.db.rows(sql("kernel_summary"), {"trace": T})
+    assert row["count"] == len(launches)
+    assert row["grids"] == [[2, 1, 2], [5, 1, 1], [1, 1, 1], [2, 1, 1], [3, 1, 1], [4, 1, 1], [6, 1, 1], [7, 1, 1]]
+
+
 def test_kernel_durations_lists_each_kernels_times_in_start_order_for_the_families_asked() -> None:
     x = _two_steps()
     x.kernel(9, "gemm", "gemm", 500, 530, trace=T)  # an earlier, shorter GEMM: first in the list

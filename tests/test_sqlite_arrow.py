@@ -1,5 +1,5 @@
 """The Arrow route of the nsys reader (`sqlite_arrow`) on real SQLite files: it must read every value exactly as
-the SQL checks of the `sqlite3` route do (`nsys_sqlite._int_sql`, `_valid_span`), whatever SQLite kept in a
+the SQL checks of the `sqlite3` route do (`nsys_sql.int_sql`, `valid_span`), whatever SQLite kept in a
 column."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from traceinsight.ingest import nsys_sqlite, sqlite_arrow
+from traceinsight.ingest import nsys_sql, sqlite_arrow
 
-I32 = nsys_sqlite.I32
-I64 = nsys_sqlite.I64
+I32 = nsys_sql.I32
+I64 = nsys_sql.I64
 
 # What SQLite may hold in an INTEGER column of a damaged or hand-edited export.
 values = st.one_of(
@@ -40,7 +40,7 @@ def _via_sql(path: Path, bounds: tuple[int, int]) -> tuple[list[object], list[bo
     con = sqlite3.connect(path)
     try:
         rows = con.execute(
-            f"SELECT {nsys_sqlite._int_sql('v', bounds)}, {nsys_sqlite._valid_span()} FROM t ORDER BY rowid"
+            f"SELECT {nsys_sql.int_sql('v', bounds)}, {nsys_sql.valid_span()} FROM t ORDER BY rowid"
         ).fetchall()
     finally:
         con.close()

@@ -1,5 +1,5 @@
-"""The `traceinsight` command line. `main.py` holds the group, shared helpers and the core commands; each other
-module here holds one command as a click object named `command`, registered automatically."""
+"""The `traceinsight` command line. `main.py` holds the group; each command is a module here holding a click object
+named `command`, registered automatically (options.py, errors.py and output.py are what they share)."""
 
 from traceinsight.cli.main import main
 

@@ -8,7 +8,8 @@ import sys
 import click
 import orjson
 
-from traceinsight.cli.main import console, user_errors
+from traceinsight.cli.errors import user_errors
+from traceinsight.cli.output import console
 from traceinsight.errors import InputError
 
 KV_DTYPES = ("bf16", "fp16", "fp8")
@@ -51,7 +52,7 @@ def command(qo_heads: int, kv_heads: int, head_dim: int, tp: int, gpu_key: str, 
     shape = Shape(qo_heads, kv_heads, head_dim, tp, kv_dtype, "bf16")
     doc = report(shape, gpu.hbm_bandwidth_bytes_per_s, gpu.key, kv_len=kv_len, batch=batch, layers=layers)
     doc = {"schema": "traceinsight.codesign/1", "gpu": {"key": gpu.key, "name": gpu.name}, **doc}
-    from traceinsight.cli.main import warn
+    from traceinsight.cli.output import warn
 
     for c in doc["checks"]:
         if c["name"] == "kv-fits-memory" and not c["ok"]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from traceinsight.cli.main import user_errors
+from traceinsight.cli.errors import user_errors
 from traceinsight.errors import InputError, ToolMissingError
 
 # The app: the source tree's dashboards/ folder, shipped (and mapped by an editable install) as

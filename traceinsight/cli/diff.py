@@ -11,17 +11,18 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from traceinsight.cli.main import console, user_errors
+from traceinsight.cli.errors import user_errors
+from traceinsight.cli.output import console
 
 if TYPE_CHECKING:
-    from traceinsight.report.gate import KernelSamples
+    from traceinsight.report.gate_samples import KernelSamples
 
 EXIT_REGRESSED = 3
 
 
 def _doc(path: Path, meta: tuple[str, ...], step_pattern: str | None) -> tuple[dict[str, Any], KernelSamples | None]:
     """The analysis document of `path`, with every kernel's execution times when `path` is a trace."""
-    from traceinsight.report.diff import is_analysis_json, load_analysis_json
+    from traceinsight.report.analysis_json import is_analysis_json, load_analysis_json
     from traceinsight.report.saved import is_saved_folder
 
     if is_saved_folder(path):
@@ -30,7 +31,8 @@ def _doc(path: Path, meta: tuple[str, ...], step_pattern: str | None) -> tuple[d
         return load_analysis_json(path), None
     from traceinsight.pipeline import analyze
     from traceinsight.queries import sql
-    from traceinsight.report.gate import SAMPLED_FAMILIES, kernel_samples
+    from traceinsight.report.gate import SAMPLED_FAMILIES
+    from traceinsight.report.gate_samples import kernel_samples
     from traceinsight.report.json_doc import STEPS_ALL, to_json
 
     db, analyses = analyze([path], meta=[Path(m) for m in meta], step_pattern=step_pattern)
@@ -102,8 +104,10 @@ def command(before: Path, after: Path, fmt: str, out: Path | None, meta_before: 
     attention kernel the change in time and split-KV state, thresholds, and new/gone/changed findings.
 
     Exit status: 0 ok; 2 bad input (one line on stderr); 3 a group regressed beyond --fail-on-regression."""
-    from traceinsight.report.diff import diff_docs, render_html, render_text
-    from traceinsight.report.gate import DEFAULT_THRESHOLD, Thresholds
+    from traceinsight.report.diff import diff_docs
+    from traceinsight.report.diff_html import render_html
+    from traceinsight.report.diff_text import render_text
+    from traceinsight.report.gate_groups import DEFAULT_THRESHOLD, Thresholds
 
     fail = parse_share(fail_on, "--fail-on-regression")
     base = fail if fail is not None else DEFAULT_THRESHOLD
@@ -111,8 +115,8 @@ def command(before: Path, after: Path, fmt: str, out: Path | None, meta_before: 
     p90 = parse_share(threshold_p90, "--threshold-p90")
     cal = None
     if noise:
-        from traceinsight.report.diff import load_analysis_json
-        from traceinsight.report.gate import calibration
+        from traceinsight.report.analysis_json import load_analysis_json
+        from traceinsight.report.gate_calibration import calibration
 
         cal = calibration([(str(p), load_analysis_json(p)) for p in noise])
     th = Thresholds(median=med if med is not None else base, p90=p90 if p90 is not None else base, calibration=cal,

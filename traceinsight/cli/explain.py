@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 import orjson
 
-from traceinsight.cli.main import console, user_errors
+from traceinsight.cli.errors import user_errors
+from traceinsight.cli.output import console
 
 
 @click.command(name="explain")

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import orjson
 
-from traceinsight.cli.main import user_errors
+from traceinsight.cli.errors import user_errors
 
 
 @click.command(name="export")

@@ -11,7 +11,8 @@ from typing import Any
 import click
 import orjson
 
-from traceinsight.cli.main import memory_option, user_errors
+from traceinsight.cli.errors import user_errors
+from traceinsight.cli.options import memory_option
 from traceinsight.errors import InputError
 
 EXIT_TRACES_FAILED = 4  # the fleet ran, and some traces could not be analyzed (docs/ERRORS.md)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from traceinsight.cli.main import user_errors
+from traceinsight.cli.errors import user_errors
 
 if TYPE_CHECKING:
     pass

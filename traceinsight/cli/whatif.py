@@ -10,7 +10,8 @@ from typing import Any
 import click
 import orjson
 
-from traceinsight.cli.main import console, user_errors
+from traceinsight.cli.errors import user_errors
+from traceinsight.cli.output import console
 from traceinsight.errors import InputError
 from traceinsight.units import fmt_ns
 

@@ -130,8 +130,8 @@ def load(
         else:
             ids.append(db.add(ingest, extra.resolve(), source.resolve()))
     if ids and ncu:
-        from traceinsight.ingest import ncu_csv
+        from traceinsight.ingest import ncu_match
 
-        ncu_csv.match(db, ids[0])
+        ncu_match.match(db, ids[0])
     db.compress()
     return db, ids

@@ -7,7 +7,7 @@ and blobs in INTEGER columns as written), so a query that meets one is run again
 "this value when it is an integer, else NULL". Where the driver cannot read the file at all (a truncated or
 damaged export), `Unreadable` sends the caller to its `sqlite3` route, which reports damage as SQLite does.
 
-The checks mirror the SQL ones of `nsys_sqlite` (`_int_sql`, `_valid_span`) at Arrow speed: `within` nulls
+The checks mirror the SQL ones of `nsys_sql` (`int_sql`, `valid_span`) at Arrow speed: `within` nulls
 integers outside a column's range, `span_ok` says which rows have a usable start/end.
 """
 

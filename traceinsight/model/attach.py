@@ -328,7 +328,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
 
     # (d) Nsight Compute measurements matched to launches.
     try:
-        from traceinsight.ingest.ncu_csv import sm_active
+        from traceinsight.ingest.ncu_sm_active import sm_active
 
         for r in sm_active(db, trace_id):
             if r["kernel_id"] is not None and r["sm_active_max"] is not None:

@@ -1,66 +1,25 @@
 """Compare two analyses (BEFORE, AFTER): per kernel family, per attention kernel (time, split-KV state), per
 threshold and per finding (new, gone, changed), from their JSON documents. `diff_docs` gives the JSON
-document `traceinsight.diff/1`; `render_text` / `render_html` lay it out. Times in ns; a ratio is after / before.
+document `traceinsight.diff/1`; report/diff_text.py and report/diff_html.py lay it out. Times in ns; a ratio is
+after / before.
 """
 
 from __future__ import annotations
 
-import gzip
-import re
-from pathlib import Path
 from typing import Any, cast
 
-import orjson
-
 from traceinsight.diagnose.finding import severity_rank
-from traceinsight.errors import FormatError, InputError
-from traceinsight.report.gate import KernelSamples, Thresholds, gate, gate_lines
+from traceinsight.report.diff_cells import split_state
+from traceinsight.report.gate import gate
+from traceinsight.report.gate_groups import Thresholds
+from traceinsight.report.gate_samples import KernelSamples
+from traceinsight.report.gate_text import gate_lines
 from traceinsight.report.json_doc import step_summary
 
 SCHEMA = "traceinsight.diff/1"
-ANALYSIS_SCHEMA = re.compile(rb'"schema"\s*:\s*"traceinsight\.analys(?:is|es)/1"')
-
 # Relative change in time below which a kernel or family counts as unchanged (noise between runs).
 UNCHANGED_RATIO = 0.05
 ATTENTION_FAMILIES = ("attention", "merge", "prepare")
-
-
-# --- loading ------------------------------------------------------------------------------------------------
-
-def is_analysis_json(path: Path) -> bool:
-    """Whether `path` holds a traceinsight analysis document (plain or gzipped JSON), not a trace."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(2)
-            fh.seek(0)
-            raw = gzip.open(fh).read(512) if head == b"\x1f\x8b" else fh.read(512)  # noqa: SIM115
-    except (OSError, EOFError):
-        return False
-    return bool(ANALYSIS_SCHEMA.search(raw))
-
-
-def load_analysis_json(path: Path) -> dict[str, Any]:
-    """The (single) analysis document stored at `path`."""
-    try:
-        data = path.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        doc: dict[str, Any] = orjson.loads(data)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (orjson.JSONDecodeError, EOFError, gzip.BadGzipFile) as exc:
-        raise FormatError(f"{path}: damaged analysis JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise FormatError(f"{path}: a JSON {type(doc).__name__}, not a traceinsight document")
-    if doc.get("schema") == "traceinsight.analyses/1":
-        traces = doc.get("traces") or []
-        if len(traces) != 1:
-            raise FormatError(f"{path}: holds {len(traces)} analyses; diff compares one trace with one trace")
-        doc = traces[0]
-    return doc
-
-
-# --- comparing ----------------------------------------------------------------------------------------------
 
 def _ratio(before: float | None, after: float | None) -> float | None:
     if not before or after is None:
@@ -155,25 +114,9 @@ def _kernels(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, An
             "before": kb, "after": ka, "delta_ns": (an or 0) - (bn or 0),
             "mean_ratio": _ratio((kb or {}).get("mean_ns"), (ka or {}).get("mean_ns")),
             "split_kv": {"before": split_b, "after": split_a,  # attention launches only (None otherwise)
-                         "changed": bool(split_b and split_a and _split_state(split_b) != _split_state(split_a))},
+                         "changed": bool(split_b and split_a and split_state(split_b) != split_state(split_a))},
         })
     return rows
-
-
-def _split_state(counts: dict[str, int] | None) -> str:
-    """'on' / 'off' / 'mixed' / 'unknown' for a kernel's launches."""
-    if not counts:
-        return "unknown"
-    states = [k for k in ("on", "off") if counts.get(k)]
-    if len(states) == 2:
-        return "mixed"
-    return states[0] if states else "unknown"
-
-
-def _split_pair(k: dict[str, Any]) -> str:
-    if k.get("family") != "attention":
-        return "-"
-    return f"{_split_state(k['split_kv']['before'])} -> {_split_state(k['split_kv']['after'])}"
 
 
 def _thresholds(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
@@ -354,8 +297,8 @@ def headline(d: dict[str, Any]) -> list[str]:
                          f"{b['steps']} steps -> {a['severity']} in {a['steps']} steps")
     for k in d["kernels"]:
         if k["split_kv"]["changed"]:
-            lines.append(f"{k['kernel']}: split-KV {_split_state(k['split_kv']['before'])} -> "
-                         f"{_split_state(k['split_kv']['after'])}")
+            lines.append(f"{k['kernel']}: split-KV {split_state(k['split_kv']['before'])} -> "
+                         f"{split_state(k['split_kv']['after'])}")
         if k["status"] in ("new", "gone"):
             lines.append(f"kernel {k['kernel']} [{k['backend']}] {'appears' if k['status'] == 'new' else 'is gone'}")
         elif k["status"] in ("slower", "faster") and k["mean_ratio"]:
@@ -373,182 +316,3 @@ def headline(d: dict[str, Any]) -> list[str]:
         lines.append("steps matched by name among the steps the documents hold: " + "; ".join(m["partial"])
                      + " (diff the traces, `analyze --save` folders or `--steps all` documents for every step)")
     return lines
-
-
-# --- rendering ----------------------------------------------------------------------------------------------
-
-def render_text(d: dict[str, Any], console: Any) -> None:
-    """Print the diff with rich: headline, then families, kernels, thresholds, findings tables."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    from traceinsight.units import fmt_ns
-
-    style = {"new": "bold red", "gone": "green", "slower": "red", "faster": "green", "changed": "yellow",
-             "same": "dim"}
-
-    def table(title: str, cols: list[str], right: set[str]) -> Table:
-        t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold", padding=(0, 1),
-                  pad_edge=False, show_edge=False)
-        for c in cols:
-            t.add_column(c, justify="right" if c in right else "left")
-        return t
-
-    console.print(Text(f"before: {d['before']['path']}\nafter:  {d['after']['path']}", style="bold"))
-    if d["summary"]:
-        console.print()
-        for line in d["summary"]:
-            console.print(Text(f" • {line}"))
-    g = d["gate"]
-    console.print()
-    console.print(Text("Regression gate", style="bold"))
-    for line in g["summary"] + [f"note: {n}" for n in g["notes"]]:
-        console.print(Text(f" • {line}"))
-    gt = table("Step and kernel groups (paired by kind; change of median and p90 [95% CI])",
-               ["group", "verdict", "n", "median", "p90", "per step", "cause"], {"n", "per step"})
-    gt.columns[0].min_width = 36  # the group names the change; the numbers can wrap first
-    gt.columns[0].overflow = "fold"
-    for row in g["step_groups"] + g["kernel_groups"]:
-        if not row["metrics"]:
-            continue
-        v = row["verdict"] + (" (path)" if row["status"] == "path-change" else "")
-        gt.add_row(Text(row["group"]), Text(v, style=_VERDICT_STYLE.get(row["verdict"], "")),
-                   f"{row['n_before']}->{row['n_after']}", *(Text(_metric_cell(row, m)) for m in ("median", "p90")),
-                   _signed_ns(row["per_step_ns"]), Text("; ".join(c["text"] for c in row["causes"]) or "-"))
-    ft = table("Findings", ["id", "status", "before", "after"], set())
-    for f in d["findings"]:
-        def side(g: dict[str, Any] | None) -> str:
-            return "-" if g is None else f"{g['severity']}, {g['steps']} steps" + (
-                f", saves {fmt_ns(g['saving_ns'])}" if g.get("saving_ns") else "")
-        ft.add_row(f["id"], Text(f["status"], style=style.get(f["status"], "")), side(f["before"]), side(f["after"]))
-    kt = table("Attention kernels", ["kernel", "backend", "status", "count", "mean", "total", "Δ total", "split-KV"],
-               {"count", "mean", "total", "Δ total"})
-    for k in d["kernels"]:
-        b, a = k["before"] or {}, k["after"] or {}
-        kt.add_row(k["kernel"], k["backend"] or "-", Text(k["status"], style=style.get(k["status"], "")),
-                   f"{b.get('count', '-')} -> {a.get('count', '-')}",
-                   f"{fmt_ns(b.get('mean_ns'))} -> {fmt_ns(a.get('mean_ns'))}",
-                   f"{fmt_ns(b.get('total_ns'))} -> {fmt_ns(a.get('total_ns'))}", fmt_ns(k["delta_ns"]),
-                   _split_pair(k))
-    famt = table("Kernel time by family", ["family", "backend", "status", "before", "after", "Δ"],
-                 {"before", "after", "Δ"})
-    for f in d["families"]:
-        famt.add_row(f["family"], f["backend"] or "-", Text(f["status"], style=style.get(f["status"], "")),
-                     fmt_ns(f["before_ns"]), fmt_ns(f["after_ns"]), fmt_ns(f["delta_ns"]))
-    tt = table("Split-KV thresholds", ["kernel", "backend", "H_kv", "status", "CTAs/SM", "max grid", "B_th"],
-               {"H_kv", "CTAs/SM", "max grid", "B_th"})
-    for t in d["thresholds"]:
-        b, a = t["before"] or {}, t["after"] or {}
-        tt.add_row(str(t["kernel"]), t["backend"] or "-", str(t["kv_heads"]),
-                   Text(t["status"], style=style.get(t["status"], "")),
-                   *(f"{b.get(c) or '-'} -> {a.get(c) or '-'}" for c in ("occupancy", "max_grid", "b_threshold")))
-    for t in (gt, ft, kt, famt, tt):
-        if t.row_count:
-            console.print()
-            console.print(t)
-
-
-_VERDICT_STYLE = {"regressed": "bold red", "improved": "green", "unchanged": "dim"}
-
-
-def _metric_cell(row: dict[str, Any], m: str) -> str:
-    v = (row.get("metrics") or {}).get(m) or {}
-    if v.get("change") is None:
-        return "-"
-    if v.get("ci_low") is None:
-        return f"{v['change']:+.1%} (n<5)"
-    return f"{v['change']:+.1%} [{v['ci_low']:+.1%}, {v['ci_high']:+.1%}]"
-
-
-def _signed_ns(ns: int | None) -> str:
-    from traceinsight.units import fmt_ns
-
-    if ns is None:
-        return "-"
-    return ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns))
-
-
-def _gate_html(g: dict[str, Any]) -> str:
-    from traceinsight.report.html import esc, table
-
-    cls = {"regressed": "up", "improved": "down"}
-    items = "".join(f"<li>{esc(line)}</li>" for line in g["summary"] + [f"note: {n}" for n in g["notes"]])
-    rows = []
-    for row in g["step_groups"] + g["kernel_groups"]:
-        if not row["metrics"]:
-            continue
-        v = row["verdict"] + (" (path change)" if row["status"] == "path-change" else "")
-        causes = "".join(f'<br><small>{esc(c["text"])}</small>' for c in row["causes"])
-        rows.append([esc(row["group"]) + causes, f'<span class="{cls.get(row["verdict"], "")}">{esc(v)}</span>',
-                     f"{row['n_before']} → {row['n_after']}", esc(_metric_cell(row, "median")),
-                     esc(_metric_cell(row, "p90")), esc(_signed_ns(row["per_step_ns"]))])
-    unpaired = [f"{row['status']}: {row['group']}" for row in g["step_groups"] + g["kernel_groups"]
-                if not row["metrics"]]
-    more = ("<p>Without a partner: " + esc("; ".join(unpaired)) + "</p>") if unpaired else ""
-    return ('<section data-section="gate"><h2>Regression gate</h2>'
-            f'<ul>{items}</ul>' + (table([("group (cause)", ""), ("verdict", ""), ("n", "num"),
-                                          ("median [95% CI]", "num"), ("p90 [95% CI]", "num"), ("per step", "num")],
-                                         rows)
-                                   if rows else '<p class="na">no group paired</p>')
-            + more + f'<p class="caption">{esc(g["method"])}</p></section>')
-
-
-def render_html(d: dict[str, Any], docs: tuple[dict[str, Any], dict[str, Any]] | None = None) -> str:
-    """The diff as a self-contained HTML page (same style as the report); with the two analysis documents
-    (`docs`: before, after), their latency against batch size and step timelines side by side."""
-    from traceinsight.report.html import esc, page, table
-    from traceinsight.units import fmt_ns
-
-    cls = {"new": "up", "gone": "down", "slower": "up", "faster": "down", "changed": "up"}
-
-    def st(s: str) -> str:
-        return f'<span class="{cls.get(s, "")}">{esc(s)}</span>'
-
-    def side(g: dict[str, Any] | None) -> str:
-        if g is None:
-            return "–"
-        save = f", saves {fmt_ns(g['saving_ns'])}" if g.get("saving_ns") else ""
-        return f'<span class="badge sev-{esc(g["severity"])}">{esc(g["severity"])}</span> {g["steps"]} steps{esc(save)}'
-
-    parts = ['<header class="report"><h1>traceinsight diff</h1>'
-             f'<p class="meta">before <b>{esc(d["before"]["path"])}</b> ({esc(d["before"]["gpu"])})<br>'
-             f'after <b>{esc(d["after"]["path"])}</b> ({esc(d["after"]["gpu"])})</p></header>']
-    items = "".join(f"<li>{esc(line)}</li>" for line in d["summary"]) or "<li>no change</li>"
-    parts.append(f'<section data-section="summary"><h2>What changed</h2><ul>{items}</ul></section>')
-    parts.append(_gate_html(d["gate"]))
-    if docs is not None:
-        from traceinsight.report.diff_figures import side_by_side_html
-
-        parts.append(side_by_side_html(*docs, metric=d["gate"].get("step_metric") or "gpu"))
-    rows = [[esc(f["id"]), st(f["status"]), side(f["before"]), side(f["after"])] for f in d["findings"]]
-    parts.append('<section data-section="findings"><h2>Findings</h2>'
-                 + (table([("id", "mono"), ("status", ""), ("before", ""), ("after", "")], rows) if rows
-                    else '<p class="na">no finding on either side</p>') + "</section>")
-    rows = []
-    for k in d["kernels"]:
-        b, a = k["before"] or {}, k["after"] or {}
-        rows.append([esc(k["kernel"]), esc(k["backend"] or "–"), st(k["status"]),
-                     f"{b.get('count', '–')} → {a.get('count', '–')}",
-                     f"{esc(fmt_ns(b.get('mean_ns')))} → {esc(fmt_ns(a.get('mean_ns')))}",
-                     f"{esc(fmt_ns(b.get('total_ns')))} → {esc(fmt_ns(a.get('total_ns')))}",
-                     esc(_split_pair(k).replace("->", "→"))])
-    parts.append('<section data-section="kernels"><h2>Attention kernels</h2>' + table(
-        [("kernel", ""), ("backend", ""), ("status", ""), ("count", "num"), ("mean", "num"), ("total", "num"),
-         ("split-KV", "")], rows) + "</section>")
-    rows = [[esc(f["family"]), esc(f["backend"] or "–"), st(f["status"]), esc(fmt_ns(f["before_ns"])),
-             esc(fmt_ns(f["after_ns"])), esc(fmt_ns(f["delta_ns"]))] for f in d["families"]]
-    parts.append('<section data-section="families"><h2>Kernel time by family</h2>' + table(
-        [("family", ""), ("backend", ""), ("status", ""), ("before", "num"), ("after", "num"), ("Δ", "num")], rows)
-        + "</section>")
-    rows = []
-    for t in d["thresholds"]:
-        b, a = t["before"] or {}, t["after"] or {}
-        rows.append([esc(t["kernel"]), esc(t["backend"] or "–"), esc(t["kv_heads"]), st(t["status"]),
-                     *(f"{esc(b.get(c) or '–')} → {esc(a.get(c) or '–')}" for c in ("occupancy", "max_grid",
-                                                                                   "b_threshold"))])
-    parts.append('<section data-section="thresholds"><h2>Split-KV thresholds</h2>' + (table(
-        [("kernel", ""), ("backend", ""), ("KV heads", "num"), ("status", ""), ("CTAs / SM", "num"),
-         ("max grid", "num"), ("B_th", "num")], rows) if rows else '<p class="na">not available on either side: '
-        "needs the schedule model's thresholds</p>") + "</section>")
-    return page("traceinsight diff", "".join(parts))

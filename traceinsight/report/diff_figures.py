@@ -1,16 +1,16 @@
 """BEFORE and AFTER side by side in the diff's HTML page: latency against batch size overlaid (median step time per
 batch size, decode steps), and the two step timelines aligned by step order (the n-th step of each run above each
-other), both as inline SVG (matplotlib, no URL). The step time is the one the gate compares (`gate.step_time`:
+other), both as inline SVG (matplotlib, no URL). The step time is the one the gate compares (`gate_samples.step_time`:
 GPU busy or wall). Inputs are the two analysis documents; times in ns, drawn in ms."""
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from traceinsight.report.gate import step_time
+from traceinsight.report.gate_samples import step_time
 
 SIDE_COLOURS = {"before": "#4c78a8", "after": "#e45756"}
 
@@ -35,51 +35,51 @@ def step_series(doc: Mapping[str, Any], metric: str = "wall") -> list[tuple[int,
 LABEL = {"gpu": "GPU busy time", "wall": "wall time"}
 
 
-def latency_figure(before: Mapping[str, Any], after: Mapping[str, Any], metric: str = "wall") -> Any | None:
-    """Median decode step time against batch size, BEFORE and AFTER on one axes; None without batch sizes."""
+def _overlay(series: Mapping[str, list[Any]], height: float, xlabel: str, ylabel: str, title: str,
+             label: Callable[[str, list[Any]], str], **line: Any) -> tuple[Any, Any]:
+    """A figure with one axes: each side's (x, ns, ...) points as a line in its colour (ns drawn in ms), labelled,
+    with a grid and a legend; (figure, axes), for the caller to set the scales."""
     from matplotlib.figure import Figure
 
-    series = {"before": latency_by_batch(before, metric=metric), "after": latency_by_batch(after, metric=metric)}
-    if not any(series.values()):
-        return None
-    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    fig = Figure(figsize=(9, height), layout="constrained")
     ax = fig.subplots()
     for side, pts in series.items():
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], marker="o", markersize=4, linewidth=1.6,
-                    color=SIDE_COLOURS[side], label=f"{side} ({sum(p[2] for p in pts)} steps)")
+            ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], color=SIDE_COLOURS[side], label=label(side, pts),
+                    **line)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False)
+    return fig, ax
+
+
+def latency_figure(before: Mapping[str, Any], after: Mapping[str, Any], metric: str = "wall") -> Any | None:
+    """Median decode step time against batch size, BEFORE and AFTER on one axes; None without batch sizes."""
+    series = {"before": latency_by_batch(before, metric=metric), "after": latency_by_batch(after, metric=metric)}
+    if not any(series.values()):
+        return None
+    fig, ax = _overlay(series, 3.6, "batch size (requests)", f"median decode step, {LABEL[metric]} (ms)",
+                       "Latency against batch size", lambda side, pts: f"{side} ({sum(p[2] for p in pts)} steps)",
+                       marker="o", markersize=4, linewidth=1.6)
     sizes = sorted({p[0] for pts in series.values() for p in pts})
     if sizes and sizes[-1] >= 4 * sizes[0]:
         ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size (requests)")
-    ax.set_ylabel(f"median decode step, {LABEL[metric]} (ms)")
-    ax.set_title("Latency against batch size", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(frameon=False)
     return fig
 
 
 def timeline_figure(before: Mapping[str, Any], after: Mapping[str, Any], metric: str = "wall") -> Any | None:
     """Each run's step wall time by step order, the two runs on one axes; None without steps."""
-    from matplotlib.figure import Figure
-
     series = {"before": step_series(before, metric), "after": step_series(after, metric)}
     if not any(series.values()):
         return None
-    fig = Figure(figsize=(9, 3.4), layout="constrained")
-    ax = fig.subplots()
-    for side, pts in series.items():
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], linewidth=1.0, color=SIDE_COLOURS[side],
-                    label=f"{side} ({len(pts)} steps)", alpha=0.85)
+    fig, ax = _overlay(series, 3.4, "step (in time order)", f"step {LABEL[metric]} (ms)",
+                       "Step timelines, aligned by step order", lambda side, pts: f"{side} ({len(pts)} steps)",
+                       linewidth=1.0, alpha=0.85)
     values = [p[1] for pts in series.values() for p in pts if p[1] > 0]
     if values and max(values) > 20 * min(values):
         ax.set_yscale("log")
-    ax.set_xlabel("step (in time order)")
-    ax.set_ylabel(f"step {LABEL[metric]} (ms)")
-    ax.set_title("Step timelines, aligned by step order", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(frameon=False)
     return fig
 
 

@@ -1,0 +1,93 @@
+"""NVTX of an Nsight Systems export: push/pop and start/end ranges with their domains, and the MPI rank that
+nsys's MPI trace names a thread after."""
+
+from __future__ import annotations
+
+from traceinsight.ingest.nsys_export import (
+    MPI_RANK,
+    NVTX_DOMAIN_CREATE_TYPES,
+    NVTX_MARK_TYPES,
+    NVTX_RANGE_TYPES,
+    NVTX_TABLE,
+    NVTX_THREAD_TYPES,
+)
+from traceinsight.ingest.nsys_query import ExportReader
+from traceinsight.ingest.nsys_sql import PID_SQL, TID_SQL, id_list, text_sql, valid_span
+
+
+def ranges(reader: ExportReader) -> None:
+    """NVTX push/pop and start/end ranges, on the CPU thread that opened them."""
+    t = NVTX_TABLE
+    if t not in reader.tables:
+        return
+    if not reader.has_span(t) or "eventType" not in reader.columns(t):
+        reader.ingest.warnings.append(f"{t} has no start, end or eventType column: NVTX ranges not read")
+        return
+    c = reader.col
+    range_types = id_list(reader.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_RANGE_TYPES))
+    mark_types = id_list(reader.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_MARK_TYPES))
+    domain_types = id_list(reader.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_DOMAIN_CREATE_TYPES))
+    text, text_id = text_sql(c(t, "text")), reader.int_col(t, "textId")
+    domain_id, tid = reader.int_col(t, "domainId"), reader.int_col(t, "globalTid")
+    pid_sql, tid_sql = PID_SQL.format(col=tid), TID_SQL.format(col=tid)
+    marks, open_ranges = reader.con.execute(
+        f"SELECT coalesce(sum(eventType IN ({mark_types})), 0), "
+        f'coalesce(sum(eventType IN ({range_types}) AND "end" IS NULL), 0) FROM {t}'
+    ).fetchone()
+    if marks:
+        reader.ingest.warnings.append(f"{marks} NVTX marks skipped (instants, not ranges)")
+    if open_ranges:
+        reader.ingest.warnings.append(f"{open_ranges} NVTX ranges without an end skipped (open at capture stop)")
+    reader.skipped_rows(t, f'eventType IN ({range_types}) AND "end" IS NOT NULL', "NVTX ranges")
+    cols = reader.fetch(
+        t,
+        ['"start"', '"end"', text, text_id, pid_sql, tid_sql, domain_id],
+        ["start_ns", "end_ns", "_text", "_text_id", "process_id", "thread_id", "_domain"],
+        f"eventType IN ({range_types}) AND {valid_span()}",
+    )
+    texts, text_ids, dids = cols.pop("_text"), cols.pop("_text_id"), cols.pop("_domain")
+    created = reader.con.execute(
+        f"SELECT {pid_sql}, {domain_id}, {text}, {text_id} FROM {t} "
+        f"WHERE eventType IN ({domain_types}) AND {domain_id} IS NOT NULL"
+    ).fetchall()
+    strings = reader.strings([*text_ids, *(r[3] for r in created)])
+    # Domain ids are handed out per process; (None, id) is the fallback when the process is unknown.
+    domains: dict[tuple[int | None, int], str] = {}
+    for pid, did, txt, txt_id in created:
+        name = txt if txt is not None else strings.get(txt_id)
+        if name is not None:
+            domains[(pid, did)] = name
+            domains.setdefault((None, did), name)
+    cols["name"] = reader.clipped(
+        [x if x is not None else strings.get(i, "") for x, i in zip(texts, text_ids, strict=True)], "NVTX range"
+    )
+    cols["domain"] = reader.clipped(
+        [
+            None if not d else domains.get((p, d)) or domains.get((None, d)) or f"domain {d}"
+            for p, d in zip(cols["process_id"], dids, strict=True)
+        ],
+        "NVTX domain",
+    )
+    n = len(cols["name"])
+    cols["kind"] = ["nvtx"] * n
+    cols["side"] = ["cpu"] * n
+    cols["device_id"] = [None] * n
+    cols["stream_id"] = [None] * n
+    reader.ingest.tables["ranges"] = cols
+
+
+def run_context(reader: ExportReader) -> None:
+    """The rank of an MPI run: nsys's MPI trace names the rank's thread 'MPI Rank N' (an NvtxThread event). The
+    only run context an export states; NCCL's NVTX ranges carry no rank in their text. Else all stay None."""
+    t = NVTX_TABLE
+    if t not in reader.tables or "eventType" not in reader.columns(t):
+        return
+    types = id_list(reader.enum_ids("ENUM_NSYS_EVENT_TYPE", NVTX_THREAD_TYPES))
+    text, text_id = text_sql(reader.col(t, "text")), reader.int_col(t, "textId")
+    rows = reader.con.execute(f"SELECT DISTINCT {text}, {text_id} FROM {t} WHERE eventType IN ({types})").fetchall()
+    strings = reader.strings(r[1] for r in rows)
+    names = {x if x is not None else strings.get(i) for x, i in rows}
+    ranks = {int(m[1]) for n in names if n is not None and (m := MPI_RANK.match(n))}
+    if len(ranks) == 1:
+        reader.ingest.rank = ranks.pop()
+        reader.ingest.dist_backend = "mpi"
