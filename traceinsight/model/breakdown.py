@@ -683,7 +683,8 @@ def _round_rows(win: np.ndarray, value: np.ndarray, total: np.ndarray) -> np.nda
     order = np.lexsort((np.arange(m), -(value - floors), win))
     rank = np.empty(m, np.int64)
     rank[order] = np.arange(m) - firsts[win[order]]
-    return ints_ + (rank < (total - summed)[win])
+    out: np.ndarray = ints_ + (rank < (total - summed)[win])
+    return out
 
 
 def _emit(rows: _Rows, which: list[int], windows: list[tuple[Step, int, int, str]], w0: np.ndarray,
