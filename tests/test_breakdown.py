@@ -161,6 +161,58 @@ def test_split_many_equals_split_window_by_window(trace: str, chunk: int, monkey
             assert got == want and list(got.parts) == list(want.parts), (a0, a1)
 
 
+@pytest.mark.parametrize("trace", [
+    "../shared/traces/h200/flashinfer_decode.sqlite",
+    "examples/loop/loop_core_graph_nsys.sqlite",
+    "examples/loop/loop_fa2_nsys.sqlite",
+])
+def test_breakdowns_round_each_window_as_the_plain_definition(trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`breakdowns` rounds and stores every window's split on arrays, a chunk at a time (SPLIT_CHUNK windows,
+    small here: several chunks); each step's StepBreakdown equals the one built from `_split` of its window and
+    `_round_to` (largest remainders, ties in component order), with its longest idle-host stretches."""
+    from traceinsight.model import breakdown
+    from traceinsight.model.breakdown import StepBreakdown, _from_split, _gpu_work, _round_to, _windows
+
+    monkeypatch.setattr(breakdown, "SPLIT_CHUNK", 3)
+    monkeypatch.setattr(breakdown, "FAST_CHUNK", 2)
+    from traceinsight.pipeline import analyze
+
+    path = Path(__file__).resolve().parents[1] / trace
+    db, (a,) = analyze([path], cache=False, diagnostics=False)
+    got = breakdown.breakdowns(db, a.trace_id, a.steps)
+    (wk,) = _gpu_work(db, a.trace_id, a.steps).values()
+    for s, w0, w1, src in _windows(a.steps):
+        sp = _from_split(*_split(wk, w0, w1, src == "cpu-range"))
+        gaps = sorted(((t, t + ns) for t, ns in sp.long_host), key=lambda g: g[0] - g[1])[:3]
+        want = StepBreakdown(w0, w1, src, _round_to(sp.parts, w1 - w0),
+                             s.range_end_ns - s.range_start_ns if s.range_side == "cpu" else None,
+                             sp.host_max_ns, sp.host_long_ns, sp.idle_stretches, tuple(gaps))
+        assert got[s.index] == want and list(got[s.index].components) == list(want.components), s.index
+
+
+def test_round_rows_equals_round_to_window_by_window() -> None:
+    """The rounding on arrays gives each window what `_round_to` gives it: shares of overlapping work (thirds,
+    sevenths) with remainders that tie, windows of one row, and a window of zeros."""
+    from traceinsight.model.breakdown import _round_rows, _round_to
+
+    rng = np.random.default_rng(7)
+    windows: list[dict[str, float]] = [{"a": 10.0}, {"a": 0.0, "b": 5.0}, {"a": 0.0}]
+    for _ in range(300):
+        k = int(rng.integers(1, 6))
+        parts = {f"c{j}": float(rng.integers(0, 50)) + int(rng.integers(0, 7)) / 7 + (j % 2) / 3 for j in range(k)}
+        windows.append(parts)
+    totals = [round(sum(p.values())) for p in windows]
+    win = np.repeat(np.arange(len(windows)), [len(p) for p in windows])
+    value = np.array([v for p in windows for v in p.values()])
+    got = _round_rows(win, value, np.array(totals, np.int64)).tolist()
+    at = 0
+    for parts, total in zip(windows, totals, strict=True):
+        mine = dict(zip(parts, got[at:at + len(parts)], strict=True))
+        at += len(parts)
+        assert {c: v for c, v in mine.items() if v > 0} == _round_to(parts, total)
+        assert sum(mine.values()) == total or total < sum(int(v) for v in parts.values())
+
+
 def test_ints_reads_arrow_buffers_with_nulls_and_offsets() -> None:
     import duckdb
 

@@ -43,8 +43,8 @@ from traceinsight.queries import sql
 ATTENTION_FAMILIES = (ATTENTION, MERGE, PREPARE)
 # An idle-host stretch at least this long is a stall of the host, not launch overhead (ns).
 LONG_HOST_GAP_NS = 100_000
-# Windows split together by `_split_fast`: its two dozen temporary arrays hold one row per interval of the
-# windows, so all 229K windows of the 1M-kernel export at once (2.6M intervals) took 0.3 GB more peak memory.
+# Windows split together by `_fast_rows` or `_sweep_rows`: their temporary arrays hold one row per interval (or
+# event) of the windows, so all 229K windows of the 1M-kernel export at once (2.6M intervals) took 0.3 GB more.
 FAST_CHUNK = 16_384
 # Windows split and made StepBreakdowns at a time (`breakdowns`).
 SPLIT_CHUNK = 65_536
@@ -99,6 +99,14 @@ class StepBreakdown:
         self._data = data
         self.source = source
         self.host_gaps = host_gaps
+
+    @classmethod
+    def _of(cls, names: tuple[str, ...], data: array[int], at: int, source: str,
+            host_gaps: tuple[tuple[int, int], ...]) -> StepBreakdown:
+        """A breakdown whose numbers are already at `at` in `data` (`breakdowns` writes them there at once)."""
+        b = cls.__new__(cls)
+        b._names, b._data, b._at, b.source, b.host_gaps = names, data, at, source, host_gaps
+        return b
 
     @property
     def start_ns(self) -> int:
@@ -457,88 +465,273 @@ def _overlap_pairs(work: _Work) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(work.start[1:] < work.end[:-1])))
 
 
-def _split_many(work: _Work, w0: np.ndarray, w1: np.ndarray, host_range: np.ndarray,
-                pairs: np.ndarray | None = None) -> list[_Split]:
-    """`_split` of many windows of one device at once. Windows whose GPU work does not overlap itself (one
-    stream at a time: nearly every step) are split with array operations over all their intervals together;
-    the others go through `_split`'s sweep. Equal to calling `_split` on each (tests/test_breakdown.py).
-    `pairs`: `_overlap_pairs(work)`, when already known."""
+@dataclass
+class _Rows:
+    """Windows split at once, as rows: one per (window, component) in each window's component order (busy
+    components in the order they first ran, then idle ones in the order they first occurred, as `_split` fills
+    its dict), with its ns as `_split` sums them (float64, added in the same order); and per window its idle
+    stretches' count, longest idle-host stretch and idle-host time in long stretches, and those long stretches
+    as rows (window, start, ns) in time order. Windows are positions in the arrays given."""
+
+    win: np.ndarray
+    label: np.ndarray  # index into work.names + _IDLE_BY_CLASS
+    value: np.ndarray
+    idle_n: np.ndarray
+    host_max: np.ndarray
+    host_long: np.ndarray
+    long_win: np.ndarray
+    long_at: np.ndarray
+    long_ns: np.ndarray
+
+
+def _concat_rows(parts: list[tuple[np.ndarray, _Rows]], n: int) -> _Rows:
+    """Rows of several calls, each for the windows at `which`, as one _Rows over n windows (ordered by window)."""
+    def cat(get: Any, dtype: Any) -> np.ndarray:
+        return np.concatenate([get(w, r) for w, r in parts]) if parts else np.zeros(0, dtype)
+
+    win = cat(lambda w, r: w[r.win], np.int64)
+    order = np.argsort(win, kind="stable")
+    long_win = cat(lambda w, r: w[r.long_win], np.int64)
+    long_order = np.argsort(long_win, kind="stable")
+    per_window = {}
+    for key in ("idle_n", "host_max", "host_long"):
+        a = np.zeros(n, np.int64)
+        for w, r in parts:
+            a[w] = getattr(r, key)
+        per_window[key] = a
+    return _Rows(win[order], cat(lambda w, r: r.label, np.int64)[order], cat(lambda w, r: r.value, np.float64)[order],
+                 per_window["idle_n"], per_window["host_max"], per_window["host_long"], long_win[long_order],
+                 cat(lambda w, r: r.long_at, np.int64)[long_order], cat(lambda w, r: r.long_ns, np.int64)[long_order])
+
+
+def _rows(n: int, n_names: int, win: np.ndarray, label: np.ndarray, ns: np.ndarray, key: np.ndarray,
+          idle_win: np.ndarray, idle_class: np.ndarray, idle_at: np.ndarray, idle_ns: np.ndarray,
+          idle_key: np.ndarray) -> _Rows:
+    """_Rows of n windows from busy time (window, name, ns, key) and idle stretches (window, class, start, ns,
+    key), each summed per (window, component) in the order given and ordered busy first, then idle, each by
+    the key of its first row."""
+    width = n_names + len(_IDLE_BY_CLASS)
+    w_all = np.concatenate((win, idle_win))
+    name = np.concatenate((label, n_names + idle_class))
+    keys = w_all * width + name
+    uniq, first_row, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    sums = np.bincount(inverse, weights=np.concatenate((ns, idle_ns.astype(np.float64))), minlength=len(uniq))
+    group = (uniq % width >= n_names).astype(np.int64)
+    first_key = np.concatenate((key, idle_key))[first_row]
+    order = np.lexsort((first_key, group, uniq // width))
+    uniq = uniq[order]
+    host = idle_class == 0
+    host_max = np.zeros(n, np.int64)
+    np.maximum.at(host_max, idle_win[host], idle_ns[host])
+    long = host & (idle_ns >= LONG_HOST_GAP_NS)
+    host_long = np.bincount(idle_win[long], weights=idle_ns[long].astype(np.float64), minlength=n)
+    long_order = np.lexsort((idle_key[long], idle_win[long]))
+    return _Rows(uniq // width, uniq % width, sums[order], np.bincount(idle_win, minlength=n).astype(np.int64),
+                 host_max, host_long.astype(np.int64), idle_win[long][long_order], idle_at[long][long_order],
+                 idle_ns[long][long_order])
+
+
+def _intervals(work: _Work, w0: np.ndarray, w1: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each window's intervals: (window, position in it, index into work, start and end clipped to it)."""
+    count = hi - lo
+    total = int(count.sum())
+    step = np.repeat(np.arange(len(w0)), count)  # window of each interval
+    first = np.repeat(np.cumsum(count) - count, count)  # position of its window's first interval
+    pos = np.arange(total) - first
+    idx = np.repeat(lo, count) + pos
+    return step, pos, idx, np.maximum(work.start[idx], w0[step]), np.minimum(work.end[idx], w1[step])
+
+
+def _tail_class(work: _Work, hi: np.ndarray, t_end: np.ndarray, host_range: np.ndarray) -> np.ndarray:
+    """The idle class of a window's end after t_end: the next work's launch call, else host time when the
+    window is a host range (`_split`'s `tail`)."""
+    nxt = np.minimum(hi, len(work.start) - 1)
+    return np.where(hi >= len(work.start), np.where(host_range, 0, 2), _idle_class(work.launch[nxt], t_end))
+
+
+def _sweep_rows(work: _Work, w0: np.ndarray, w1: np.ndarray, host_range: np.ndarray, lo: np.ndarray,
+                hi: np.ndarray) -> _Rows:
+    """`_split`'s sweep of windows whose work overlaps itself, on arrays: the events (interval starts and ends,
+    ends first at a time, then by interval) in `_split`'s order; between two event times each active interval
+    gets the time over the number active, summed per component in time order as `_split` adds it."""
     n = len(w0)
-    out: list[_Split | None] = [None] * n
+    n_names = len(work.names)
+    step, pos, idx, s, e = _intervals(work, w0, w1, lo, hi)
+    keep = e > s
+    step, pos, idx, s, e = step[keep], pos[keep], idx[keep], s[keep], e[keep]
+    m = len(step)
+    ev_win = np.concatenate((step, step))
+    ev_time = np.concatenate((s, e))
+    ev_kind = np.concatenate((np.ones(m, np.int64), np.full(m, -1, np.int64)))
+    ev_pos = np.concatenate((pos, pos))
+    ev_idx = np.concatenate((idx, idx))
+    order = np.lexsort((ev_pos, ev_kind, ev_time, ev_win))
+    ev_win, ev_time, ev_kind, ev_idx = ev_win[order], ev_time[order], ev_kind[order], ev_idx[order]
+    ev_comp = work.comp[ev_idx].astype(np.int64)
+    k = len(ev_win)
+    active = np.zeros((k, max(n_names, 1)), np.int32)
+    active[np.arange(k), ev_comp] = ev_kind
+    np.cumsum(active, axis=0, out=active)  # every window's counts return to 0 at its last event
+    n_active = np.cumsum(ev_kind)
+    # Segments: from an event to the next event of its window at a later time.
+    nxt_same = np.zeros(k, bool)
+    nxt_same[:-1] = ev_win[1:] == ev_win[:-1]
+    dt = np.zeros(k, np.int64)
+    dt[:-1] = ev_time[1:] - ev_time[:-1]
+    seg = nxt_same & (dt > 0)
+    busy = seg & (n_active > 0)
+    bj = np.flatnonzero(busy)
+    share = dt[bj].astype(np.float64) / n_active[bj]
+    rows, comps = np.nonzero(active[bj] > 0)  # row-major: a segment's components together, segments in order
+    contrib = share[rows] * active[bj[rows], comps]
+    # Each component's place: its first start event in the window.
+    starts = np.flatnonzero(ev_kind == 1)
+    # Idle: between events with nothing active (classed by the launch of the work that ends it), before the
+    # first event, after the last.
+    ij = np.flatnonzero(seg & (n_active == 0))
+    first_ev = np.flatnonzero(np.concatenate(([True], ev_win[1:] != ev_win[:-1])))
+    last_ev = np.flatnonzero(np.concatenate((ev_win[1:] != ev_win[:-1], [True])))
+    head = first_ev[ev_time[first_ev] > w0[ev_win[first_ev]]]
+    t_end = np.full(n, 0, np.int64)
+    t_end[ev_win[last_ev]] = ev_time[last_ev]
+    tail = np.flatnonzero(t_end < w1)
+    idle_win = np.concatenate((ev_win[head], ev_win[ij], tail))
+    idle_at = np.concatenate((w0[ev_win[head]], ev_time[ij], t_end[tail]))
+    idle_ns = np.concatenate((ev_time[head] - w0[ev_win[head]], dt[ij], w1[tail] - t_end[tail]))
+    idle_class = np.concatenate((_idle_class(work.launch[ev_idx[head]], w0[ev_win[head]]),
+                                 _idle_class(work.launch[ev_idx[ij + 1]], ev_time[ij]),
+                                 _tail_class(work, hi[tail], t_end[tail], host_range[tail])))
+    idle_key = np.concatenate((np.full(len(head), -1, np.int64), ij, np.full(len(tail), k, np.int64)))
+    # Busy rows keyed by the component's first start event: put that key on every row of the component.
+    first_start = np.full((n, max(n_names, 1)), k, np.int64)
+    np.minimum.at(first_start, (ev_win[starts], ev_comp[starts]), starts)
+    b_win = ev_win[bj[rows]]
+    return _rows(n, n_names, b_win, comps.astype(np.int64), contrib, first_start[b_win, comps],
+                 idle_win, idle_class, idle_at, idle_ns, idle_key)
+
+
+def _fast_rows(work: _Work, w0: np.ndarray, w1: np.ndarray, host_range: np.ndarray, lo: np.ndarray,
+               hi: np.ndarray) -> _Rows:
+    """`_split` of windows whose intervals do not overlap (their ends rise with their starts), on arrays."""
+    n = len(w0)
+    count = hi - lo
+    step, pos, idx, s, e = _intervals(work, w0, w1, lo, hi)
+    # The sweep's clock before each interval: the window start, then the previous interval's (clipped) end.
+    t = np.where(pos == 0, w0[step], np.roll(e, 1)) if len(step) else e
+    t = np.maximum(t, w0[step])
+    # The window's end: idle after its last interval (or all of it), classed by the next work's launch call.
+    last_end = np.full(n, 0, np.int64)
+    has = count > 0
+    last_end[has] = e[np.cumsum(count)[has] - 1]
+    t_end = np.where(has, np.maximum(last_end, w0), w0)
+    tail = np.flatnonzero(t_end < w1)
+    bi, gi = np.flatnonzero(e > s), np.flatnonzero(s > t)
+    return _rows(n, len(work.names), step[bi], work.comp[idx[bi]].astype(np.int64), (e - s)[bi].astype(np.float64),
+                 pos[bi], np.concatenate((step[gi], tail)),
+                 np.concatenate((_idle_class(work.launch[idx[gi]], t[gi]),
+                                 _tail_class(work, hi[tail], t_end[tail], host_range[tail]))),
+                 np.concatenate((t[gi], t_end[tail])), np.concatenate(((s - t)[gi], w1[tail] - t_end[tail])),
+                 np.concatenate((pos[gi], count[tail])))
+
+
+def _split_rows(work: _Work, w0: np.ndarray, w1: np.ndarray, host_range: np.ndarray,
+                pairs: np.ndarray | None = None) -> _Rows:
+    """`_split` of many windows of one device at once, as _Rows: windows whose GPU work does not overlap itself
+    (one stream at a time: nearly every step) in one pass over their intervals, the others through the sweep on
+    arrays, FAST_CHUNK windows at a time (the arrays hold a row per interval, or per event). `pairs`:
+    `_overlap_pairs(work)`, when already known."""
     lo = np.searchsorted(work.reach, w0, side="right")
     hi = np.maximum(np.searchsorted(work.start, w1, side="left"), lo)
     count = hi - lo
     if pairs is None:
         pairs = _overlap_pairs(work)
     overlapping = (count > 1) & (pairs[np.maximum(hi - 1, 0)] - pairs[lo] > 0)
-    for i in np.flatnonzero(overlapping).tolist():
-        out[i] = _from_split(*_split(work, int(w0[i]), int(w1[i]), bool(host_range[i])))
-    fast = np.flatnonzero(~overlapping)
-    for at in range(0, len(fast), FAST_CHUNK):  # a chunk at a time: its arrays hold one row per interval
-        part = fast[at:at + FAST_CHUNK]
-        _split_fast(work, part, w0[part], w1[part], host_range[part], lo[part], hi[part], out)
-    return [x if x is not None else _Split({}) for x in out]
+    parts = []
+    for make, which in ((_sweep_rows, np.flatnonzero(overlapping)), (_fast_rows, np.flatnonzero(~overlapping))):
+        for at in range(0, len(which), FAST_CHUNK):
+            part = which[at:at + FAST_CHUNK]
+            parts.append((part, make(work, w0[part], w1[part], host_range[part], lo[part], hi[part])))
+    return _concat_rows(parts, len(w0))
 
 
-def _split_fast(work: _Work, which: np.ndarray, w0: np.ndarray, w1: np.ndarray, host_range: np.ndarray,
-                lo: np.ndarray, hi: np.ndarray, out: list[_Split | None]) -> None:
-    """`_split` of windows whose intervals do not overlap (their ends rise with their starts), vectorised."""
-    count = hi - lo
-    total = int(count.sum())
-    step = np.repeat(np.arange(len(which)), count)  # window of each interval
-    first = np.repeat(np.cumsum(count) - count, count)  # position of its window's first interval
-    pos = np.arange(total) - first
-    idx = np.repeat(lo, count) + pos
-    s = np.maximum(work.start[idx], w0[step])
-    e = np.minimum(work.end[idx], w1[step])
-    # The sweep's clock before each interval: the window start, then the previous interval's (clipped) end.
-    t = np.where(pos == 0, w0[step], np.roll(e, 1)) if total else e
-    t = np.maximum(t, w0[step])
-    busy = e > s
-    gap = s > t
-    # The window's end: idle after its last interval (or all of it), classed by the next work's launch call.
-    last_end = np.full(len(which), 0, np.int64)
-    has = count > 0
-    last_end[has] = e[np.cumsum(count)[has] - 1]
-    t_end = np.where(has, np.maximum(last_end, w0), w0)
-    tail = t_end < w1
-    nxt = np.minimum(hi, len(work.start) - 1)
-    tail_class = np.where(hi >= len(work.start), np.where(host_range, 0, 2), _idle_class(work.launch[nxt], t_end))
-    gap_class = _idle_class(work.launch[idx], t)
-    # Rows (window, group, position, name id, ns, start): busy per interval, idle per gap, then the tails; sorted
-    # by window, group (busy before idle) and position, so each window's dict is filled in `_split`'s order.
-    names = work.names
-    n_names = len(names)
-    bi, gi, ti = np.flatnonzero(busy), np.flatnonzero(gap), np.flatnonzero(tail)
-    win = np.concatenate((step[bi], step[gi], ti))
-    group = np.concatenate((np.zeros(len(bi), np.int64), np.ones(len(gi) + len(ti), np.int64)))
-    order_pos = np.concatenate((pos[bi], pos[gi], count[ti]))
-    name = np.concatenate((work.comp[idx[bi]], n_names + gap_class[gi], n_names + tail_class[ti]))
-    ns = np.concatenate(((e - s)[bi], (s - t)[gi], (w1 - t_end)[ti]))
-    at = np.concatenate((s[bi], t[gi], t_end[ti]))
-    order = np.lexsort((order_pos, group, win))
-    win, name, ns, at = win[order], name[order], ns[order], at[order]
-    # One row per (window, component), in the order each first occurs, with its total.
-    width = n_names + len(_IDLE_BY_CLASS)
-    keys = win * width + name
-    uniq, first_row, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    sums = np.bincount(inverse, weights=ns.astype(np.float64), minlength=len(uniq))
-    rank = np.argsort(first_row, kind="stable")
-    labels = names + list(_IDLE_BY_CLASS)
-    parts: list[dict[str, float]] = [{} for _ in range(len(which))]
-    for k, v in zip(uniq[rank].tolist(), sums[rank].tolist(), strict=True):
-        parts[k // width][labels[k % width]] = v
-    idle_n = np.bincount(win[name >= n_names], minlength=len(which)).tolist()
-    is_host = name == n_names  # idle class 0
-    host_max = np.zeros(len(which), np.int64)
-    np.maximum.at(host_max, win[is_host], ns[is_host])
-    long = is_host & (ns >= LONG_HOST_GAP_NS)
-    host_long = np.bincount(win[long], weights=ns[long].astype(np.float64), minlength=len(which))
-    long_host: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for w, a, v in zip(win[long].tolist(), at[long].tolist(), ns[long].tolist(), strict=True):
-        long_host[w].append((a, v))
-    for j, i in enumerate(which.tolist()):
-        out[i] = _Split(parts[j], idle_n[j], int(host_max[j]), int(host_long[j]), long_host.get(j, []))
+def _split_many(work: _Work, w0: np.ndarray, w1: np.ndarray, host_range: np.ndarray,
+                pairs: np.ndarray | None = None) -> list[_Split]:
+    """`_split_rows` as a _Split per window (what `_split` gives, summed; tests/test_breakdown.py holds the two
+    together)."""
+    r = _split_rows(work, w0, w1, host_range, pairs)
+    labels = work.names + list(_IDLE_BY_CLASS)
+    out = [_Split({}, int(a), int(b), int(c)) for a, b, c in zip(r.idle_n.tolist(), r.host_max.tolist(),
+                                                                  r.host_long.tolist(), strict=True)]
+    for w, lab, v in zip(r.win.tolist(), r.label.tolist(), r.value.tolist(), strict=True):
+        out[w].parts[labels[lab]] = v
+    for w, a, v in zip(r.long_win.tolist(), r.long_at.tolist(), r.long_ns.tolist(), strict=True):
+        out[w].long_host.append((a, v))
+    return out
+
+
+def _round_rows(win: np.ndarray, value: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """`_round_to` of many windows at once: rows (window, ns as float), ordered by window, each window's rows in
+    its components' order; `total`: each window's length. Each row's integer ns (zeros kept), adding up to the
+    window's total: the floors, and one more ns for the rows with the largest remainders (ties in row order)."""
+    m = len(win)
+    firsts = np.searchsorted(win, np.arange(len(total)))  # each window's first row
+    floors = np.floor(value)
+    ints_ = floors.astype(np.int64)
+    summed = np.zeros(len(total), np.int64)
+    np.add.at(summed, win, ints_)
+    order = np.lexsort((np.arange(m), -(value - floors), win))
+    rank = np.empty(m, np.int64)
+    rank[order] = np.arange(m) - firsts[win[order]]
+    out: np.ndarray = ints_ + (rank < (total - summed)[win])
+    return out
+
+
+def _emit(rows: _Rows, which: list[int], windows: list[tuple[Step, int, int, str]], w0: np.ndarray,
+          w1: np.ndarray, host_range_ns: np.ndarray, labels: list[str], arena: array[int],
+          out: dict[int, StepBreakdown]) -> None:
+    """The StepBreakdowns of windows[which] (their rows: `rows`, windows numbered by position in `which`), their
+    numbers appended to `arena`: each window's components rounded to integer ns adding up to its length
+    (`_round_to`: largest remainders first, ties in component order; zeros dropped), on arrays."""
+    n = len(which)
+    final = _round_rows(rows.win, rows.value, w1 - w0)
+    keep = final > 0
+    k_win, k_label, k_val = rows.win[keep], rows.label[keep], final[keep]
+    cnt = np.bincount(k_win, minlength=n)
+    k_pos = np.arange(len(k_win)) - (np.cumsum(cnt) - cnt)[k_win]
+    sizes = _FIXED + cnt
+    offsets = np.cumsum(sizes) - sizes
+    piece = np.zeros(int(sizes.sum()), np.int64)
+    for j, col in enumerate((w0, w1, host_range_ns, rows.host_max, rows.host_long, rows.idle_n)):
+        piece[offsets + j] = col
+    piece[offsets[k_win] + _FIXED + k_pos] = k_val
+    # The components' names per window: one shared tuple per distinct sequence.
+    grid = np.full((n, int(cnt.max()) if n else 0), -1, np.int64)
+    grid[k_win, k_pos] = k_label
+    seqs, seq_of = np.unique(grid, axis=0, return_inverse=True)
+    named = []
+    for row in seqs.tolist():
+        t = tuple(labels[c] for c in row if c >= 0)
+        named.append(_COMPONENT_NAMES.setdefault(t, t))
+    # The longest idle-host stretches of at least LONG_HOST_GAP_NS, longest first (ties in time order).
+    gaps: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for w, a, v in zip(rows.long_win.tolist(), rows.long_at.tolist(), rows.long_ns.tolist(), strict=True):
+        gaps[w].append((a, a + v))
+    base = len(arena)
+    arena.frombytes(piece.tobytes())
+    for j, (i, at, names) in enumerate(zip(which, (offsets + base).tolist(), np.asarray(seq_of).reshape(-1).tolist(),
+                                           strict=True)):
+        s, _, _, source = windows[i]
+        got = gaps.get(j)
+        host_gaps = tuple(sorted(got, key=lambda g: g[0] - g[1])[:MAX_HOST_GAPS]) if got else ()
+        out[s.index] = s.breakdown = StepBreakdown._of(named[names], arena, at, source, host_gaps)
+
+
+def _host_range(s: Step) -> int:
+    """The step's range on the host (ns), _NO_RANGE without one."""
+    if s.range_side == "cpu" and s.range_start_ns is not None and s.range_end_ns is not None:
+        return s.range_end_ns - s.range_start_ns
+    return _NO_RANGE
 
 
 def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepBreakdown]:
@@ -552,52 +745,43 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
     devices: Sequence[Any] | dict[int, Any] = ([_step_device(s) for s in steps] if numbered
                                                else {s.index: _step_device(s) for s in steps})
     windows = _windows(steps, devices)
+    n = len(windows)
+    w0 = np.fromiter((w[1] for w in windows), np.int64, n)
+    w1 = np.fromiter((w[2] for w in windows), np.int64, n)
+    host = np.fromiter((w[3] == "cpu-range" for w in windows), bool, n)
+    host_range_ns = np.fromiter((_host_range(w[0]) for w in windows), np.int64, n)
     # Each window's GPU work: its device's, or the only device's when the step's is not known.
     by_device: dict[Any, list[int]] = defaultdict(list)
-    for j, (s, w0, w1, _) in enumerate(windows):
+    for j, (s, a, b, _) in enumerate(windows):
         dev = devices[s.index]
         if dev not in work:
             if len(work) != 1:
                 continue
             dev = next(iter(work))
-        if w1 > w0:
+        if b > a:
             by_device[dev].append(j)
     del devices
+    names = next(iter(work.values())).names if work else []
+    labels = names + list(_IDLE_BY_CLASS)
     out: dict[int, StepBreakdown] = {}
     arena: array[int] = array("q")  # every step's numbers, one after the other
+    done = np.zeros(n, bool)
     for dev, js in by_device.items():
         wk = work[dev]
         pairs = _overlap_pairs(wk)
-        # SPLIT_CHUNK windows at a time, each made a StepBreakdown at once: a window's summed split (floats in a
-        # dict) is 0.5 KB, 1 GB over the 10M-kernel export's 2.3M windows if all were held.
+        # SPLIT_CHUNK windows at a time, each made a StepBreakdown at once (bounds the rows held).
         for at in range(0, len(js), SPLIT_CHUNK):
             part = js[at:at + SPLIT_CHUNK]
-            starts = np.array([windows[j][1] for j in part], np.int64)
-            ends = np.array([windows[j][2] for j in part], np.int64)
-            host_range = np.array([windows[j][3] == "cpu-range" for j in part], bool)
-            for j, sp in zip(part, _split_many(wk, starts, ends, host_range, pairs), strict=True):
-                s = windows[j][0]
-                out[s.index] = s.breakdown = _breakdown(*windows[j], sp, arena)
-    for s, w0, w1, source in windows:  # windows of no device's work, or empty
-        if s.index not in out:
-            out[s.index] = s.breakdown = _breakdown(
-                s, w0, w1, source, _Split({IDLE_UNKNOWN: float(w1 - w0)} if w1 > w0 else {}), arena)
+            p = np.array(part, np.int64)
+            done[p] = True
+            _emit(_split_rows(wk, w0[p], w1[p], host[p], pairs), part, windows, w0[p], w1[p], host_range_ns[p],
+                  labels, arena, out)
+    rest = np.flatnonzero(~done)  # windows of no device's work (all idle-unknown), or empty
+    if len(rest):
+        r0, r1 = w0[rest], w1[rest]
+        has = np.flatnonzero(r1 > r0)
+        zero, none = np.zeros(len(rest), np.int64), np.zeros(0, np.int64)
+        rows = _Rows(has, np.full(len(has), labels.index(IDLE_UNKNOWN), np.int64), (r1 - r0)[has].astype(np.float64),
+                     zero, zero, zero, none, none, none)
+        _emit(rows, rest.tolist(), windows, r0, r1, host_range_ns[rest], labels, arena, out)
     return {s.index: out[s.index] for s, *_ in windows}
-
-
-def _breakdown(s: Step, w0: int, w1: int, source: str, sp: _Split, arena: array[int]) -> StepBreakdown:
-    long_gaps = sorted(((t, t + ns) for t, ns in sp.long_host), key=lambda g: g[0] - g[1])[:MAX_HOST_GAPS]
-    return StepBreakdown(
-        start_ns=w0,
-        end_ns=w1,
-        source=source,
-        components=_round_to(sp.parts, w1 - w0),
-        host_range_ns=(s.range_end_ns - s.range_start_ns
-                       if s.range_side == "cpu" and s.range_start_ns is not None and s.range_end_ns is not None
-                       else None),
-        host_gap_max_ns=sp.host_max_ns,
-        host_long_ns=sp.host_long_ns,
-        idle_stretches=sp.idle_stretches,
-        host_gaps=tuple(long_gaps) if long_gaps else (),
-        arena=arena,
-    )
