@@ -102,7 +102,8 @@ def command(before: Path, after: Path, fmt: str, out: Path | None, meta_before: 
     attention kernel the change in time and split-KV state, thresholds, and new/gone/changed findings.
 
     Exit status: 0 ok; 2 bad input (one line on stderr); 3 a group regressed beyond --fail-on-regression."""
-    from traceinsight.report.diff import diff_docs, render_html, render_text
+    from traceinsight.report.diff import diff_docs, render_text
+    from traceinsight.report.diff_html import render_html
     from traceinsight.report.gate import DEFAULT_THRESHOLD, Thresholds
 
     fail = parse_share(fail_on, "--fail-on-regression")
