@@ -98,7 +98,8 @@ def verdict_view(doc: dict[str, Any]) -> dict[str, Any]:
             "findings": [_finding(doc, f) for f in g.findings], "related": [_finding(doc, f) for f in g.related],
             "nsteps": len(g.steps), "steps": _step_list(doc, g.steps) if g.steps else None,
             "evidence": _evidence(first.get("evidence") or {})})
-    return {"why": why, "groups": groups, "checks": checks_view(doc)}
+    return {"why": why, "groups": groups, "savings": "" if why else sections.savings_line(doc),
+            "checks": checks_view(doc)}
 
 
 def timeline_view(doc: dict[str, Any]) -> dict[str, Any]:
