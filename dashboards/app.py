@@ -223,6 +223,9 @@ def header(doc: dict[str, Any]) -> None:
     cols[1].metric("time in steps", fmt_ns(sections.total_step_ns(doc)))
     cols[2].metric("critical findings", sum(f.get("severity") == "critical" for f in findings))
     cols[3].metric("largest saving", fmt_ns(worst[0].get("saving_ns")) if worst else "-")
+    savings = sections.savings_line(doc)  # inside steps and between them apart, never one sum against step time
+    if savings:
+        st.caption(savings)
 
 
 def _finding_line(f: dict[str, Any], names: dict[int, str]) -> str:

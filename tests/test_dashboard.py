@@ -10,6 +10,7 @@ BatchDecode launch at grid (384,4,1).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,9 @@ def test_bundled_sweep_is_the_default_and_findings_come_first(app: AppTest) -> N
     assert not any(v.startswith("Cannot analyze") for v in critical)
     assert [m.label for m in app.metric][:2] == ["steps", "time in steps"]
     assert app.metric[0].value == "390"  # the 390 `decode tc=T dist=D bs=B step=S` ranges
+    # What the savings add up to: inside steps (with their floor) and between them, each against its own bound.
+    assert re.search(r"savings: \S+ m?s of \S+ m?s in steps \(floor \S+ m?s\), \S+ m?s of \S+ m?s between steps",
+                     _texts(app)), _texts(app)
 
 
 def test_charts_timeline_sweep_and_schedule(app: AppTest) -> None:

@@ -33,7 +33,8 @@ def test_document_carries_the_model_and_findings() -> None:
     assert len([s for s in doc["steps"] if "measured" in s["launches"][0]]) == 6
     f = doc["findings"][0]
     assert list(f) == ["id", "severity", "steps", "summary", "evidence", "remedy", "saving_ns", "explanation", "ref",
-                       "supports", "related", "attributed_saving_ns", "saving_basis"]
+                       "supports", "related", "attributed_saving_ns", "saving_basis", "saving_in_steps_ns",
+                       "saving_between_steps_ns"]
     assert f["severity"] == "critical"
     assert [c["id"] for c in doc["checks"]][-2:] == ["latency-spike", "slow-steps"]
     assert doc["model"]["gpu"]["num_sms"] == 132 and len(doc["model"]["cost_models"]) == 2

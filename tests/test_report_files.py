@@ -149,6 +149,32 @@ def test_html_gantt_shows_the_tail(html_page: tuple[str, Page]) -> None:
     assert "grid (512,4,1) · split-KV off" in schedule and "measured 13.5 ms" in schedule
 
 
+HOSTILE = '<script>alert("x")</script> & \'q\''
+
+
+def test_html_escapes_text_from_the_trace(analyses) -> None:  # type: ignore[no-untyped-def]
+    """A finding's text, a step name and the trace path come from the trace (kernel and range names, file names):
+    markup in them reaches the page as text, never as a tag or an attribute break."""
+    from traceinsight.report.files import report_inputs
+    from traceinsight.report.html import render
+
+    docs, gantts = report_inputs(analyses)
+    doc = docs[0]
+    f = next(f for f in doc["findings"] if f["id"] == "split-kv-off")
+    f["summary"] = f["explanation"] = f["remedy"] = HOSTILE
+    f["evidence"] = {**f["evidence"], "cause": HOSTILE}
+    doc["steps"][f["steps"][0]]["name"] = HOSTILE
+    doc["trace"]["path"] = f"/tmp/{HOSTILE}.json"
+    text = render(docs, gantts)
+    assert "<script" not in text and "alert(\"x\")" not in text
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#x27;q&#x27;" in text
+    page = Page()
+    page.feed(text)
+    verdict = page.section_text("verdict")
+    assert verdict.count(HOSTILE) >= 5  # summary, explanation, remedy, evidence, the step's name: all as text
+    assert page.sections == [sid for sid, _ in SECTIONS]  # nothing the text held broke the page's structure
+
+
 def test_markdown_sections_and_figures(analyses, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "postmortem.md"
     write_report(analyses, "md", out)

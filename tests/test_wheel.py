@@ -106,6 +106,10 @@ def test_installed_wheel_runs_every_command(installed: Installed, h200: Path) ->
     text = installed.run(installed.script, "analyze", trace, "--no-cache", "--save", "saved").stdout
     assert "NVIDIA H200" in text
     assert installed.run(installed.script, "report", "saved").stdout == text
+    # The HTML report's templates are package data: the installed wheel renders the page from them.
+    installed.run(installed.script, "analyze", trace, "--no-cache", "--format", "html", "--out", "r.html")
+    page = (installed.cwd / "r.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and 'data-section="verdict"' in page and "decode-on-prefill" in page
     rows = json.loads(installed.run(installed.script, "sql", trace, "select count(*) as n from kernels",
                                     "--format", "json").stdout)
     assert rows == [{"n": 48}]

@@ -13,6 +13,21 @@ from traceinsight.errors import TraceInsightError
 # (0: nothing at that level; 1 is the CLI's internal error and 2 its usage/input error.)
 EXIT_FINDINGS = 3
 
+# What a rule's saving is measured against (its module's SAVING_BASIS): time inside steps, or between them.
+BASIS_STEPS = "steps"
+BASIS_SPAN = "span"
+
+
+def saving_split(attributed_ns: int | None, basis: str | None) -> dict[str, int | None]:
+    """A root cause's attributed saving by where it lies, as the JSON gives it beside `saving_basis`:
+    saving_in_steps_ns (bounded by the steps' wall time minus their floor) and saving_between_steps_ns (bounded by
+    the time between steps); both None for a finding with no attributed saving (the evidence of another)."""
+    if attributed_ns is None:
+        return {"saving_in_steps_ns": None, "saving_between_steps_ns": None}
+    between = basis == BASIS_SPAN
+    return {"saving_in_steps_ns": 0 if between else attributed_ns,
+            "saving_between_steps_ns": attributed_ns if between else 0}
+
 
 class Severity(StrEnum):
     """How much a finding matters: critical (the step is many times slower than it should be), warning
@@ -95,6 +110,7 @@ class Finding:
             "related": list(self.related),
             "attributed_saving_ns": self.attributed_ns,
             "saving_basis": self.saving_basis,
+            **saving_split(self.attributed_ns, self.saving_basis),
         }
 
 

@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from traceinsight.diagnose.finding import BASIS_SPAN as BASIS_SPAN  # (defined beside the JSON that splits by them)
+from traceinsight.diagnose.finding import BASIS_STEPS as BASIS_STEPS
 from traceinsight.diagnose.finding import Finding, sort_findings
 
 SPIKE_ID = "latency-spike"
@@ -49,9 +51,7 @@ SYMPTOMS: Mapping[str, tuple[str, ...]] = {
                      "sm-idle"),
 }
 
-# What a rule's saving is measured against (its module's SAVING_BASIS): time inside steps, or between them.
-BASIS_STEPS = "steps"
-BASIS_SPAN = "span"
+# What a rule's saving is measured against (finding.BASIS_STEPS / BASIS_SPAN, its module's SAVING_BASIS), in words.
 BASIS_WORDS = {BASIS_STEPS: "the steps' wall time", BASIS_SPAN: "the idle time between steps"}
 
 

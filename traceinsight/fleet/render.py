@@ -193,101 +193,44 @@ def _table(title: str, columns: list[tuple[str, str]]) -> Any:
 
 # --- HTML ---------------------------------------------------------------------------------------------------------
 
-FLEET_CSS = """
-.bar { display: inline-block; height: 10px; vertical-align: middle; }
-.bar.steps { background: #b91c1c; } .bar.between { background: #d97706; }
-td.bars { min-width: 180px; white-space: nowrap; }
-td.causes { min-width: 260px; }
-main { max-width: 1480px; }  /* the traces table is wider than a one-trace report */
-"""
-
-
 def render_html(doc: dict[str, Any], base: str = "") -> str:
-    """A self-contained HTML page (inline CSS, no script, no URL): links to the traces' own reports are relative,
-    reaching the dataset folder by `base` ('' when the page is written into it; see `link_base`)."""
-    from traceinsight.report.html import CSS, esc, table
+    """A self-contained HTML page (inline CSS, no script, no URL; report/templates/fleet.html.j2): links to the
+    traces' own reports are relative, reaching the dataset folder by `base` ('' when the page is written into it;
+    see `link_base`)."""
+    from traceinsight.report.templating import render
 
     ov = doc["overview"]
-    ds = doc["dataset"]
 
-    def a(rel: str | None, text: str) -> str:
-        return f'<a href="{esc(href(base, rel))}">{esc(text)}</a>' if rel else esc(text)
-
-    parts = [f'<header class="report"><h1>traceinsight fleet report</h1><p class="meta"><b>{esc(ds["path"])}</b>'
-             + "".join(f"<br>{esc(line)}" for line in overview_lines(doc)) + "</p></header>"]
-    toc = [("root-causes", "Root causes"), ("traces", "Traces"), ("worst-steps", "Worst steps"),
-           ("outliers", "Outliers"), ("failed", "Not analyzed")]
-    parts.append('<nav class="toc">' + " ".join(f'<a href="#{i}">{esc(h)}</a>' for i, h in toc) + "</nav>")
-
-    body = [[f'<span class="badge sev-{esc(r["severity"])}">{esc(r["severity"])}</span>',
-             f'<span class="fid">{esc(r["rule_id"])}</span>', esc(f"{r['traces']} of {ov['ok']}"),
-             esc(_pct(r["share_of_traces"])), esc(r["steps"]), esc(fmt_ns(r["lost_ns"])), esc(rule_share(r, ov)),
-             a(_link_of(doc, r["worst_trace"]), r["worst_trace"]) + f" ({esc(fmt_ns(r['worst_trace_lost_ns']))})"]
-            for r in doc["root_causes"]]
-    inner = table([("severity", ""), ("rule", ""), ("traces", "num"), ("share of traces", "num"), ("steps", "num"),
-                   ("time lost", "num"), ("of fleet time", ""), ("worst trace (its loss)", "")], body) \
-        if body else '<p class="na">No finding in any analyzed trace.</p>'
-    if doc["evidence_only"]:
-        inner += '<p class="caption">Fired only as evidence of other root causes: ' + esc(", ".join(
-            f"{r['rule_id']} ({_n(r['traces'], 'trace')})" for r in doc["evidence_only"])) + ".</p>"
-    parts.append(_html_section("root-causes", "Root causes", inner + f'<p class="caption">{esc(ROOT_CAUSES_NOTE)}'
-                               "; share of traces: of the analyzed traces; steps: the steps its findings name.</p>"))
+    def a(rel: str | None, text: str) -> dict[str, Any]:
+        return {"href": href(base, rel) if rel else None, "text": text}
 
     most = max((int(t["lost_ns"]) for t in doc["traces"]), default=0) or 1
-    body = []
-    for t in doc["traces"]:
-        bars = "".join(f'<span class="bar {cls}" style="width:{160 * int(t[key]) / most:.1f}px" '
-                       f'title="{esc(title)} {esc(fmt_ns(t[key]))}"></span>'
-                       for key, cls, title in (("lost_steps_ns", "steps", "in steps"),
-                                               ("lost_between_ns", "between", "between steps")) if t[key])
-        body.append([a(trace_link(t), t["trace"]), esc(t.get("gpu") or "-"), esc(t.get("steps") or 0),
-                     esc(fmt_ns(t.get("step_p50_ns"))), esc(fmt_ns(t.get("step_p99_ns"))),
-                     esc(fmt_ns(t["lost_ns"])), esc(_pct(trace_share(t))), bars,
-                     esc(causes_text(t, limit=8)),
-                     " ".join(a(rel, fmt) for fmt, rel in sorted((t.get("report") or {}).items())) or "-"])
-    inner = table([("trace", ""), ("gpu", ""), ("steps", "num"), ("p50 step", "num"), ("p99 step", "num"),
-                   ("time lost", "num"), ("of its time", "num"), ("", "bars"), ("root causes (time lost)", "causes"),
-                   ("reports", "")], body) if body else '<p class="na">No analyzed trace.</p>'
-    parts.append(_html_section("traces", "Traces, most time lost first", inner + (
-        '<p class="caption">Bars: time lost in steps (red) and between steps (amber), to scale across traces. '
-        "p50/p99 step: GPU span of the step's kernels. Of its time: of the trace's steps' wall time plus the time "
-        "between steps.</p>")))
-
-    body = [[a(_link_of(doc, w["trace"]), w["trace"]), esc(w["step"]), a(w.get("report"), w.get("name") or "-"),
-             esc(fmt_ns(w["dur_ns"])), esc(ratio_text(w.get("ratio"))), esc(fmt_ns(w.get("wall_ns"))),
-             esc(", ".join(w["findings"]) or "-")] for w in doc["worst_steps"]]
-    inner = table([("trace", ""), ("step", "num"), ("name", ""), ("time", "num"), ("×median", "num"),
-                   ("wall", "num"), ("findings naming it", "")], body) if body else '<p class="na">No step.</p>'
     n = len(doc["worst_steps"])
-    parts.append(_html_section("worst-steps", f"Worst steps ({n} slowest)" if n else "Worst steps", inner + (
-        f'<p class="caption">{esc(STEPS_NOTE)}. A step\'s name links to its trace\'s step-time chart; '
-        "`traceinsight explain TRACE --step N` explains one step.</p>")))
-
-    items = "".join(f'<li class="sev-{esc(f["severity"])}"><span class="badge">{esc(f["severity"])}</span>'
-                    f'<span class="fid">{esc(f["id"])}</span>{esc(f["summary"])}</li>' for f in doc["outliers"])
-    inner = f'<ul class="verdict">{items}</ul>' if items else '<p class="na">No trace stands out.</p>'
-    parts.append(_html_section("outliers", "Outliers against the fleet",
-                               inner + f'<p class="caption">{esc(OUTLIERS_NOTE)}.</p>'))
-
-    body = [[esc(f["trace"]), esc(f["status"]), f'<span class="fid">{esc(f.get("source"))}</span>',
-             esc(f.get("error") or "-")] for f in doc["failed"]]
-    inner = table([("trace", ""), ("status", ""), ("source", "mono"), ("error", "")], body) if body else \
-        '<p class="na">Every trace was analyzed.</p>'
-    parts.append(_html_section("failed", f"Not analyzed ({len(doc['failed'])})", inner))
-
-    title = f"traceinsight fleet: {Path(ds['path']).name}"
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{esc(title)}</title>\n<style>{CSS}{FLEET_CSS}</style>\n</head>\n<body>\n<main>\n"
-            + "\n".join(parts)
-            + f"\n<footer>traceinsight {esc(__version__)}: self-contained fleet report (no network needed); "
-              "links lead to each trace's own report in the dataset folder.</footer>\n</main>\n</body>\n</html>\n")
-
-
-def _html_section(sid: str, heading: str, inner: str) -> str:
-    from traceinsight.report.html import esc
-
-    return f'<section id="{sid}">\n<h2>{esc(heading)}</h2>\n{inner}\n</section>'
+    return render(
+        "fleet.html.j2", title=f"traceinsight fleet: {Path(doc['dataset']['path']).name}", version=__version__,
+        path=doc["dataset"]["path"], overview=overview_lines(doc),
+        toc=[("root-causes", "Root causes"), ("traces", "Traces"), ("worst-steps", "Worst steps"),
+             ("outliers", "Outliers"), ("failed", "Not analyzed")],
+        root_causes=[{"severity": r["severity"], "rule_id": r["rule_id"], "traces": f"{r['traces']} of {ov['ok']}",
+                      "share": _pct(r["share_of_traces"]), "steps": r["steps"], "lost": fmt_ns(r["lost_ns"]),
+                      "of_fleet": rule_share(r, ov), "worst": a(_link_of(doc, r["worst_trace"]), r["worst_trace"]),
+                      "worst_lost": fmt_ns(r["worst_trace_lost_ns"])} for r in doc["root_causes"]],
+        evidence_only=", ".join(f"{r['rule_id']} ({_n(r['traces'], 'trace')})" for r in doc["evidence_only"]),
+        root_causes_note=ROOT_CAUSES_NOTE,
+        traces=[{"trace": a(trace_link(t), t["trace"]), "gpu": t.get("gpu") or "-", "steps": t.get("steps") or 0,
+                 "p50": fmt_ns(t.get("step_p50_ns")), "p99": fmt_ns(t.get("step_p99_ns")), "lost": fmt_ns(t["lost_ns"]),
+                 "share": _pct(trace_share(t)), "causes": causes_text(t, limit=8),
+                 "bars": [(cls, f"{160 * int(t[key]) / most:.1f}", f"{title} {fmt_ns(t[key])}")
+                          for key, cls, title in (("lost_steps_ns", "steps", "in steps"),
+                                                  ("lost_between_ns", "between", "between steps")) if t[key]],
+                 "reports": [a(rel, fmt) for fmt, rel in sorted((t.get("report") or {}).items())]}
+                for t in doc["traces"]],
+        worst_heading=f"Worst steps ({n} slowest)" if n else "Worst steps",
+        worst_steps=[{"trace": a(_link_of(doc, w["trace"]), w["trace"]), "step": w["step"],
+                      "name": a(w.get("report"), w.get("name") or "-"), "time": fmt_ns(w["dur_ns"]),
+                      "ratio": ratio_text(w.get("ratio")), "wall": fmt_ns(w.get("wall_ns")),
+                      "findings": ", ".join(w["findings"]) or "-"} for w in doc["worst_steps"]],
+        steps_note=STEPS_NOTE, outliers=doc["outliers"], outliers_note=OUTLIERS_NOTE, failed=doc["failed"])
 
 
 def _link_of(doc: dict[str, Any], trace: str | None) -> str | None:

@@ -83,21 +83,15 @@ def timeline_figure(before: Mapping[str, Any], after: Mapping[str, Any], metric:
     return fig
 
 
-def side_by_side_html(before: Mapping[str, Any], after: Mapping[str, Any], metric: str = "wall") -> str:
-    """The section of the diff page with both figures (or what is missing), of the step time `metric`."""
+def side_by_side(before: Mapping[str, Any], after: Mapping[str, Any],
+                 metric: str = "wall") -> list[tuple[Any, str, str]]:
+    """The diff page's figures of the step time `metric`: (SVG or None, what it shows, why it is missing)."""
     from traceinsight.report.figures import to_svg
-    from traceinsight.report.html import esc
+    from traceinsight.report.templating import trusted
 
-    parts = ['<section data-section="side-by-side"><h2>Side by side</h2>']
-    for fig, alt, missing in (
-            (latency_figure(before, after, metric), "median decode step time against batch size, before and after",
-             "latency against batch size: not available (no decode step with a known batch size on either side: "
-             "give each trace its sidecar with --meta-before / --meta-after)"),
-            (timeline_figure(before, after, metric), "step time by step order, before and after",
-             "step timelines: not available (no steps on either side)")):
-        if fig is None:
-            parts.append(f'<p class="na">{esc(missing)}</p>')
-        else:
-            parts.append(f'<figure role="img" aria-label="{esc(alt)}">{to_svg(fig)}</figure>')
-    parts.append("</section>")
-    return "".join(parts)
+    return [(None if fig is None else trusted(to_svg(fig)), alt, missing) for fig, alt, missing in (
+        (latency_figure(before, after, metric), "median decode step time against batch size, before and after",
+         "latency against batch size: not available (no decode step with a known batch size on either side: "
+         "give each trace its sidecar with --meta-before / --meta-after)"),
+        (timeline_figure(before, after, metric), "step time by step order, before and after",
+         "step timelines: not available (no steps on either side)"))]

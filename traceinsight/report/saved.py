@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from traceinsight.components import IDLE
+from traceinsight.diagnose.finding import saving_split
 from traceinsight.errors import InputError
 from traceinsight.ingest.schema import analysis_table_names, schema_sql
 from traceinsight.report import json_doc
@@ -162,7 +163,8 @@ def _sections(saved: Saved, trace_id: int, steps: str) -> dict[str, Any]:
                  "summary": f["summary"], "evidence": _loads(f["evidence_json"]) or {}, "remedy": f["remedy"],
                  "saving_ns": f["saving_ns"], "explanation": f["explanation"], "ref": f["ref"],
                  "supports": f["supports"], "related": list(f["related"] or []),
-                 "attributed_saving_ns": f["attributed_saving_ns"], "saving_basis": f["saving_basis"]}
+                 "attributed_saving_ns": f["attributed_saving_ns"], "saving_basis": f["saving_basis"],
+                 **saving_split(f["attributed_saving_ns"], f["saving_basis"])}
                 for f in _rows(con, "SELECT * FROM findings WHERE trace_id = ? ORDER BY finding", [trace_id])]
     checks = [{"id": c["rule_id"], "name": c["name"], "status": c["status"], "reason": c["reason"],
                "findings": c["findings"]}
