@@ -4,7 +4,7 @@ the split-KV threshold chart and the simulated per-SM schedule of a launch.
 
 Start it with `traceinsight dashboard [PATH...]` (paths reach the app in TRACEINSIGHT_DASHBOARD_PATHS); with
 `--fleet DIR` it opens on the fleet report of that dataset (fleet_view.py, TRACEINSIGHT_DASHBOARD_FLEET). It
-calls the library exactly as the CLI does (`traceinsight.open`, `report.json_doc.to_json`,
+calls the library exactly as the CLI does (`traceinsight.open`, the one document builder `report.saved`,
 `report.sections`, `report.gantt`), and caches one analysis per distinct file content (SHA-256). A trace given on
 the command line or bundled that `traceinsight analyze` analyzed and kept (cli/analysis_cache.py: same files, same
 sidecars, default options) opens from the kept tables, nothing analyzed, until "Analyze again" asks for what
@@ -36,19 +36,18 @@ SEVERITY_BOX = {"critical": st.error, "warning": st.warning, "info": st.info}
 
 @dataclass
 class Loaded:
-    """One analyzed trace: its JSON document and the analysis object (for the per-launch schedules); a trace read
-    from its saved tables has no analysis object, only the report's Gantt (`gantt`)."""
+    """One analyzed trace: its JSON document and the report's Gantt (`report.saved`, as every report reads them),
+    and the analysis object (for the other launches' schedules and the per-step explanation), None for a trace
+    read from its saved or kept tables."""
 
     doc: dict[str, Any]
     analysis: Any
-    gantt: Gantt | str | None = None
+    gantt: Gantt | str
     # What the page says where the analysis object is missing (a saved or a kept analysis).
     only: str = ""
 
     def report_gantt(self) -> Gantt | str:
-        from traceinsight.report.gantt import gantt_for
-
-        return self.gantt if self.analysis is None and self.gantt is not None else gantt_for(self.analysis, self.doc)
+        return self.gantt
 
 
 SAVED_ONLY = ("not in a saved analysis: it keeps the report's launch only (analyze the trace for every launch's "
@@ -62,10 +61,14 @@ def analyze_cached(digest: str, _trace: str, _meta: tuple[str, ...]) -> Loaded:
     """Analyze a trace once per distinct content (`digest` is the cache key; the paths are not hashed). Kept as
     a resource, not pickled per rerun: the attached simulations hold ~10^5 objects."""
     import traceinsight
-    from traceinsight.report.json_doc import to_json
+    from traceinsight.report import saved
+    from traceinsight.report.json_doc import STEPS_ALL
 
-    (analysis,) = traceinsight.open(_trace, meta=list(_meta)).analyses  # the Python API, as `analyze` uses it
-    return Loaded(to_json(analysis), analysis)
+    result = traceinsight.open(_trace, meta=list(_meta))  # the Python API, as `analyze` uses it
+    (analysis,) = result.analyses
+    src = result.documents()
+    doc = saved.document(src, analysis.trace_id, STEPS_ALL)
+    return Loaded(doc, analysis, saved.gantt(src, analysis.trace_id, doc))
 
 
 @st.cache_resource(show_spinner=False, max_entries=6)

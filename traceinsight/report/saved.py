@@ -1,15 +1,16 @@
-"""Reports from the analysis tables alone: the JSON document of an analysis (`traceinsight.analysis/1`) rebuilt
-from the tables `report/tables.py` writes, so that the text, JSON, Markdown and HTML reports of a trace analyzed
-once render again without analyzing it (`traceinsight report SAVED`).
+"""The one document builder: the JSON document of an analysis (`traceinsight.analysis/1`) read from the analysis
+tables `report/tables.py` writes. Every report renders from it: `analyze` (its tables written into its own
+database a moment before: `of_analyses`), the Python API, the dashboard, and `traceinsight report SAVED`, which
+renders the text, JSON, Markdown and HTML reports of a trace analyzed once without analyzing it again.
 
 SAVED is a Parquet dataset holding the analysis tables (`traceinsight export --parquet DIR --analysis`, or a
 `traceinsight fleet analyze` output folder) or a DuckDB database file holding them. `open_saved` loads the tables
 of the traces asked for into an in-memory DuckDB database (a dataset's trace keys become trace ids 0..);
-`document` selects one trace's document from it: the trace-level sections from `analyses`, the steps, launches,
-models, findings and checks from their own tables, the steps that matter (`json_doc.pick_steps`, the rule of
-`json_doc.selected_steps`) unless every step is asked for. tests/test_golden.py holds every golden case's rebuilt
-document equal to the one the analysis writes; tests/test_saved_report.py the `report` command's outputs equal to
-`analyze`'s.
+`document` selects one trace's document from it: the trace-level sections from `analyses` (built from the analysis
+by `json_doc.trace_sections` when the tables were written), the steps, launches, models, findings and checks from
+their own tables, the steps that matter (`json_doc.pick_steps`) unless every step is asked for.
+tests/test_golden.py holds every golden case's document read back from a saved dataset equal to the one `analyze`
+writes; tests/test_saved_report.py the `report` command's outputs equal to `analyze`'s.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from traceinsight.report import json_doc
 from traceinsight.report.fleet import fleet_findings, unique_names
 
 if TYPE_CHECKING:
+    from traceinsight.diagnose.context import TraceAnalysis
     from traceinsight.report.figures import Gantt
 
 PARQUET_SCHEMAS = ("traceinsight.parquet/1", "traceinsight.fleet/1")
@@ -41,6 +43,31 @@ class Saved:
     con: Any
     source: Path
     names: dict[int, str] = field(default_factory=dict)
+
+
+def of_analyses(con: Any, analyses: list[TraceAnalysis]) -> Saved:
+    """The documents of analyses made in this process, from their analysis tables already written on `con`
+    (`tables.write_tables` into their own database: `traceinsight.api.Analysis.documents`)."""
+    return Saved(con, Path(analyses[0].path) if analyses else Path(), {a.trace_id: Path(a.path).name for a in analyses})
+
+
+def in_memory(analyses: list[TraceAnalysis]) -> Saved:
+    """The documents of analyses made in this process whose database is gone or not at hand: their analysis tables
+    written into a new in-memory DuckDB database."""
+    import duckdb
+
+    from traceinsight.ingest.schema import analysis_schema_sql
+    from traceinsight.report.tables import write_tables_on
+
+    con = duckdb.connect()
+    con.execute(analysis_schema_sql())
+    write_tables_on(con, analyses)
+    return of_analyses(con, analyses)
+
+
+def document_of(a: TraceAnalysis, steps: str = json_doc.STEPS_ALL) -> dict[str, Any]:
+    """The document of one analysis (`in_memory`), every step or the steps that matter."""
+    return document(in_memory([a]), a.trace_id, steps)
 
 
 def _sql_text(s: str) -> str:
@@ -148,7 +175,7 @@ def _round(v: float | None) -> float | None:
 
 
 def document(saved: Saved, trace_id: int, steps: str = json_doc.STEPS_SELECTED) -> dict[str, Any]:
-    """The JSON document of trace `trace_id` as `analyze --format json [--steps all]` wrote it."""
+    """The JSON document of trace `trace_id` as `analyze --format json [--steps all]` writes it."""
     doc = _sections(saved, trace_id, steps)
     doc["steps"] = list(_steps(saved, trace_id, _selected(saved, trace_id, doc) if steps != json_doc.STEPS_ALL
                                else None))

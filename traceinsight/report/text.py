@@ -1,7 +1,8 @@
 """Terminal rendering of an analysis with rich: a header, the findings first (coloured by severity, one line
 each with the saving and the remedy), then compact tables: thresholds, kernel time by family, attention
 kernels, steps. Colour follows the console: none when stdout is not a TTY or NO_COLOR is set (rich honours
-both). Everything is read from the JSON document (`json_doc.to_json`), so the terminal shows what JSON gives."""
+both). Everything is read from the JSON document (`report.saved`, the one builder), so the terminal shows what
+JSON gives."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, Any, cast
 
 from rich import box
 from rich.console import Console
@@ -17,9 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from traceinsight.units import fmt_ns
-
-if TYPE_CHECKING:
-    from traceinsight.diagnose.context import TraceAnalysis
 
 # Step names up to this many characters stay on one line in the steps table.
 STEP_NAME_MIN_WIDTH = 48
@@ -352,13 +350,6 @@ def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40
         console.print("No attention kernels found: no decode steps to show.")
 
 
-def render(a: TraceAnalysis, console: Console, max_steps: int | None = 40, warnings: bool = True) -> None:
-    """Print the analysis of one trace (see `render_doc`)."""
-    from traceinsight.report.json_doc import to_json
-
-    render_doc(to_json(a), console, max_steps, warnings)
-
-
 # Columns of text written to a pipe or file when neither --width nor $COLUMNS says (a width that pastes well).
 PIPE_WIDTH = 120
 
@@ -421,13 +412,6 @@ def make_console(file: Any = None, no_color: bool = False, stderr: bool = False,
     return Console(file=out, stderr=stderr, no_color=off, color_system=None if off else "auto", highlight=False,
                    soft_wrap=False, force_terminal=force_terminal, width=output_width(width, bool(tty)),
                    force_jupyter=False)  # in a notebook too: text into `file`, not a display of rich's own
-
-
-def render_fleet(analyses: list[TraceAnalysis], console: Console) -> None:
-    """Several traces: one summary row per trace, then the findings that stand out across them."""
-    from traceinsight.report.fleet import fleet_summary
-
-    render_fleet_rows(fleet_summary(analyses), console)
 
 
 def render_fleet_rows(rows: list[dict[str, Any]], console: Console) -> None:
