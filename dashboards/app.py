@@ -25,7 +25,8 @@ import streamlit as st
 from traceinsight.dashboards import charts, compare_view, fleet_view, sources
 
 from traceinsight.errors import TraceInsightError
-from traceinsight.report import sections
+from traceinsight.report import finding_order, kernel_tables, launch_pick, notes, sections, sweep_view
+from traceinsight.report import timeline as step_timeline
 from traceinsight.report.figures import Gantt
 from traceinsight.units import fmt_ns
 
@@ -220,7 +221,7 @@ def header(doc: dict[str, Any]) -> None:
     st.caption(f"{tr.get('path')} · {tr.get('format')} · {gpu.get('name') or 'unknown GPU'}"
                + (f", {gpu['num_sms']} SMs" if gpu.get("num_sms") else ""))
     findings = doc.get("findings") or []
-    worst = sections.sorted_findings(doc)[:1]
+    worst = finding_order.sorted_findings(doc)[:1]
     cols = st.columns(4)
     cols[0].metric("steps", len(doc.get("steps") or []))
     cols[1].metric("time in steps", fmt_ns(sections.total_step_ns(doc)))
@@ -239,7 +240,7 @@ def _finding_line(f: dict[str, Any], names: dict[int, str]) -> str:
 
 def findings(doc: dict[str, Any]) -> None:
     st.header("Findings")
-    why = sections.missing(doc, "findings")
+    why = notes.missing(doc, "findings")
     if why:
         st.success(why)
     names = {s["index"]: s["name"] for s in doc.get("steps") or []}
@@ -266,16 +267,16 @@ def findings(doc: dict[str, Any]) -> None:
                             + (f" … +{len(g.steps) - 10}" if len(g.steps) > 10 else ""))
             if first.get("evidence"):
                 st.json(first["evidence"], expanded=False)
-    line = sections.checks_line(doc)
+    line = notes.checks_line(doc)
     if line:
         with st.expander(f"What was checked: {line}"):
-            _, rows = sections.checks(doc)
+            _, rows = notes.checks(doc)
             st.dataframe([{"rule": c.get("id"), "status": c.get("status"), "why": c.get("reason")} for c in rows],
                          hide_index=True, width="stretch")
 
 
 def _default_step(doc: dict[str, Any]) -> int | None:
-    ref = sections.worst_launch(doc)
+    ref = launch_pick.worst_launch(doc)
     if ref is not None:
         return ref.step
     steps = doc.get("steps") or []
@@ -285,11 +286,11 @@ def _default_step(doc: dict[str, Any]) -> int | None:
 def timeline(doc: dict[str, Any]) -> int | None:
     """The step timeline; returns the selected step index."""
     st.header("Step timeline")
-    why = sections.missing(doc, "steps")
+    why = notes.missing(doc, "steps")
     if why:
         st.info(why)
         return None
-    points = sections.timeline(doc)
+    points = step_timeline.timeline(doc)
     event = st.altair_chart(charts.timeline_chart(points), on_select="rerun", key="timeline_chart",
                             width="stretch")
     st.caption("Click a step to see its launches (double-click clears). Coloured: spikes, by the finding that "
@@ -368,7 +369,7 @@ def _split(state: bool | None) -> str:
 
 def kernel_table(doc: dict[str, Any]) -> None:
     st.header("Kernels")
-    kernels = sections.kernel_rows(doc, None)
+    kernels = kernel_tables.kernel_rows(doc, None)
     if not kernels:
         st.info("not available: no kernel in the trace")
         return
@@ -389,8 +390,9 @@ def kernel_table(doc: dict[str, Any]) -> None:
         rows.append({"kernel": k.get("kernel"), "family": k.get("family"), "backend": k.get("backend"),
                      "phase": k.get("phase"), "count": k.get("count"), "total ms": (k.get("total_ns") or 0) / 1e6,
                      "mean us": (k.get("mean_ns") or 0) / 1e3, "max ms": (k.get("max_ns") or 0) / 1e6,
-                     "share %": round(100 * (k.get("share") or 0), 2), "grids": sections.grids_text(k.get("grids")),
-                     "parameters": sections.params_text(k.get("params")),
+                     "share %": round(100 * (k.get("share") or 0), 2),
+                     "grids": kernel_tables.grids_text(k.get("grids")),
+                     "parameters": kernel_tables.params_text(k.get("params")),
                      "phase evidence": k.get("phase_evidence"), "name": k.get("name")})
     st.caption(f"{len(rows)} of {len(kernels)} kernels")
     st.dataframe(rows, hide_index=True, width="stretch")
@@ -398,21 +400,21 @@ def kernel_table(doc: dict[str, Any]) -> None:
 
 def thresholds(doc: dict[str, Any]) -> None:
     st.header("Split-KV thresholds")
-    panels = sections.sweep(doc)
+    panels = sweep_view.sweep(doc)
     if panels:
-        st.altair_chart(charts.sweep_chart(sections.plotted_panels(panels)), key="sweep_chart")
+        st.altair_chart(charts.sweep_chart(sweep_view.plotted_panels(panels)), key="sweep_chart")
         st.caption("Median attention time per case over its repeated steps; dashed: B_th, the batch size from "
                    "which the planner turns split-KV off.")
     else:
-        st.caption(sections.missing(doc, "sweep") or "")
-    why = sections.missing(doc, "thresholds")
+        st.caption(notes.missing(doc, "sweep") or "")
+    why = notes.missing(doc, "thresholds")
     if why:
         st.info(why)
         return
     st.dataframe([{"kernel": t.get("kernel"), "backend": t.get("backend"), "shape": t.get("shape"),
                    "variants": t.get("variants"), "KV heads": t.get("kv_heads"),
                    "CTAs/SM": t.get("occupancy"), "max grid": t.get("max_grid"), "B_th": t.get("b_threshold")}
-                  for t in sections.threshold_rows(doc)], hide_index=True, width="stretch")
+                  for t in kernel_tables.threshold_rows(doc)], hide_index=True, width="stretch")
 
 
 def schedule(loaded: Loaded, step: int | None) -> None:

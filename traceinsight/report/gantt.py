@@ -1,6 +1,6 @@
 """The Gantt of a report: the simulated CTA -> SM schedule of one attention launch, taken from the schedule
 model the analysis attached (`analysis.schedule.models[kernel_id].sim`, see `traceinsight.model.attach`).
-`gantt_for` picks the worst launch (`sections.worst_launch`, falling back to the modelled launch with the
+`gantt_for` picks the worst launch (`launch_pick.worst_launch`, falling back to the modelled launch with the
 longest tail); `gantt_for_launch` draws any launch. Each returns a `Gantt` (data, defined here;
 `figures.gantt_figure` draws it), or the sentence saying why none can be drawn."""
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from traceinsight.report import sections
+from traceinsight.report import launch_pick
 from traceinsight.units import fmt_ns
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def gantt_for_launch(analysis: TraceAnalysis, step: int, launch: int = 0) -> Gan
 def gantt_for(analysis: TraceAnalysis, doc: dict[str, Any]) -> Gantt | str:
     """Gantt of the worst launch of `analysis`; when that launch was not simulated, of the simulated launch
     with the longest tail; else why there is none."""
-    ref = sections.worst_launch(doc)
+    ref = launch_pick.worst_launch(doc)
     if ref is None:
         return "not available: no attention launch in the trace"
     first = gantt_for_launch(analysis, ref.step, ref.launch)
@@ -100,7 +100,7 @@ def stored_gantt(analysis: TraceAnalysis) -> str | None:
 
 
 def _worst_launch_doc(analysis: TraceAnalysis) -> dict[str, Any]:
-    """What `sections.worst_launch` reads of the document (`json_doc.to_json`): every step's index and its launches'
+    """What `launch_pick.worst_launch` reads of the document (`json_doc.to_json`): every step's index and its launches'
     dur_ns and model, and the findings; not the whole document of every step, launch and batch."""
     models = analysis.schedule.models if analysis.schedule is not None else {}
 
@@ -122,10 +122,10 @@ def gantt_from_doc(doc: dict[str, Any], stored: str | None) -> Gantt | str:
             return body
         fields = {k: v for k, v in body.items() if k != "segments"}
         return Gantt(**fields, segments=[Segment(*seg) for seg in body["segments"]])
-    ref = sections.worst_launch(doc)
+    ref = launch_pick.worst_launch(doc)
     if ref is None:
         return "not available: no attention launch in the trace"
-    _, launch = sections.launch_at(doc, ref)
+    _, launch = launch_pick.launch_at(doc, ref)
     return _needs((launch.get("model") or {}).get("note"))
 
 

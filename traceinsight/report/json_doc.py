@@ -88,9 +88,13 @@ def pick_steps(slowest: Iterable[int], findings: Iterable[tuple[Iterable[int], M
 def trace_sections(a: TraceAnalysis) -> dict[str, Any]:
     """The trace-level sections of `a`'s document (what the `analyses` table keeps; the steps, findings and checks
     have their own tables): schema, tool, trace, families, kernels, thresholds, summary, step_summary, savings,
-    model (the analysis's extra sections are kept as they are: `extra_json`)."""
+    model and the batch-size sweep's panels (`model.sweep`); the analysis's extra sections are kept as they are
+    (`extra_json`)."""
+    from traceinsight.model.sweep import sweep_panels
+
     gpu = a.gpu
     sched = a.schedule
+    thresholds = [t.to_json() for t in sched.thresholds.values()] if sched is not None else []
     return {
         "schema": SCHEMA,
         "tool": {"name": "traceinsight", "version": __version__},
@@ -114,11 +118,14 @@ def trace_sections(a: TraceAnalysis) -> dict[str, Any]:
         },
         "families": a.families,
         "kernels": kernel_rows(a),
-        "thresholds": [t.to_json() for t in sched.thresholds.values()] if sched is not None else [],
+        "thresholds": thresholds,
         "summary": summary_row(a),
         "step_summary": step_summary(_facts(s) for s in a.steps),
         "savings": savings_summary(a),
         "model": _schedule(sched),
+        "sweep": [p.to_json() for p in sweep_panels(
+            ((s.name, s.attention_ns, [(x.attention.kernel, x.attention.backend, x.split_kv) for x in s.launches])
+             for s in a.steps), thresholds)],
     }
 
 

@@ -211,8 +211,27 @@ def _sections(saved: Saved, trace_id: int, steps: str) -> dict[str, Any]:
         "savings": _loads(a["savings_json"]),
         "checks": checks,
         "model": _loads(a["model_json"]),
+        "sweep": _loads(a["sweep_json"]) if a.get("sweep_json") is not None else _sweep(saved, trace_id),
         **(_loads(a["extra_json"]) or {}),
     }
+
+
+def _sweep(saved: Saved, trace_id: int) -> list[dict[str, Any]]:
+    """The sweep's panels of an analysis saved before the `analyses` table kept them, from its steps and launches
+    (`model.sweep.sweep_panels`, as the analysis computes them)."""
+    from traceinsight.model.sweep import sweep_panels
+
+    con = saved.con
+    launches: dict[int, list[tuple[str | None, str | None, bool | None]]] = {}
+    for step, kernel, backend, split in con.execute(
+            "SELECT step, kernel, backend, split_kv FROM attention_launches WHERE trace_id = ? ORDER BY step, launch",
+            [trace_id]).fetchall():
+        launches.setdefault(step, []).append((kernel, backend, split))
+    steps = con.execute("SELECT step, name, attention_ns FROM steps WHERE trace_id = ? ORDER BY step",
+                        [trace_id]).fetchall()
+    (row,) = con.execute("SELECT thresholds_json FROM analyses WHERE trace_id = ?", [trace_id]).fetchall()
+    return [p.to_json() for p in sweep_panels(((name, att, launches.get(i, [])) for i, name, att in steps),
+                                              _loads(row[0]) or [])]
 
 
 def _selected(saved: Saved, trace_id: int, doc: dict[str, Any]) -> list[int]:

@@ -231,7 +231,7 @@ def _analysis_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
            "families_json": _json(doc["families"]), "kernels_json": _json(doc["kernels"]),
            "thresholds_json": _json(doc["thresholds"]), "summary_json": _json(doc["summary"]),
            "step_summary_json": _json(doc["step_summary"]), "savings_json": _json(doc["savings"]),
-           "model_json": _json(doc["model"]), "extra_json": _json(a.extra),
+           "model_json": _json(doc["model"]), "sweep_json": _json(doc["sweep"]), "extra_json": _json(a.extra),
            "gantt_json": stored_gantt(a)}
     return {c: [v] for c, v in row.items()}
 

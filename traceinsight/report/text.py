@@ -71,7 +71,8 @@ def findings_block(doc: dict[str, Any]) -> Table | Text:
     comes from, with its share), its summary and the rules whose findings are its evidence; under a critical
     one its remedy. INFO rows keep to one line. The caption says what the savings add up to, against what, and
     how many rules were checked. Empty Text when the diagnostics reported nothing."""
-    from traceinsight.report.sections import checks_line, finding_groups, remedy_head, savings_line
+    from traceinsight.report.notes import checks_line
+    from traceinsight.report.sections import finding_groups, remedy_head, savings_line
 
     groups = finding_groups(doc)
     checked = checks_line(doc)
@@ -119,7 +120,7 @@ def findings_block(doc: dict[str, Any]) -> Table | Text:
 
 
 def thresholds_table(doc: dict[str, Any]) -> Table | None:
-    from traceinsight.report.sections import threshold_rows
+    from traceinsight.report.kernel_tables import threshold_rows
 
     rows = threshold_rows(doc)
     if not rows:
@@ -209,7 +210,8 @@ def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
     """One row per step that matters (`steps_shown`): its wall time, with its attention, other GPU work and the
     time the GPU waited for the host (the rest of the breakdown is in the JSON and `explain`), the launches,
     split-KV and the root causes that concern it (a spike marked)."""
-    from traceinsight.report.sections import breakdown_parts, step_tags
+    from traceinsight.report.sections import step_tags
+    from traceinsight.report.timeline import breakdown_parts
 
     steps = doc.get("steps") or []
     shown, _, _ = steps_shown(doc, limit)
