@@ -25,7 +25,7 @@ def report_inputs(src: Saved) -> tuple[list[dict[str, Any]], list[Gantt | str]]:
     from traceinsight.report.json_doc import STEPS_ALL
     from traceinsight.report.saved import document, gantt
 
-    ids = list(src.names)
+    ids = sorted(src.names)
     docs = [document(src, i, STEPS_ALL) for i in ids]
     return docs, [gantt(src, i, d) for i, d in zip(ids, docs, strict=True)]
 

@@ -6,7 +6,7 @@ longest tail); `gantt_for_launch` draws any launch. Each returns a `Gantt` (data
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -95,7 +95,12 @@ def stored_gantt(analysis: TraceAnalysis) -> str | None:
     if sched is None or not any(getattr(m, "sim", None) is not None for m in sched.models.values()):
         return None
     g = gantt_for(analysis, _worst_launch_doc(analysis))
-    body: Any = g if isinstance(g, str) else {**asdict(g), "segments": [list(asdict(x).values()) for x in g.segments]}
+    if isinstance(g, str):
+        return orjson.dumps(g).decode()
+    # As `dataclasses.asdict` writes it, each segment as the list of its fields (asdict's deep copy: 5x the time).
+    names = [f.name for f in fields(Segment)]
+    body = {f.name: [[getattr(x, n) for n in names] for x in g.segments] if f.name == "segments"
+            else getattr(g, f.name) for f in fields(g)}
     return orjson.dumps(body).decode()
 
 
