@@ -319,8 +319,9 @@ def gantt(saved: Saved, trace_id: int, doc: dict[str, Any]) -> Gantt | str:
     """The report's Gantt of trace `trace_id` (whose document, with every step, is `doc`), or why there is none."""
     from traceinsight.report.gantt import gantt_from_doc
 
-    row = saved.con.execute("SELECT gantt_json FROM analyses WHERE trace_id = ?", [trace_id]).fetchone()
-    return gantt_from_doc(doc, row[0] if row else None)
+    # Fetched to the end: an analysis's own connection is shared, and DuckDB refuses other work on it meanwhile.
+    rows = saved.con.execute("SELECT gantt_json FROM analyses WHERE trace_id = ?", [trace_id]).fetchall()
+    return gantt_from_doc(doc, rows[0][0] if rows else None)
 
 
 def documents(saved: Saved, steps: str = json_doc.STEPS_SELECTED) -> dict[str, Any]:

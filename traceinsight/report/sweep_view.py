@@ -4,14 +4,19 @@ from the steps."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from traceinsight.model.sweep import SweepPanel
+if TYPE_CHECKING:  # (imported when a sweep is drawn: the model package loads numpy, which a text report from
+    from traceinsight.model.sweep import SweepPanel  # kept tables does without, tests/test_analysis_cache.py)
 
 
 def sweep(doc: dict[str, Any]) -> list[SweepPanel]:
     """The sweep's panels of the document (empty when the trace is not a sweep, or the document predates them)."""
-    return [SweepPanel.from_json(p) for p in doc.get("sweep") or []]
+    if not doc.get("sweep"):
+        return []
+    from traceinsight.model.sweep import SweepPanel
+
+    return [SweepPanel.from_json(p) for p in doc["sweep"]]
 
 
 # Sweeps drawn side by side at most (a trace of call variants has dozens; the notes list them all).
