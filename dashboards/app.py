@@ -4,7 +4,7 @@ the split-KV threshold chart and the simulated per-SM schedule of a launch.
 
 Start it with `traceinsight dashboard [PATH...]` (paths reach the app in TRACEINSIGHT_DASHBOARD_PATHS); with
 `--fleet DIR` it opens on the fleet report of that dataset (fleet_view.py, TRACEINSIGHT_DASHBOARD_FLEET). It
-calls the library exactly as the CLI does (`traceinsight.open`, `report.json_doc.to_json`,
+calls the library exactly as the CLI does (`traceinsight.open`, the one document builder `report.saved`,
 `report.sections`, `report.gantt`), and caches one analysis per distinct file content (SHA-256). A trace given on
 the command line or bundled that `traceinsight analyze` analyzed and kept (cli/analysis_cache.py: same files, same
 sidecars, default options) opens from the kept tables, nothing analyzed, until "Analyze again" asks for what
@@ -25,7 +25,8 @@ import streamlit as st
 from traceinsight.dashboards import charts, compare_view, fleet_view, sources
 
 from traceinsight.errors import TraceInsightError
-from traceinsight.report import sections
+from traceinsight.report import finding_order, kernel_tables, launch_pick, notes, sections, sweep_view
+from traceinsight.report import timeline as step_timeline
 from traceinsight.report.figures import Gantt
 from traceinsight.units import fmt_ns
 
@@ -36,19 +37,18 @@ SEVERITY_BOX = {"critical": st.error, "warning": st.warning, "info": st.info}
 
 @dataclass
 class Loaded:
-    """One analyzed trace: its JSON document and the analysis object (for the per-launch schedules); a trace read
-    from its saved tables has no analysis object, only the report's Gantt (`gantt`)."""
+    """One analyzed trace: its JSON document and the report's Gantt (`report.saved`, as every report reads them),
+    and the analysis object (for the other launches' schedules and the per-step explanation), None for a trace
+    read from its saved or kept tables."""
 
     doc: dict[str, Any]
     analysis: Any
-    gantt: Gantt | str | None = None
+    gantt: Gantt | str
     # What the page says where the analysis object is missing (a saved or a kept analysis).
     only: str = ""
 
     def report_gantt(self) -> Gantt | str:
-        from traceinsight.report.gantt import gantt_for
-
-        return self.gantt if self.analysis is None and self.gantt is not None else gantt_for(self.analysis, self.doc)
+        return self.gantt
 
 
 SAVED_ONLY = ("not in a saved analysis: it keeps the report's launch only (analyze the trace for every launch's "
@@ -62,10 +62,14 @@ def analyze_cached(digest: str, _trace: str, _meta: tuple[str, ...]) -> Loaded:
     """Analyze a trace once per distinct content (`digest` is the cache key; the paths are not hashed). Kept as
     a resource, not pickled per rerun: the attached simulations hold ~10^5 objects."""
     import traceinsight
-    from traceinsight.report.json_doc import to_json
+    from traceinsight.report import saved
+    from traceinsight.report.json_doc import STEPS_ALL
 
-    (analysis,) = traceinsight.open(_trace, meta=list(_meta)).analyses  # the Python API, as `analyze` uses it
-    return Loaded(to_json(analysis), analysis)
+    result = traceinsight.open(_trace, meta=list(_meta))  # the Python API, as `analyze` uses it
+    (analysis,) = result.analyses
+    src = result.documents()
+    doc = saved.document(src, analysis.trace_id, STEPS_ALL)
+    return Loaded(doc, analysis, saved.gantt(src, analysis.trace_id, doc))
 
 
 @st.cache_resource(show_spinner=False, max_entries=6)
@@ -217,7 +221,7 @@ def header(doc: dict[str, Any]) -> None:
     st.caption(f"{tr.get('path')} · {tr.get('format')} · {gpu.get('name') or 'unknown GPU'}"
                + (f", {gpu['num_sms']} SMs" if gpu.get("num_sms") else ""))
     findings = doc.get("findings") or []
-    worst = sections.sorted_findings(doc)[:1]
+    worst = finding_order.sorted_findings(doc)[:1]
     cols = st.columns(4)
     cols[0].metric("steps", len(doc.get("steps") or []))
     cols[1].metric("time in steps", fmt_ns(sections.total_step_ns(doc)))
@@ -239,7 +243,7 @@ def _finding_line(f: dict[str, Any], names: dict[int, str]) -> str:
 
 def findings(doc: dict[str, Any]) -> None:
     st.header("Findings")
-    why = sections.missing(doc, "findings")
+    why = notes.missing(doc, "findings")
     if why:
         st.success(why)
     names = {s["index"]: s["name"] for s in doc.get("steps") or []}
@@ -266,16 +270,16 @@ def findings(doc: dict[str, Any]) -> None:
                             + (f" … +{len(g.steps) - 10}" if len(g.steps) > 10 else ""))
             if first.get("evidence"):
                 st.json(first["evidence"], expanded=False)
-    line = sections.checks_line(doc)
+    line = notes.checks_line(doc)
     if line:
         with st.expander(f"What was checked: {line}"):
-            _, rows = sections.checks(doc)
+            _, rows = notes.checks(doc)
             st.dataframe([{"rule": c.get("id"), "status": c.get("status"), "why": c.get("reason")} for c in rows],
                          hide_index=True, width="stretch")
 
 
 def _default_step(doc: dict[str, Any]) -> int | None:
-    ref = sections.worst_launch(doc)
+    ref = launch_pick.worst_launch(doc)
     if ref is not None:
         return ref.step
     steps = doc.get("steps") or []
@@ -285,11 +289,11 @@ def _default_step(doc: dict[str, Any]) -> int | None:
 def timeline(doc: dict[str, Any]) -> int | None:
     """The step timeline; returns the selected step index."""
     st.header("Step timeline")
-    why = sections.missing(doc, "steps")
+    why = notes.missing(doc, "steps")
     if why:
         st.info(why)
         return None
-    points = sections.timeline(doc)
+    points = step_timeline.timeline(doc)
     event = st.altair_chart(charts.timeline_chart(points), on_select="rerun", key="timeline_chart",
                             width="stretch")
     st.caption("Click a step to see its launches (double-click clears). Coloured: spikes, by the finding that "
@@ -368,7 +372,7 @@ def _split(state: bool | None) -> str:
 
 def kernel_table(doc: dict[str, Any]) -> None:
     st.header("Kernels")
-    kernels = sections.kernel_rows(doc, None)
+    kernels = kernel_tables.kernel_rows(doc, None)
     if not kernels:
         st.info("not available: no kernel in the trace")
         return
@@ -389,8 +393,9 @@ def kernel_table(doc: dict[str, Any]) -> None:
         rows.append({"kernel": k.get("kernel"), "family": k.get("family"), "backend": k.get("backend"),
                      "phase": k.get("phase"), "count": k.get("count"), "total ms": (k.get("total_ns") or 0) / 1e6,
                      "mean us": (k.get("mean_ns") or 0) / 1e3, "max ms": (k.get("max_ns") or 0) / 1e6,
-                     "share %": round(100 * (k.get("share") or 0), 2), "grids": sections.grids_text(k.get("grids")),
-                     "parameters": sections.params_text(k.get("params")),
+                     "share %": round(100 * (k.get("share") or 0), 2),
+                     "grids": kernel_tables.grids_text(k.get("grids")),
+                     "parameters": kernel_tables.params_text(k.get("params")),
                      "phase evidence": k.get("phase_evidence"), "name": k.get("name")})
     st.caption(f"{len(rows)} of {len(kernels)} kernels")
     st.dataframe(rows, hide_index=True, width="stretch")
@@ -398,21 +403,21 @@ def kernel_table(doc: dict[str, Any]) -> None:
 
 def thresholds(doc: dict[str, Any]) -> None:
     st.header("Split-KV thresholds")
-    panels = sections.sweep(doc)
+    panels = sweep_view.sweep(doc)
     if panels:
-        st.altair_chart(charts.sweep_chart(sections.plotted_panels(panels)), key="sweep_chart")
+        st.altair_chart(charts.sweep_chart(sweep_view.plotted_panels(panels)), key="sweep_chart")
         st.caption("Median attention time per case over its repeated steps; dashed: B_th, the batch size from "
                    "which the planner turns split-KV off.")
     else:
-        st.caption(sections.missing(doc, "sweep") or "")
-    why = sections.missing(doc, "thresholds")
+        st.caption(notes.missing(doc, "sweep") or "")
+    why = notes.missing(doc, "thresholds")
     if why:
         st.info(why)
         return
     st.dataframe([{"kernel": t.get("kernel"), "backend": t.get("backend"), "shape": t.get("shape"),
                    "variants": t.get("variants"), "KV heads": t.get("kv_heads"),
                    "CTAs/SM": t.get("occupancy"), "max grid": t.get("max_grid"), "B_th": t.get("b_threshold")}
-                  for t in sections.threshold_rows(doc)], hide_index=True, width="stretch")
+                  for t in kernel_tables.threshold_rows(doc)], hide_index=True, width="stretch")
 
 
 def schedule(loaded: Loaded, step: int | None) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import altair as alt
 
+from traceinsight.model.sweep import SweepPanel
 from traceinsight.report.figures import (
     BASE,
     BUSY,
@@ -18,7 +19,7 @@ from traceinsight.report.figures import (
     TAIL,
     Gantt,
 )
-from traceinsight.report.sections import SweepPanel, TimelinePoint
+from traceinsight.report.timeline import TimelinePoint
 
 # Name of the click selection on the timeline; the app reads the clicked step index from it.
 STEP_SELECTION = "step"

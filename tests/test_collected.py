@@ -12,7 +12,7 @@ import pytest
 from conftest import EXAMPLES
 
 from traceinsight.pipeline import analyze
-from traceinsight.report.json_doc import to_json
+from traceinsight.report.saved import document_of
 
 COLLECTED = EXAMPLES / "collected"
 
@@ -67,7 +67,7 @@ def test_split_kv_of_every_step_equals_the_planners_decision(collected):
 
 def test_thresholds_from_the_trace(collected):
     a, _, thresholds = collected
-    got = {t["backend"]: t["b_threshold"] for t in to_json(a)["thresholds"]}
+    got = {t["backend"]: t["b_threshold"] for t in document_of(a)["thresholds"]}
     for backend, b_th in thresholds.items():
         assert got.get(backend) == b_th, (backend, got)
 

@@ -10,12 +10,12 @@ from click.testing import CliRunner
 from test_diagnose_common import FA2, FA2_META, fa2, sweep
 
 from traceinsight.cli.main import main
-from traceinsight.report.json_doc import to_json
+from traceinsight.report.saved import document_of
 
 
 def test_document_carries_the_model_and_findings() -> None:
     a = sweep(True)
-    doc = orjson.loads(orjson.dumps(to_json(a), option=orjson.OPT_NON_STR_KEYS))
+    doc = orjson.loads(orjson.dumps(document_of(a), option=orjson.OPT_NON_STR_KEYS))
     assert doc["schema"] == "traceinsight.analysis/1"
     th = {t["kernel"]: t for t in doc["thresholds"]}
     assert {k: (t["occupancy"], t["max_grid"], t["b_threshold"], t["kv_heads"]) for k, t in th.items()} == {
@@ -61,10 +61,11 @@ def test_analyze_cli_json_without_sidecar() -> None:
 def test_json_holds_the_steps_that_matter_and_streams_all_on_request(tmp_path: Path) -> None:
     """Default: the steps the findings name and the slowest, with a step_summary over every step; --steps all:
     every step, one per line, the same document as the library's (issue 13, item 3)."""
-    from traceinsight.report.json_doc import SLOWEST_STEPS, documents
+    from traceinsight.report.json_doc import SLOWEST_STEPS
+    from traceinsight.report.saved import documents, in_memory
 
     a = fa2(True)
-    full = orjson.loads(orjson.dumps(documents([a], "all"), option=orjson.OPT_NON_STR_KEYS))
+    full = orjson.loads(orjson.dumps(documents(in_memory([a]), "all"), option=orjson.OPT_NON_STR_KEYS))
     out_all, out_sel = tmp_path / "all.json", tmp_path / "sel.json"
     args = ["analyze", str(FA2), "--meta", str(FA2_META), "--format", "json", "-q"]
     assert CliRunner().invoke(main, [*args, "--steps", "all", "--out", str(out_all)]).exit_code == 0

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from traceinsight.cli.main import main
 from traceinsight.pipeline import analyze
 from traceinsight.report.html import render
-from traceinsight.report.json_doc import to_json
+from traceinsight.report.saved import document_of
 
 FA3 = Path(__file__).resolve().parents[1] / "examples" / "fa3"
 TRACES = ["sweep_q32kv4d128_fa3_torch", "sweep_q64kv8d128_fa3_torch", "variants_q32kv4d128_fa3_torch",
@@ -244,7 +244,7 @@ def test_a_forced_split_count_is_named_and_priced() -> None:
 
 def test_causes_in_text_json_and_html() -> None:
     a = _analysis("variants_q32kv4d128_fa3_torch")
-    doc = to_json(a)
+    doc = document_of(a)
     text = orjson.dumps(doc).decode()
     assert "batch-cap" in text and "forced-num-splits" in text
     html = render([doc])
@@ -281,7 +281,7 @@ def test_thresholds_table_one_row_per_kernel_backend_and_shape() -> None:
     from traceinsight.report.markdown import thresholds_md
     from traceinsight.report.text import make_console, thresholds_table
 
-    doc = orjson.loads(orjson.dumps(to_json(_analysis("variants_q32kv4d128_fa3_torch"))))
+    doc = orjson.loads(orjson.dumps(document_of(_analysis("variants_q32kv4d128_fa3_torch"))))
     raw = [t for t in doc["thresholds"] if t["kernel"] == "FlashAttnFwdSm90"]
     assert len(raw) == 2 and raw[0]["name"] != raw[1]["name"]
     assert len({(t["registers_per_thread"], t["threads_per_block"], t["smem_bytes"], t["b_threshold"])
@@ -302,7 +302,7 @@ def test_thresholds_table_one_row_per_kernel_backend_and_shape() -> None:
 def test_every_finding_of_the_serving_replay_is_on_the_html_page() -> None:
     """The FA3 serving replay is the one example trace the fleet dataset leaves out (tests/test_fleet_analyze.py
     checks every other trace's HTML and dashboard pages): its findings' refs are on its HTML page too."""
-    doc = orjson.loads(orjson.dumps(to_json(_analysis("serving_q64kv8d128_fa3_torch"))))
+    doc = orjson.loads(orjson.dumps(document_of(_analysis("serving_q64kv8d128_fa3_torch"))))
     page = render([doc])
     verdict = page[page.index('data-section="verdict"'):page.index('data-section="timeline"')]
     refs = [f["ref"] for f in doc["findings"]]

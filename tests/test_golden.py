@@ -4,8 +4,8 @@ rule's outcome. A change meant to alter results regenerates the goldens (`python
 why in its commit; anything else that changes one is a regression.
 
 The same analysis, saved as its tables (`analyze --save`: a Parquet dataset) and read back by `traceinsight report`
-(report/saved.py), gives back its JSON document (every step, and the steps that matter) and its text report
-exactly: the reports need nothing but the tables."""
+(report/saved.py), gives back the JSON document `analyze` reads from the tables in its own database (every step,
+and the steps that matter) and its text report exactly: the reports need nothing but the tables."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from golden import CASES, analyze_golden, path, snapshot_json
 
 from traceinsight.ingest.parquet import export_parquet
 from traceinsight.report import saved
-from traceinsight.report.json_doc import STEPS_ALL, STEPS_SELECTED, to_json
+from traceinsight.report.json_doc import STEPS_ALL, STEPS_SELECTED
 from traceinsight.report.tables import write_tables
 from traceinsight.report.text import make_console, render_doc
 
@@ -63,8 +63,8 @@ def test_analysis_equals_its_golden(name: str, tmp_path: Path) -> None:
 
     write_tables(db, [a])
     export_parquet(db, [a.trace_id], tmp_path, options={"analysis": True})
-    back = saved.open_saved(tmp_path)
+    back, here = saved.open_saved(tmp_path), saved.of_analyses(db.con, [a])
     for steps in (STEPS_ALL, STEPS_SELECTED):
-        doc, again = _plain(to_json(a, steps)), _plain(saved.document(back, 0, steps))
+        doc, again = _plain(saved.document(here, a.trace_id, steps)), _plain(saved.document(back, 0, steps))
         assert again == doc, f"saved, --steps {steps}: {_first_difference(again, doc)}"
-    assert _text(saved.document(back, 0, STEPS_ALL)) == _text(to_json(a))
+    assert _text(saved.document(back, 0, STEPS_ALL)) == _text(saved.document(here, a.trace_id, STEPS_ALL))

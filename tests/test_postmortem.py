@@ -19,7 +19,7 @@ from readme_sample import README_WIDTH, current, sample
 from traceinsight.cli.main import main
 from traceinsight.diagnose.rootcause import attribute, floors
 from traceinsight.pipeline import analyze
-from traceinsight.report.json_doc import to_json
+from traceinsight.report.saved import document_of
 from traceinsight.report.sections import finding_groups, saving_totals, step_tags
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,7 +91,7 @@ def test_listed_savings_never_exceed_the_time_they_come_from() -> None:
     inside steps) and the time between them (gpu-idle-gaps); no root claims more than its own steps' time."""
     for trace, meta in SHARED_TRACES:
         _, (a,) = analyze([SHARED / trace], meta=[SHARED / meta] if meta else [], cache=False)
-        doc = to_json(a)
+        doc = document_of(a)
         t = saving_totals(doc)
         assert t["listed_steps_ns"] <= t["steps_wall_ns"], trace
         assert t["listed_between_ns"] <= t["between_steps_ns"], trace
@@ -105,7 +105,7 @@ def test_listed_savings_never_exceed_the_time_they_come_from() -> None:
 
 def test_demo_listed_savings_against_step_time(demo) -> None:  # type: ignore[no-untyped-def]
     """Before: 2.9 s of savings listed against 1.01 s of step time. Now: 806 ms within steps."""
-    t = to_json(demo)["savings"]
+    t = document_of(demo)["savings"]
     assert t["steps_wall_ns"] == 1_012_903_127
     assert t["listed_steps_ns"] == 805_983_599 < t["steps_wall_ns"] - t["steps_floor_ns"]
     assert t["steps_floor_ns"] == 206_919_518  # what the steps would still take with the remedies (issue 27)
@@ -125,7 +125,7 @@ def test_attribute_bounds_each_step() -> None:
 def test_info_findings_do_not_tag_healthy_steps(demo) -> None:  # type: ignore[no-untyped-def]
     """135 healthy steps carried kv-bandwidth / gpu-idle-gaps tags; INFO causes now tag only steps that broke
     from their trend (latency spikes)."""
-    doc = to_json(demo)
+    doc = document_of(demo)
     tags = step_tags(doc)
     spikes = {i for f in doc["findings"] if f["id"] == "latency-spike" for i in f["steps"]}
     infos = {f["id"] for f in doc["findings"] if f["severity"] == "info" and f["supports"] is None}
@@ -150,7 +150,7 @@ def test_steps_table_leads_with_the_steps_that_matter() -> None:
 
 def test_kernel_phase_is_its_launches_phase(demo) -> None:  # type: ignore[no-untyped-def]
     """The kernel table said `unknown` for PrefillWithKVCacheKernel while a finding called its launches decode."""
-    rows = {k["kernel"]: k for k in to_json(demo)["kernels"]}
+    rows = {k["kernel"]: k for k in document_of(demo)["kernels"]}
     pre = rows["PrefillWithKVCacheKernel"]
     assert (pre["phase"], pre["name_phase"]) == ("decode", "unknown")
     assert pre["phase_evidence"].startswith("from its 195 launches in steps")  # 65 more ran outside steps (warm-up)
@@ -173,7 +173,7 @@ def test_kernel_phase_mixed_when_launches_differ() -> None:
         for x in s.launches:
             ran_in.setdefault(x.attention.kernel, set()).add(phase_of[event[a.schedule.batches[s.index].step_key]])
     assert ran_in == {"BatchPrefillWithPagedKVCacheKernel": {"decode", "prefill", "mixed"}}
-    rows = {k["kernel"]: k for k in to_json(a)["kernels"]}
+    rows = {k["kernel"]: k for k in document_of(a)["kernels"]}
     assert rows["BatchPrefillWithPagedKVCacheKernel"]["phase"] == "mixed"
 
 
@@ -216,14 +216,14 @@ def test_diff_says_when_the_workloads_differ_and_matches_steps_by_name(tmp_path:
     small = SHARED / "h200" / "flashinfer_decode_small.pt.trace.json.gz"
     _, (a,) = analyze([small], cache=False)
     _, (b,) = analyze([SHARED / "h200" / "flashinfer_decode.sqlite"], cache=False)
-    other = diff_docs(to_json(a), to_json(b))
+    other = diff_docs(document_of(a), document_of(b))
     assert other["matched_steps"]["workloads_differ"] and other["matched_steps"]["matched"] == 0
     assert other["summary"][0].startswith("the workloads differ: only 0 of before's 18 steps")
-    same = diff_docs(to_json(a), to_json(a))
+    same = diff_docs(document_of(a), document_of(a))
     assert same["matched_steps"]["matched"] == 18 and not same["matched_steps"]["workloads_differ"]
     assert same["matched_steps"]["median_ratio"] == 1.0
     # A finding whose steps moved, with the same severity and as many steps, was 'same': now 'changed'.
-    before = to_json(a)
+    before = document_of(a)
     after = _json.loads(_json.dumps(before))
     f = next(f for f in after["findings"] if f["id"] == "slow-path")
     f["steps"] = [i - 9 for i in f["steps"]]  # the same number of steps, other steps
@@ -263,7 +263,7 @@ def test_per_kernel_spread_like_nsys_stats() -> None:
         durs.setdefault(name, []).append(d)
     con.close()
     _, (a,) = analyze([path], cache=False)
-    rows = {k["name"]: k for k in to_json(a)["kernels"]}
+    rows = {k["name"]: k for k in document_of(a)["kernels"]}
     assert len(rows) == len(durs)
     for name, ds in durs.items():
         k = rows[name]
@@ -311,6 +311,6 @@ def test_incidents_of_one_cause_are_one_root_cause() -> None:
     slow = [f for f in a.findings if f.id == "slow-steps" and f.evidence["cause"] == "host-stall"]
     assert slow and all(f.supports == root.ref for f in slow)
     assert len([f for f in a.findings if f.supports is None and f.evidence.get("cause") == "host-stall"]) == 1
-    t = to_json(a)["savings"]
+    t = document_of(a)["savings"]
     assert t["listed_steps_ns"] <= t["steps_wall_ns"] - t["steps_floor_ns"] < t["steps_wall_ns"]
     assert t["steps_floor_ns"] > 20_000_000  # at least the balanced split-on launches and the rest of each step

@@ -18,6 +18,7 @@ import pytest
 from traceinsight.pipeline import analyze
 from traceinsight.report.files import write_report
 from traceinsight.report.html import SECTIONS
+from traceinsight.report.saved import in_memory
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h200"
 TRACE = EXAMPLE / "flashinfer_decode_sweep.pt.trace.json.gz"
@@ -77,7 +78,7 @@ def analyses():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def html_page(analyses, tmp_path_factory) -> tuple[str, Page]:  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp("html") / "report.html"
-    write_report(analyses, "html", out)
+    write_report(in_memory(analyses), "html", out)
     text = out.read_text(encoding="utf-8")
     page = Page()
     page.feed(text)
@@ -177,7 +178,7 @@ def test_html_escapes_text_from_the_trace(analyses) -> None:  # type: ignore[no-
 
 def test_markdown_sections_and_figures(analyses, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "postmortem.md"
-    write_report(analyses, "md", out)
+    write_report(in_memory(analyses), "md", out)
     text = out.read_text(encoding="utf-8")
     headings = re.findall(r"^## (.+)$", text, re.M)
     assert headings == [h for _, h in SECTIONS]
@@ -195,7 +196,7 @@ def test_report_of_a_trace_without_attention_says_what_is_missing(foreign: Path,
     """HTA's AlexNet trace (A100, no attention kernel): every section is there and says what it needs."""
     _, result = analyze([foreign / "hta_a100_alexnet_critical_path_trace.json.gz"])
     out = tmp_path / "r.html"
-    write_report(result, "html", out)
+    write_report(in_memory(result), "html", out)
     page = Page()
     page.feed(out.read_text(encoding="utf-8"))
     assert page.sections == [sid for sid, _ in SECTIONS]

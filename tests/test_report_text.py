@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from traceinsight.pipeline import analyze
-from traceinsight.report.json_doc import to_json
 from traceinsight.report.progress import ingest_progress
+from traceinsight.report.saved import document_of
 from traceinsight.report.text import (
     OPTIONAL_COLUMNS,
     attention_kernels_table,
@@ -23,7 +23,6 @@ from traceinsight.report.text import (
     families_table,
     make_console,
     natural_width,
-    render,
     render_doc,
     steps_table,
     thresholds_table,
@@ -41,7 +40,7 @@ def small(h200: Path):  # type: ignore[no-untyped-def]
 
 def test_plain_output_when_not_a_terminal(small) -> None:  # type: ignore[no-untyped-def]
     buf = io.StringIO()
-    render(small, make_console(file=buf, width=200), max_steps=None)
+    render_doc(document_of(small), make_console(file=buf, width=200), max_steps=None)
     out = buf.getvalue()
     assert not ANSI.search(out)
     assert "NVIDIA H200, 132 SMs" in out
@@ -57,7 +56,7 @@ def test_plain_output_when_not_a_terminal(small) -> None:  # type: ignore[no-unt
 
 
 def test_colour_on_a_terminal_and_no_colour_with_no_color(small, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    doc = to_json(small)
+    doc = document_of(small)
     monkeypatch.setenv("TERM", "xterm-256color")
     monkeypatch.delenv("NO_COLOR", raising=False)
     buf = io.StringIO()
@@ -110,7 +109,7 @@ def test_savings_are_shares_of_the_time_they_lie_in(h200: Path) -> None:
     from traceinsight.report.sections import saving_share, steps_span_ns, total_step_ns
 
     _, (a,) = analyze([h200 / "flashinfer_decode.sqlite"], cache=False)
-    doc = to_json(a)
+    doc = document_of(a)
     idle = next(f for f in doc["findings"] if f["id"] == "gpu-idle-gaps")
     assert saving_share(doc, "gpu-idle-gaps", idle["saving_ns"], idle["evidence"]) == (
         f"{idle['evidence']['idle_fraction']:.0%} of the time from first to last step"
@@ -148,7 +147,7 @@ def test_narrow_terminals_drop_columns_instead_of_folding_rows_into_blank_lines(
     _, (a,) = analyze([h200 / "flashinfer_decode_sweep.pt.trace.json.gz"],
                       meta=[h200 / "flashinfer_decode_sweep.meta.json.gz"], cache=False)
     buf = io.StringIO()
-    render(a, make_console(file=buf, width=width), max_steps=40)
+    render_doc(document_of(a), make_console(file=buf, width=width), max_steps=40)
     out = buf.getvalue()
     assert "\n\n\n" not in out
     assert max(len(line) for line in out.splitlines()) <= width
@@ -167,7 +166,7 @@ def test_fit_measures_tables_as_rich_does(h200: Path) -> None:
     from rich.measure import Measurement
 
     _, (a,) = analyze([h200 / "flashinfer_decode_sweep.pt.trace.json.gz"], cache=False)
-    doc = to_json(a)
+    doc = document_of(a)
     console = make_console(file=io.StringIO(), width=100)
     tables = [t for t in (thresholds_table(doc), families_table(doc), attention_kernels_table(doc),
                           steps_table(doc, 40)) if t is not None]
@@ -189,7 +188,7 @@ def test_a_trace_without_grids_prints_none_rather_than_made_up_ones() -> None:
     trace = Path(__file__).resolve().parent / "data" / "foreign" / "tracelens" / "sglang_mi300x_Qwen3-8B_decode.json.gz"
     _, (a,) = analyze([trace], cache=False)
     buf = io.StringIO()
-    render(a, make_console(file=buf, width=220), max_steps=5)
+    render_doc(document_of(a), make_console(file=buf, width=220), max_steps=5)
     out = buf.getvalue()
     assert "paged_attention_ll4mi_QKV_mfma16_kernel" in out
     assert "None" not in out and "(0,0,0)" not in out

@@ -14,7 +14,7 @@ from conftest import TRACES
 
 from traceinsight.cli.main import main
 from traceinsight.pipeline import analyze
-from traceinsight.report.json_doc import to_json
+from traceinsight.report.saved import document_of
 from traceinsight.report.tables import ANALYSIS_TABLES, mentions_analysis, write_tables
 
 SHARED = [
@@ -38,7 +38,7 @@ def _rows(db: Any, query: str) -> list[dict[str, Any]]:
 def test_tables_agree_with_the_json(trace: str, meta: str | None) -> None:
     db, (a,) = analyze([TRACES / trace], meta=[TRACES / meta] if meta else [], cache=False)
     write_tables(db, [a])
-    doc = to_json(a)
+    doc = document_of(a)
     steps = _rows(db, "SELECT * FROM steps ORDER BY step")
     assert [(s["step"], s["name"], s["wall_ns"], s["dur_ns"], s["split_kv"], s["phase"], s["attention_ns"])
             for s in steps] == [(s["index"], s["name"], s["wall_ns"], s["dur_ns"], s["split_kv"], s["phase"],
@@ -139,17 +139,18 @@ def test_write_tables_loads_no_heavy_module(h200: Path) -> None:
 
 
 @pytest.mark.parametrize(("fmt", "traces"), [("json", 2), ("text", 1)])
-def test_a_keeping_run_builds_each_document_once(fmt: str, traces: int, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run that keeps its analysis (cli/analysis_cache.py) renders its report and writes the `analyses` table
-    from one document per trace (building it walks every step), and writes what a run keeping nothing writes."""
-    from traceinsight.report import json_doc
+def test_a_keeping_run_writes_each_table_once(fmt: str, traces: int, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that keeps its analysis (cli/analysis_cache.py) builds each trace's tables once: the report is read
+    from them (report/saved.py) and the kept entry is a copy of them; it writes what a run keeping nothing
+    writes."""
+    from traceinsight.report import tables
 
     monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", "0")
     built: list[str] = []
-    real = json_doc._build_document
-    monkeypatch.setattr(json_doc, "_build_document", lambda a: built.append(a.path) or real(a))
+    real = tables.BUILDERS["analyses"]
+    monkeypatch.setitem(tables.BUILDERS, "analyses", lambda a: built.append(a.path) or real(a))
     paths = [TRACES / "h200/flashinfer_decode_small.pt.trace.json.gz", TRACES / "h200/flashinfer_decode.sqlite"]
     args = ["analyze", *map(str, paths[:traces]), "--format", fmt]
     alone = CliRunner().invoke(main, [*args, "--no-cache"])
@@ -162,14 +163,15 @@ def test_a_keeping_run_builds_each_document_once(fmt: str, traces: int, tmp_path
 
 
 def test_the_document_follows_a_changed_analysis() -> None:
-    """The document built once is built again when a part of the analysis it reads is replaced or grows."""
+    """The document of an analysis is read from tables written from it as it is now: a part of the analysis
+    replaced or grown shows."""
     _, (a,) = analyze([TRACES / "h200/flashinfer_decode_small.pt.trace.json.gz"], cache=False)
-    first = to_json(a)
-    assert first["findings"] and to_json(a) == first
+    first = document_of(a)
+    assert first["findings"] and document_of(a) == first
     a.findings = a.findings[1:]
-    assert to_json(a)["findings"] == first["findings"][1:]
+    assert document_of(a)["findings"] == first["findings"][1:]
     a.extra["note"] = 1
-    assert to_json(a)["note"] == 1
+    assert document_of(a)["note"] == 1
     a.steps = a.steps[:3]
-    assert to_json(a)["step_summary"]["count"] == 3 and len(to_json(a)["steps"]) == 3
-    assert to_json(a, "selected")["steps_included"] == "selected"
+    assert document_of(a)["step_summary"]["count"] == 3 and len(document_of(a)["steps"]) == 3
+    assert document_of(a, "selected")["steps_included"] == "selected"

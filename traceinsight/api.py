@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from traceinsight.diagnose.explain import StepExplanation
     from traceinsight.diagnose.whatif import StepReplay
     from traceinsight.ingest.store import TraceDB
+    from traceinsight.report.saved import Saved
 
 PathLike = str | os.PathLike[str]
 Paths = PathLike | Sequence[PathLike]
@@ -77,17 +78,29 @@ class Analysis:
         # The analysis objects, one per trace, as the pipeline returns them (`traceinsight.pipeline.analyze`).
         self.analyses = analyses
         self._tables_written = False
+        self._labels_written = False
 
     # ---------------------------------------------------------------- tables
-    def _tables(self) -> None:
-        """The analysis tables (steps, findings, ...) written into the database, once, when first asked for."""
+    def documents(self) -> Saved:
+        """Where the reports read the analysis from (`traceinsight.report.saved`, the one document builder): its
+        analysis tables, written into the database once, when first asked for."""
+        from traceinsight.report.saved import of_analyses
+
         if not self._tables_written:
-            from traceinsight.model.kernel_table import ensure_labels
             from traceinsight.report.tables import write_tables
 
             write_tables(self.db, self.analyses)
-            ensure_labels(self.db)
             self._tables_written = True
+        return of_analyses(self.db.con, self.analyses)
+
+    def _tables(self) -> None:
+        """The analysis tables (steps, findings, ...) and the kernel labels written into the database, once."""
+        self.documents()
+        if not self._labels_written:
+            from traceinsight.model.kernel_table import ensure_labels
+
+            ensure_labels(self.db)
+            self._labels_written = True
 
     def _query(self, query: str, params: dict[str, Any] | None = None) -> Any:
         self._tables()
@@ -213,22 +226,25 @@ class Analysis:
         steps listed, None for all; without colour), 'json' (schema traceinsight.analysis/1, the steps that
         matter) or 'html' (self-contained). Markdown has figures beside it: `write_report`."""
         if format == "json":
-            from traceinsight.report.json_doc import write_documents
+            from traceinsight.report.saved import write_documents
 
             buf = io.BytesIO()
-            write_documents(self.analyses, buf)
+            write_documents(self.documents(), buf)
             return buf.getvalue().decode("utf-8")
         if format == "html":
             from traceinsight.report.files import render_report
 
-            return render_report(self.analyses, "html", Path("report.html"))
+            return render_report(self.documents(), "html", Path("report.html"))
         if format == "text":
-            from traceinsight.report.text import make_console, render
+            from traceinsight.report.json_doc import STEPS_ALL
+            from traceinsight.report.saved import document
+            from traceinsight.report.text import make_console, render_doc
 
             out = io.StringIO()
             console = make_console(file=out, no_color=True, width=width)
+            src = self.documents()
             for a in self.analyses:
-                render(a, console, max_steps=max_steps)
+                render_doc(document(src, a.trace_id, STEPS_ALL), console, max_steps=max_steps)
             return out.getvalue()
         raise ValueError(f"unknown report format {format!r} (one of {', '.join(REPORT_FORMATS)}; "
                          "Markdown: write_report)")
@@ -239,7 +255,7 @@ class Analysis:
         from traceinsight.report.files import write_report
 
         path = Path(out)
-        return write_report(self.analyses, format or path.suffix.lstrip(".").replace("markdown", "md"), path)
+        return write_report(self.documents(), format or path.suffix.lstrip(".").replace("markdown", "md"), path)
 
     def save(self, folder: PathLike, no_cache: bool = False) -> Path:
         """Save the analysis as a Parquet dataset in `folder` (what `analyze --save` writes): `traceinsight report

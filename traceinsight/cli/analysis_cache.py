@@ -155,10 +155,12 @@ def keep_at_once(traces: list[Path]) -> bool:
         return False
 
 
-def store(db: TraceDB, analyses: list[Any], entry: Path, traces: list[Path] | None = None) -> None:
+def store(db: TraceDB, analyses: list[Any], entry: Path, traces: list[Path] | None = None,
+          written: bool = False) -> None:
     """Keep these analyses' tables at `entry` when they were analyzed before (a marker beside it says so; else
-    leave the marker), or at once when `traces` are large (`keep_at_once`). Best effort: a full disk or a
-    read-only cache folder keeps nothing and says nothing."""
+    leave the marker), or at once when `traces` are large (`keep_at_once`); `written`: the tables are in `db`
+    already (the report was read from them), copied as they are. Best effort: a full disk or a read-only cache
+    folder keeps nothing and says nothing."""
     import duckdb
 
     seen = entry.with_suffix(SEEN_SUFFIX)
@@ -172,7 +174,7 @@ def store(db: TraceDB, analyses: list[Any], entry: Path, traces: list[Path] | No
 
     from traceinsight.ingest.schema import analysis_schema_sql
     from traceinsight.ingest.store import quote_path
-    from traceinsight.report.tables import write_tables
+    from traceinsight.report.tables import copy_tables, write_tables
 
     tmp = None
     try:
@@ -182,9 +184,10 @@ def store(db: TraceDB, analyses: list[Any], entry: Path, traces: list[Path] | No
             con.execute(analysis_schema_sql())
         db.con.execute(f"ATTACH '{quote_path(tmp)}' AS analysis_cache")
         try:
-            # Straight into the file, a table at a time: written into the in-memory database first and copied,
-            # the 1M-kernel export's analysis peaked 0.35 GB higher.
-            write_tables(db, analyses, into="analysis_cache")
+            if written:
+                copy_tables(db.con, [a.trace_id for a in analyses], "analysis_cache")
+            else:  # straight into the file, a table at a time (no copy in memory: 0.35 GB less at 1M kernels)
+                write_tables(db, analyses, into="analysis_cache")
         finally:
             db.con.execute("DETACH analysis_cache")
         ingest_cache.commit(tmp, entry)

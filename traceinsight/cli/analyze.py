@@ -90,11 +90,11 @@ def command(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
     if save is not None:
         result.save(save, no_cache)
     if fmt == "perfetto":
-        _emit_perfetto(db, analyses, out)
+        _emit_perfetto(result, out)
     else:
-        _emit(analyses, fmt, out, max_steps, steps, width)
+        _emit(result, fmt, out, max_steps, steps, width)
     if kept is not None and not any("run" in a.extra for a in analyses):  # a run's section is not kept
-        analysis_cache.store(db, analyses, kept, traces)
+        analysis_cache.store(db, analyses, kept, traces, written=True)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
         sys.exit(code)
@@ -118,58 +118,32 @@ def _emit_kept(src: Any, fmt: str, out: str | None, max_steps: int, steps: str, 
         sys.exit(code)
 
 
-def _emit_perfetto(db: Any, analyses: list[Any], out: str | None) -> None:
+def _emit_perfetto(result: Any, out: str | None) -> None:
     """The Chrome trace of one analysis (report/perfetto.py), to --out or stdout."""
     from traceinsight.report import perfetto
+    from traceinsight.report.json_doc import STEPS_SELECTED
+    from traceinsight.report.saved import document
 
+    db, analyses = result.db, result.analyses
     if len(analyses) != 1:
         raise click.UsageError(f"--format perfetto writes one trace; {len(analyses)} were given")
+    doc = document(result.documents(), analyses[0].trace_id, STEPS_SELECTED)
     if out:
         with open(out, "wb") as fh:
-            perfetto.write(db, analyses[0], fh)
+            perfetto.write(db, analyses[0], doc, fh)
     else:
-        perfetto.write(db, analyses[0], sys.stdout.buffer)
+        perfetto.write(db, analyses[0], doc, sys.stdout.buffer)
         sys.stdout.flush()
 
 
-def _emit(analyses: list[Any], fmt: str, out: str | None, max_steps: int, steps: str,
-          width: int | None = None) -> None:
-    if fmt in ("md", "html"):
-        from traceinsight.report.files import render_report, write_report
+def _emit(result: Any, fmt: str, out: str | None, max_steps: int, steps: str, width: int | None = None) -> None:
+    """The report of a fresh analysis (`traceinsight.api.Analysis`), rendered from its documents as a kept or saved
+    analysis is (cli/saved_output.py), with each distributed run's section after the text."""
+    from traceinsight.cli.saved_output import emit
 
-        if out:
-            write_report(analyses, fmt, Path(out))
-        else:
-            sys.stdout.write(render_report(analyses, fmt, Path("report.html")))
-        return
-    if fmt == "json":
-        from traceinsight.report.json_doc import write_documents
-
-        if out:
-            with open(out, "wb") as fh:
-                write_documents(analyses, fh, steps)
-        else:
-            write_documents(analyses, sys.stdout.buffer, steps)
-            sys.stdout.flush()
-        return
-    from traceinsight.report.text import make_console, render
-
-    if out:
-        with open(out, "w", encoding="utf-8") as fh:
-            con = make_console(file=fh, no_color=True, width=width)
-            for a in analyses:
-                render(a, con, max_steps=max_steps or None)  # a file keeps its warnings in its header
-            _emit_runs(analyses, con)
-        return
-    con = make_console(width=width)
-    if len(analyses) > 1:
-        from traceinsight.report.text import render_fleet
-
-        render_fleet(analyses, con)
-        _emit_runs(analyses, con)
-        return
-    for a in analyses:
-        render(a, con, max_steps=max_steps or None, warnings=False)  # they went to stderr
+    analyses = result.analyses
+    emit(result.documents(), fmt, out, steps, max_steps, width, warnings=False,
+         after_text=lambda con: _emit_runs(analyses, con))
 
 
 def _emit_runs(analyses: list[Any], con: Any) -> None:

@@ -102,5 +102,5 @@ def _sql_analyzed(traces: list[Path], meta: list[Path], ncu: list[Path], query: 
     ensure_labels(db)
     answer = readonly_query(db, query)
     if kept is not None:
-        analysis_cache.store(db, analyses, kept, traces)
+        analysis_cache.store(db, analyses, kept, traces, written=True)
     return answer

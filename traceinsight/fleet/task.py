@@ -120,6 +120,7 @@ def _line(text: str) -> str:
 def _analyze(task: Task, trace: Path, sidecar: Path | None, ncu: Path | None) -> Outcome:
     from traceinsight.ingest.parquet import partition_query
     from traceinsight.pipeline import analyze
+    from traceinsight.report.saved import of_analyses
     from traceinsight.report.tables import write_tables
 
     db, analyses = analyze([trace], meta=[sidecar] if sidecar else [], ncu=[ncu] if ncu else [],
@@ -130,7 +131,7 @@ def _analyze(task: Task, trace: Path, sidecar: Path | None, ncu: Path | None) ->
         a.path = task.source  # the name the user gave (a URL stays a URL), not the downloaded copy
         write_tables(db, analyses)
         tables = {t: db.con.sql(partition_query(db, t, a.trace_id)).to_arrow_table() for t in task.tables}
-        reports = _reports(a, task.reports)
+        reports = _reports(of_analyses(db.con, analyses), task.reports)
         summary = summary_row(a)
     finally:
         db.close()
@@ -160,19 +161,20 @@ def summary_row(a: Any) -> dict[str, Any]:
     return row
 
 
-def _reports(a: Any, formats: tuple[str, ...]) -> dict[str, bytes]:
-    """The per-trace reports: the bounded JSON document (docs/JSON.md) and the self-contained HTML report."""
+def _reports(src: Any, formats: tuple[str, ...]) -> dict[str, bytes]:
+    """The per-trace reports of the documents `src` (`report.saved`): the bounded JSON document (docs/JSON.md)
+    and the self-contained HTML report."""
     out: dict[str, bytes] = {}
     if "json" in formats:
-        from traceinsight.report.json_doc import write_documents
+        from traceinsight.report.saved import write_documents
 
         buf = io.BytesIO()
-        write_documents([a], buf)
+        write_documents(src, buf)
         out["json"] = buf.getvalue()
     if "html" in formats:
         from traceinsight.report.files import render_report
 
-        out["html"] = render_report([a], "html", Path("report.html")).encode()
+        out["html"] = render_report(src, "html", Path("report.html")).encode()
     return out
 
 

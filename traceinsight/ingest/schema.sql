@@ -371,5 +371,6 @@ CREATE TABLE IF NOT EXISTS analyses (
     savings_json    VARCHAR,            -- what the listed savings are bounded by and add up to
     model_json      VARCHAR,            -- the schedule model as a whole: GPU, cost models, idle gaps, notes
     extra_json      VARCHAR,            -- further top-level keys of the document
-    gantt_json      VARCHAR             -- the report's Gantt (the worst simulated launch's CTAs on SMs), or why none
+    gantt_json      VARCHAR,            -- the report's Gantt (the worst simulated launch's CTAs on SMs), or why none
+    sweep_json      VARCHAR             -- the batch-size sweep's panels (NULL: saved before they were kept)
 );

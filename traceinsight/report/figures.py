@@ -1,8 +1,8 @@
 """Static plots for the reports (matplotlib, Agg): the step-time timeline with spikes coloured by cause, latency vs
 batch size per KV-length distribution with B_th drawn, and the simulated per-SM Gantt of one launch. Each
 `*_figure` function returns a matplotlib Figure; `to_svg` / `to_png` serialise it (the SVG has no external
-reference, so it can be inlined in an offline HTML page). Inputs are the data of `report.sections`; times in ns,
-plotted in ms.
+reference, so it can be inlined in an offline HTML page). Inputs are the data of the report sections
+(`report.timeline`, `report.sweep_view`); times in ns, plotted in ms.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.typing import RcKeyType
 
-    from traceinsight.report.sections import IncidentRow, SweepPanel, TimelinePoint
+    from traceinsight.model.sweep import SweepPanel
+    from traceinsight.report.timeline import IncidentRow, TimelinePoint
 
 # Colour of each finding id (a spike's cause); anything else gets CAUSE_OTHER.
 CAUSE_COLOURS = {

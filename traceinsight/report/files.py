@@ -1,5 +1,6 @@
-"""Write a report file: `write_report(analyses, 'md' | 'html', out)`. The CLI's `analyze --format md|html --out
-FILE` and the dashboard's download button call it."""
+"""Write a report file: `write_report(documents, 'md' | 'html', out)`, from the documents of the one builder
+(`report.saved`: an analysis's tables, `traceinsight.api.Analysis.documents`, or a saved analysis). The CLI's
+`analyze --format md|html --out FILE` and the dashboard's download button call it."""
 
 from __future__ import annotations
 
@@ -12,24 +13,26 @@ from typing import TYPE_CHECKING, Any
 from traceinsight.errors import InputError
 
 if TYPE_CHECKING:
-    from traceinsight.diagnose.context import TraceAnalysis
     from traceinsight.report.figures import Gantt
+    from traceinsight.report.saved import Saved
 
 FORMATS = ("md", "html")
 
 
-def report_inputs(analyses: list[TraceAnalysis]) -> tuple[list[dict[str, Any]], list[Gantt | str]]:
-    """The JSON documents of the analyses and the Gantt of each one's worst launch (or why there is none)."""
-    from traceinsight.report.gantt import gantt_for
-    from traceinsight.report.json_doc import to_json
+def report_inputs(src: Saved) -> tuple[list[dict[str, Any]], list[Gantt | str]]:
+    """The JSON documents of every trace of `src` (each with every step) and the Gantt of each one's worst launch
+    (or why there is none)."""
+    from traceinsight.report.json_doc import STEPS_ALL
+    from traceinsight.report.saved import document, gantt
 
-    docs = [to_json(a) for a in analyses]
-    return docs, [gantt_for(a, d) for a, d in zip(analyses, docs, strict=True)]
+    ids = sorted(src.names)
+    docs = [document(src, i, STEPS_ALL) for i in ids]
+    return docs, [gantt(src, i, d) for i, d in zip(ids, docs, strict=True)]
 
 
-def render_report(analyses: list[TraceAnalysis], fmt: str, out: Path) -> str:
+def render_report(src: Saved, fmt: str, out: Path) -> str:
     """The report text (HTML, or Markdown whose figures are written beside `out`)."""
-    docs, gantts = report_inputs(analyses)
+    docs, gantts = report_inputs(src)
     return render_documents(docs, gantts, fmt, out)
 
 
@@ -67,14 +70,14 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_report(analyses: list[TraceAnalysis], fmt: str, out: Path,
-                 on_stage: Callable[[str], None] | None = None) -> Path:
-    """Write the `fmt` ('md' | 'html') report of `analyses` to `out` (Markdown: figures into `<stem>_figs/`
-    beside it). `on_stage(message)` is called before the slow parts, for a progress display. Returns `out`."""
+def write_report(src: Saved, fmt: str, out: Path, on_stage: Callable[[str], None] | None = None) -> Path:
+    """Write the `fmt` ('md' | 'html') report of every trace of `src` to `out` (Markdown: figures into
+    `<stem>_figs/` beside it). `on_stage(message)` is called before the slow parts, for a progress display.
+    Returns `out`."""
     out = _checked(fmt, Path(out))
     if on_stage:
         on_stage(f"writing the {fmt} report")
-    write_atomic(out, render_report(analyses, fmt, out))
+    write_atomic(out, render_report(src, fmt, out))
     return out
 
 

@@ -217,7 +217,7 @@ def verdict_html(doc: dict[str, Any]) -> str:
 
 
 def render(docs: list[dict[str, Any]], schedules: Sequence[Gantt | str | None] | None = None) -> str:
-    """The HTML report of one or more analysis documents (`report.json_doc.to_json`). `schedules[i]` is the
+    """The HTML report of one or more analysis documents (`report.saved.document`). `schedules[i]` is the
     Gantt of trace i (a Gantt), or the reason there is none. Several documents: each trace after the other, the
     ranks of a distributed run together first (docs/MULTIRANK.md)."""
     from traceinsight.report.run_html import runs_view

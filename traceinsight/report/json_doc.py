@@ -1,21 +1,27 @@
 """The JSON document of an analysis: schema `traceinsight.analysis/1` (docs/JSON.md). Keys are stable once
-released: add keys, never rename or remove them."""
+released: add keys, never rename or remove them.
+
+One builder makes every document (report/saved.py): it reads the analysis tables (report/tables.py), whether
+`analyze` wrote them a moment ago or a saved analysis holds them. This module holds what the writer of the tables
+and that reader share: the schema's names, the trace-level sections the `analyses` table keeps
+(`trace_sections`, built from the analysis when its tables are written), the rule that picks the steps that
+matter (`pick_steps`) and the streamed JSON writer (`write_streamed`)."""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from traceinsight import __version__
-from traceinsight.report.fleet import fleet_findings, fleet_summary, summary_row
+from traceinsight.report.fleet import summary_row
 
 if TYPE_CHECKING:  # annotations only: a document rebuilt from saved tables (report/saved.py) needs no model
     from traceinsight.diagnose.context import TraceAnalysis
     from traceinsight.model.schedule import Schedule
-    from traceinsight.model.steps import Launch, Step
+    from traceinsight.model.steps import Step
 
 SCHEMA = "traceinsight.analysis/1"
 MULTI_SCHEMA = "traceinsight.analyses/1"
@@ -31,64 +37,6 @@ EVIDENCE_STEPS = ("first_step", "last_step", "threshold_step", "worst_step", "st
 
 # One step as `step_summary` reads it: (dur_ns, attention_ns, [(kernel, backend, split_kv) per launch]).
 StepFacts = tuple[int, int, list[tuple[str, str | None, bool | None]]]
-
-
-def _launch(launch: Launch, sched: Schedule | None = None) -> dict[str, Any]:
-    k = launch.attention
-    out = {
-        "kernel": k.kernel,
-        "name": k.name,
-        "family": k.family,
-        "backend": k.backend,
-        "phase": launch.phase,
-        "phase_evidence": launch.phase_evidence,
-        "params": k.params,
-        "grid": list(k.grid),
-        "block": list(k.block),
-        "registers_per_thread": k.registers_per_thread,
-        "smem_bytes": k.smem_bytes,
-        "stream": k.stream_id,
-        "start_ns": k.start_ns,
-        "dur_ns": k.dur_ns,
-        "split_kv": launch.split_kv,
-        "split_evidence": launch.split_evidence,
-        "merges": [{"kernel": m.kernel, "grid": list(m.grid), "dur_ns": m.dur_ns} for m in launch.merges],
-        "prepares": [{"kernel": p.kernel, "grid": list(p.grid), "dur_ns": p.dur_ns} for p in launch.prepares],
-        "tiles": launch.tiles,
-    }
-    if sched is not None:
-        model = sched.models.get(k.kernel_id)
-        if model is not None:
-            out["model"] = model.to_json()
-        measured = sched.measured.get(k.kernel_id)
-        if measured is not None:
-            out["measured"] = measured.to_json()
-    return out
-
-
-def _step(step: Step, sched: Schedule | None = None) -> dict[str, Any]:
-    out = {
-        "index": step.index,
-        "name": step.name,
-        "source": step.source,
-        "start_ns": step.start_ns,
-        "dur_ns": step.dur_ns,
-        "attention_ns": step.attention_ns,
-        "kernel_count": step.kernel_count,
-        "split_kv": step.split_kv,
-        "phase": step.phase,
-        "wall_ns": step.wall_ns,
-        "breakdown": step.breakdown.to_json() if step.breakdown is not None else None,
-        "launches": [_launch(x, sched) for x in step.launches],
-    }
-    batch = sched.batches.get(step.index) if sched is not None else None
-    if batch is not None:
-        out["batch"] = batch.to_json()
-    return out
-
-
-def _finding(f: Any) -> Any:
-    return f.to_json() if hasattr(f, "to_json") else f
 
 
 def _facts(s: Step) -> StepFacts:
@@ -121,21 +69,12 @@ def step_summary(steps: Iterable[StepFacts]) -> dict[str, Any]:
     }
 
 
-def selected_steps(a: TraceAnalysis) -> list[Step]:
-    """The steps that matter, in step order: for each finding its first STEPS_PER_FINDING steps, its
-    STEPS_PER_FINDING slowest and the steps its evidence names; and the SLOWEST_STEPS slowest steps overall."""
-    by_index = a.steps_by_index()
-    slowest = [s.index for s in sorted(a.steps, key=lambda s: -s.wall_ns)[:SLOWEST_STEPS]]
-    picked = pick_steps(slowest, ((getattr(f, "steps", ()), getattr(f, "evidence", {})) for f in a.findings),
-                        lambda i: by_index[i].wall_ns, by_index)
-    return [by_index[i] for i in picked]
-
-
 def pick_steps(slowest: Iterable[int], findings: Iterable[tuple[Iterable[int], Mapping[str, Any] | None]],
                wall: Callable[[int], int], known: Container[int]) -> list[int]:
-    """`selected_steps`' rule on step indexes, in step order: the `slowest` steps, and per finding (its steps, its
-    evidence) its first STEPS_PER_FINDING steps, its STEPS_PER_FINDING slowest by `wall(step)` and the steps its
-    evidence names, among the `known` steps. (`report.saved` applies it to the saved tables.)"""
+    """The steps that matter, as indexes in step order: the `slowest` steps (the SLOWEST_STEPS of longest wall
+    time), and per finding (its steps, its evidence) its first STEPS_PER_FINDING steps, its STEPS_PER_FINDING
+    slowest by `wall(step)` and the steps its evidence names, among the `known` steps (`report.saved` applies it
+    to the tables)."""
     keep = set(slowest)
     for steps, evidence in findings:
         named = [i for i in steps if i in known]
@@ -146,46 +85,16 @@ def pick_steps(slowest: Iterable[int], findings: Iterable[tuple[Iterable[int], M
     return sorted(keep)
 
 
-def to_json(a: TraceAnalysis, steps: str = STEPS_ALL) -> dict[str, Any]:
-    """The document of one analysis; `steps`: STEPS_ALL (every step) or STEPS_SELECTED (`selected_steps`; the
-    `step_summary` still counts every step)."""
-    doc = _document(a, steps)
-    doc["steps"] = [_step(s, a.schedule) for s in (a.steps if steps == STEPS_ALL else selected_steps(a))]
-    return doc
-
-
 def trace_sections(a: TraceAnalysis) -> dict[str, Any]:
-    """The document of `a` without its steps (what the `analyses` table keeps, with the findings and checks)."""
-    return _document(a, STEPS_SELECTED)
+    """The trace-level sections of `a`'s document (what the `analyses` table keeps; the steps, findings and checks
+    have their own tables): schema, tool, trace, families, kernels, thresholds, summary, step_summary, savings,
+    model and the batch-size sweep's panels (`model.sweep`); the analysis's extra sections are kept as they are
+    (`extra_json`)."""
+    from traceinsight.model.sweep import sweep_panels
 
-
-def _document(a: TraceAnalysis, steps: str) -> dict[str, Any]:
-    """The document without its `steps` list (filled by the caller, or streamed by `write_documents`).
-
-    Built once per analysis (kept in `a.cache`) and given out as a new top-level dict each time: a run that keeps
-    its analysis (cli/analysis_cache.py) asks twice, for its report and for the `analyses` table
-    (`trace_sections`), and building it walks every step (0.8 s a time at 1M kernels). The copy is rebuilt when a
-    part it reads was replaced or grew since (`_sources`); callers may set the copy's keys (`steps`), not change
-    the lists and dicts it shares with the analysis and with the other copies."""
-    sources = _sources(a)
-    got = a.cache.get("document")
-    if not (isinstance(got, tuple) and len(got[0]) == len(sources)
-            and all(x is y for x, y in zip(got[0], sources, strict=True))
-            and got[1] == tuple(len(x) for x in sources if hasattr(x, "__len__"))):
-        got = (sources, tuple(len(x) for x in sources if hasattr(x, "__len__")), _build_document(a))
-        a.cache["document"] = got
-    return {**got[2], "steps_included": steps, "steps": []}
-
-
-def _sources(a: TraceAnalysis) -> tuple[Any, ...]:
-    """What `_build_document` reads of `a`, as objects (compared by identity, the containers also by length)."""
-    return (a.path, a.format, a.format_version, a.tool_version, a.gpu, a.start_ns, a.end_ns, a.warnings, a.families,
-            a.kernels, a.steps, a.findings, a.checks, a.schedule, a.extra)
-
-
-def _build_document(a: TraceAnalysis) -> dict[str, Any]:
     gpu = a.gpu
     sched = a.schedule
+    thresholds = [t.to_json() for t in sched.thresholds.values()] if sched is not None else []
     return {
         "schema": SCHEMA,
         "tool": {"name": "traceinsight", "version": __version__},
@@ -209,16 +118,14 @@ def _build_document(a: TraceAnalysis) -> dict[str, Any]:
         },
         "families": a.families,
         "kernels": kernel_rows(a),
-        "thresholds": [t.to_json() for t in sched.thresholds.values()] if sched is not None else [],
+        "thresholds": thresholds,
         "summary": summary_row(a),
         "step_summary": step_summary(_facts(s) for s in a.steps),
-        "steps_included": STEPS_SELECTED,  # (set by `_document`)
-        "steps": [],
-        "findings": [_finding(f) for f in a.findings],
         "savings": savings_summary(a),
-        "checks": [c.to_json() if hasattr(c, "to_json") else c for c in a.checks],
         "model": _schedule(sched),
-        **a.extra,
+        "sweep": [p.to_json() for p in sweep_panels(
+            ((s.name, s.attention_ns, [(x.attention.kernel, x.attention.backend, x.split_kv) for x in s.launches])
+             for s in a.steps), thresholds)],
     }
 
 
@@ -297,41 +204,8 @@ def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
     }
 
 
-def documents(analyses: list[TraceAnalysis], steps: str = STEPS_ALL) -> dict[str, Any]:
-    """One analysis: its document. Several: `{"schema": MULTI_SCHEMA, "traces": [document, ...], "fleet":
-    {"summary": [one row per trace], "findings": [findings across traces]}}`."""
-    return _whole(analyses, [to_json(a, steps) for a in analyses])
-
-
-def _whole(analyses: list[TraceAnalysis], docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The document of `analyses` from their own documents `docs`: the one, or the traces with the fleet."""
-    if len(analyses) == 1:
-        return docs[0]
-    rows = fleet_summary(analyses)
-    return {"schema": MULTI_SCHEMA, "traces": docs, "fleet": {"summary": rows, "findings": fleet_findings(rows)}}
-
-
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
 STEPS_HOLE = "\x00steps\x00"  # stands for the steps list in the serialized document until it is streamed in
-
-
-def write_documents(analyses: list[TraceAnalysis], out: IO[bytes], steps: str = STEPS_SELECTED) -> None:
-    """Write `documents(analyses, steps)` to `out` as indented JSON. With STEPS_ALL the steps are streamed, one
-    step per line, so a trace of a million steps never holds its whole document in memory."""
-    if steps != STEPS_ALL:
-        out.write(orjson.dumps(documents(analyses, steps), option=JSON_OPTIONS) + b"\n")
-        return
-    docs = []
-    for a in analyses:
-        d = _document(a, steps)
-        d["steps"] = STEPS_HOLE
-        docs.append(d)
-    write_streamed(_whole(analyses, docs), [_steps_of(a) for a in analyses], out)
-
-
-def _steps_of(a: TraceAnalysis) -> Iterator[dict[str, Any]]:
-    for s in a.steps:
-        yield _step(s, a.schedule)
 
 
 def write_streamed(whole: dict[str, Any], steps: list[Iterable[dict[str, Any]]], out: IO[bytes]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceinsight import __version__
-from traceinsight.report import sections
+from traceinsight.report import kernel_tables, notes, sections, sweep_view, timeline
 from traceinsight.report.html import SECTIONS
 from traceinsight.report.md_table import md_table
 from traceinsight.units import fmt_ns
@@ -57,7 +57,7 @@ def _finding_md(f: dict[str, Any], names: dict[int, str], lead: str) -> str:
 
 
 def verdict_md(doc: dict[str, Any]) -> str:
-    why = sections.missing(doc, "findings")
+    why = notes.missing(doc, "findings")
     if why:
         return _na(why) + checks_md(doc)
     names = {s["index"]: s["name"] for s in doc.get("steps") or []}
@@ -87,19 +87,19 @@ def verdict_md(doc: dict[str, Any]) -> str:
 
 
 def checks_md(doc: dict[str, Any]) -> str:
-    line = sections.checks_line(doc)
+    line = notes.checks_line(doc)
     if line is None:
         return ""
-    _, rows = sections.checks(doc)
+    _, rows = notes.checks(doc)
     quiet = [f"`{c.get('id')}` {c.get('status')}: {c.get('reason')}" for c in rows if c.get("status") != "fired"]
     return f"\n\n_{line}._" + ("\n\n" + "\n".join(f"- {q}" for q in quiet) if quiet else "")
 
 
 def timeline_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
-    why = sections.missing(doc, "steps")
+    why = notes.missing(doc, "steps")
     if why:
         return _na(why)
-    points = sections.timeline(doc)
+    points = timeline.timeline(doc)
     link = figs.save(_figures().timeline_figure(points, f"Step time of {len(points)} steps"), f"{prefix}timeline")
     spikes = [p for p in points if p.spike]
     text = f"![step time per step]({link})\n\n"
@@ -113,28 +113,28 @@ def timeline_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
 
 
 def breakdown_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
-    why = sections.missing(doc, "steps")
+    why = notes.missing(doc, "steps")
     if why:
         return _na(why)
-    rows = sections.incident_rows(doc)
+    rows = timeline.incident_rows(doc)
     if not rows:
         return "_No latency spike to attribute (each step's breakdown is in the JSON: steps[].breakdown)._"
     link = figs.save(_figures().breakdown_figure(rows), f"{prefix}breakdown")
     table = [[r.label, r.cause, f"step {r.onset[0]}" if r.onset else "",
-              f"{fmt_ns(r.worst_ns)} vs {fmt_ns(r.worst_baseline_ns)} ({r.ratio:.1f}x)", sections.parts_text(r.parts)]
+              f"{fmt_ns(r.worst_ns)} vs {fmt_ns(r.worst_baseline_ns)} ({r.ratio:.1f}x)", timeline.parts_text(r.parts)]
              for r in rows]
     return (f"![step breakdown of each spike against its baseline]({link})\n\n"
             + md_table(["incident", "cause", "onset", "worst step", "what grew"], table, right={3}))
 
 
 def sweep_md(doc: dict[str, Any], figs: _Figures, prefix: str) -> str:
-    panels = sections.sweep(doc)
+    panels = sweep_view.sweep(doc)
     if not panels:
-        return _na(sections.missing(doc, "sweep"))
-    link = figs.save(_figures().sweep_figure(sections.plotted_panels(panels)), f"{prefix}sweep")
+        return _na(notes.missing(doc, "sweep"))
+    link = figs.save(_figures().sweep_figure(sweep_view.plotted_panels(panels)), f"{prefix}sweep")
     lines = [f"![latency vs batch size per distribution]({link})", ""]
     for p in panels:
-        last_on, first_off = sections.observed_switch(p)
+        last_on, first_off = sweep_view.observed_switch(p)
         th = p.threshold_text
         obs = (f"split-KV observed on up to B={last_on}, off from B={first_off}" if first_off
                else "split-KV state does not change with B")
@@ -157,14 +157,14 @@ def schedule_md(sched: Gantt | str | None, figs: _Figures, prefix: str) -> str:
 
 
 def kernels_md(doc: dict[str, Any], limit: int = 30) -> str:
-    rows = sections.kernel_rows(doc, limit)
+    rows = kernel_tables.kernel_rows(doc, limit)
     if not rows:
         return _na("not available: no kernel in the trace")
     body = [[k.get("kernel"), k.get("family"), k.get("backend") or "–", k.get("phase"), k.get("count"),
-             fmt_ns(k.get("total_ns")), fmt_ns(k.get("mean_ns")), *sections.spread_cells(k),
-             f"{(k.get('share') or 0):.1%}", sections.grids_text(k.get("grids")),
-             sections.params_text(k.get("params"))] for k in rows]
-    text = md_table(["kernel", "family", "backend", "phase", "count", "total", "mean", *sections.SPREAD_COLUMNS,
+             fmt_ns(k.get("total_ns")), fmt_ns(k.get("mean_ns")), *kernel_tables.spread_cells(k),
+             f"{(k.get('share') or 0):.1%}", kernel_tables.grids_text(k.get("grids")),
+             kernel_tables.params_text(k.get("params"))] for k in rows]
+    text = md_table(["kernel", "family", "backend", "phase", "count", "total", "mean", *kernel_tables.SPREAD_COLUMNS,
                      "share", "grids", "parameters"], body, right=set(range(4, 14)))
     total = len(doc.get("kernels") or [])
     return text + (f"\n\n{total - len(rows)} more kernels with less time: see the JSON output." if total > len(rows)
@@ -172,20 +172,20 @@ def kernels_md(doc: dict[str, Any], limit: int = 30) -> str:
 
 
 def thresholds_md(doc: dict[str, Any]) -> str:
-    why = sections.missing(doc, "thresholds")
+    why = notes.missing(doc, "thresholds")
     if why:
         return _na(why)
-    observed = sections.observed_switches(doc)
+    observed = sweep_view.observed_switches(doc)
     rows = [[str(t.get("kernel")) + (f" ({t['variants']} template variants)" if t.get("variants", 1) > 1 else ""),
              t.get("backend") or "–", t.get("shape") or "–", t.get("kv_heads"), t.get("occupancy"), t.get("max_grid"),
              f"**{t['b_threshold']}**" if t.get("b_threshold") else "–",
-             observed.get((t.get("kernel"), t.get("backend")), "–")] for t in sections.threshold_rows(doc)]
+             observed.get((t.get("kernel"), t.get("backend")), "–")] for t in kernel_tables.threshold_rows(doc)]
     return md_table(["kernel", "backend", "shape", "KV heads", "CTAs / SM", "max grid", "B_th",
                      "observed in this trace"], rows, right={3, 4, 5, 6})
 
 
 def methods_md(doc: dict[str, Any]) -> str:
-    return "\n".join(f"- **{k}.** {v}" for k, v in sections.methods(doc))
+    return "\n".join(f"- **{k}.** {v}" for k, v in notes.methods(doc))
 
 
 def _header(doc: dict[str, Any]) -> str:

@@ -77,9 +77,9 @@ class _Track:
         self.pending.clear()
 
 
-def events(db: TraceDB, a: TraceAnalysis) -> Iterator[dict[str, Any]]:
-    """The trace events: GPU kernels, steps, and one slice per root cause and run of consecutive steps."""
-    from traceinsight.report.json_doc import to_json
+def events(db: TraceDB, a: TraceAnalysis, doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The trace events: GPU kernels, steps, and one slice per root cause (read from `a`'s document `doc`) and run
+    of consecutive steps."""
     from traceinsight.report.sections import finding_groups
 
     yield _meta(GPU_PID, f"GPU {(a.gpu or {}).get('name') or ''}".strip())
@@ -111,7 +111,6 @@ def events(db: TraceDB, a: TraceAnalysis) -> Iterator[dict[str, Any]]:
                               "args": {"index": s.index, "attention_ns": s.attention_ns, "split_kv": s.split_kv}},
                              start, start + s.wall_ns)
     yield from track.flush()
-    doc = to_json(a)
     for n, g in enumerate(finding_groups(doc), 1):
         yield _meta(FINDINGS_PID, "", n, f"{g.severity.upper()} {g.id}")
         first = g.findings[0]
@@ -134,13 +133,13 @@ def events(db: TraceDB, a: TraceAnalysis) -> Iterator[dict[str, Any]]:
                    "args": {**args, "first_step": lo, "last_step": hi}}
 
 
-def write(db: TraceDB, a: TraceAnalysis, out: IO[bytes]) -> int:
-    """Write the Chrome trace of `a` to `out` ({"traceEvents": [...]}, one event per line); returns how many
-    events were written."""
+def write(db: TraceDB, a: TraceAnalysis, doc: dict[str, Any], out: IO[bytes]) -> int:
+    """Write the Chrome trace of `a` (its document `doc`: `report.saved`) to `out` ({"traceEvents": [...]}, one
+    event per line); returns how many events were written."""
     out.write(b'{"displayTimeUnit":"ns","otherData":{"generator":"traceinsight","trace":'
               + orjson.dumps(a.path) + b'},"traceEvents":[\n')
     n = 0
-    for e in events(db, a):
+    for e in events(db, a, doc):
         out.write((b",\n" if n else b"") + orjson.dumps(e))
         n += 1
     out.write(b"\n]}\n")

@@ -1,15 +1,16 @@
-"""Reports from the analysis tables alone: the JSON document of an analysis (`traceinsight.analysis/1`) rebuilt
-from the tables `report/tables.py` writes, so that the text, JSON, Markdown and HTML reports of a trace analyzed
-once render again without analyzing it (`traceinsight report SAVED`).
+"""The one document builder: the JSON document of an analysis (`traceinsight.analysis/1`) read from the analysis
+tables `report/tables.py` writes. Every report renders from it: `analyze` (its tables written into its own
+database a moment before: `of_analyses`), the Python API, the dashboard, and `traceinsight report SAVED`, which
+renders the text, JSON, Markdown and HTML reports of a trace analyzed once without analyzing it again.
 
 SAVED is a Parquet dataset holding the analysis tables (`traceinsight export --parquet DIR --analysis`, or a
 `traceinsight fleet analyze` output folder) or a DuckDB database file holding them. `open_saved` loads the tables
 of the traces asked for into an in-memory DuckDB database (a dataset's trace keys become trace ids 0..);
-`document` selects one trace's document from it: the trace-level sections from `analyses`, the steps, launches,
-models, findings and checks from their own tables, the steps that matter (`json_doc.pick_steps`, the rule of
-`json_doc.selected_steps`) unless every step is asked for. tests/test_golden.py holds every golden case's rebuilt
-document equal to the one the analysis writes; tests/test_saved_report.py the `report` command's outputs equal to
-`analyze`'s.
+`document` selects one trace's document from it: the trace-level sections from `analyses` (built from the analysis
+by `json_doc.trace_sections` when the tables were written), the steps, launches, models, findings and checks from
+their own tables, the steps that matter (`json_doc.pick_steps`) unless every step is asked for.
+tests/test_golden.py holds every golden case's document read back from a saved dataset equal to the one `analyze`
+writes; tests/test_saved_report.py the `report` command's outputs equal to `analyze`'s.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from traceinsight.report import json_doc
 from traceinsight.report.fleet import fleet_findings, unique_names
 
 if TYPE_CHECKING:
+    from traceinsight.diagnose.context import TraceAnalysis
     from traceinsight.report.figures import Gantt
 
 PARQUET_SCHEMAS = ("traceinsight.parquet/1", "traceinsight.fleet/1")
@@ -42,6 +44,31 @@ class Saved:
     con: Any
     source: Path
     names: dict[int, str] = field(default_factory=dict)
+
+
+def of_analyses(con: Any, analyses: list[TraceAnalysis]) -> Saved:
+    """The documents of analyses made in this process, from their analysis tables already written on `con`
+    (`tables.write_tables` into their own database: `traceinsight.api.Analysis.documents`)."""
+    return Saved(con, Path(analyses[0].path) if analyses else Path(), {a.trace_id: Path(a.path).name for a in analyses})
+
+
+def in_memory(analyses: list[TraceAnalysis]) -> Saved:
+    """The documents of analyses made in this process whose database is gone or not at hand: their analysis tables
+    written into a new in-memory DuckDB database."""
+    import duckdb
+
+    from traceinsight.ingest.schema import analysis_schema_sql
+    from traceinsight.report.tables import write_tables_on
+
+    con = duckdb.connect()
+    con.execute(analysis_schema_sql())
+    write_tables_on(con, analyses)
+    return of_analyses(con, analyses)
+
+
+def document_of(a: TraceAnalysis, steps: str = json_doc.STEPS_ALL) -> dict[str, Any]:
+    """The document of one analysis (`in_memory`), every step or the steps that matter."""
+    return document(in_memory([a]), a.trace_id, steps)
 
 
 def _sql_text(s: str) -> str:
@@ -149,7 +176,7 @@ def _round(v: float | None) -> float | None:
 
 
 def document(saved: Saved, trace_id: int, steps: str = json_doc.STEPS_SELECTED) -> dict[str, Any]:
-    """The JSON document of trace `trace_id` as `analyze --format json [--steps all]` wrote it."""
+    """The JSON document of trace `trace_id` as `analyze --format json [--steps all]` writes it."""
     doc = _sections(saved, trace_id, steps)
     doc["steps"] = list(_steps(saved, trace_id, _selected(saved, trace_id, doc) if steps != json_doc.STEPS_ALL
                                else None))
@@ -186,8 +213,27 @@ def _sections(saved: Saved, trace_id: int, steps: str) -> dict[str, Any]:
         "savings": _loads(a["savings_json"]),
         "checks": checks,
         "model": _loads(a["model_json"]),
+        "sweep": _loads(a["sweep_json"]) if a.get("sweep_json") is not None else _sweep(saved, trace_id),
         **(_loads(a["extra_json"]) or {}),
     }
+
+
+def _sweep(saved: Saved, trace_id: int) -> list[dict[str, Any]]:
+    """The sweep's panels of an analysis saved before the `analyses` table kept them, from its steps and launches
+    (`model.sweep.sweep_panels`, as the analysis computes them)."""
+    from traceinsight.model.sweep import sweep_panels
+
+    con = saved.con
+    launches: dict[int, list[tuple[str | None, str | None, bool | None]]] = {}
+    for step, kernel, backend, split in con.execute(
+            "SELECT step, kernel, backend, split_kv FROM attention_launches WHERE trace_id = ? ORDER BY step, launch",
+            [trace_id]).fetchall():
+        launches.setdefault(step, []).append((kernel, backend, split))
+    steps = con.execute("SELECT step, name, attention_ns FROM steps WHERE trace_id = ? ORDER BY step",
+                        [trace_id]).fetchall()
+    (row,) = con.execute("SELECT thresholds_json FROM analyses WHERE trace_id = ?", [trace_id]).fetchall()
+    return [p.to_json() for p in sweep_panels(((name, att, launches.get(i, [])) for i, name, att in steps),
+                                              _loads(row[0]) or [])]
 
 
 def _selected(saved: Saved, trace_id: int, doc: dict[str, Any]) -> list[int]:
@@ -275,12 +321,13 @@ def gantt(saved: Saved, trace_id: int, doc: dict[str, Any]) -> Gantt | str:
     """The report's Gantt of trace `trace_id` (whose document, with every step, is `doc`), or why there is none."""
     from traceinsight.report.gantt import gantt_from_doc
 
-    row = saved.con.execute("SELECT gantt_json FROM analyses WHERE trace_id = ?", [trace_id]).fetchone()
-    return gantt_from_doc(doc, row[0] if row else None)
+    # Fetched to the end: an analysis's own connection is shared, and DuckDB refuses other work on it meanwhile.
+    rows = saved.con.execute("SELECT gantt_json FROM analyses WHERE trace_id = ?", [trace_id]).fetchall()
+    return gantt_from_doc(doc, rows[0][0] if rows else None)
 
 
 def documents(saved: Saved, steps: str = json_doc.STEPS_SELECTED) -> dict[str, Any]:
-    """Every loaded trace's document; several: with the fleet rows, as `json_doc.documents` writes them."""
+    """Every loaded trace's document; several: with the fleet rows, as `analyze --format json` writes them."""
     return _whole([document(saved, tid, steps) for tid in sorted(saved.names)])
 
 

@@ -219,7 +219,8 @@ def _check_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
 
 
 def _analysis_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
-    """The document's trace-level sections (json_doc's, without steps, findings and checks: their own tables)."""
+    """The document's trace-level sections (`json_doc.trace_sections`; the steps, findings and checks have their
+    own tables)."""
     from traceinsight.report.gantt import stored_gantt
 
     doc = json_doc.trace_sections(a)
@@ -230,7 +231,7 @@ def _analysis_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
            "families_json": _json(doc["families"]), "kernels_json": _json(doc["kernels"]),
            "thresholds_json": _json(doc["thresholds"]), "summary_json": _json(doc["summary"]),
            "step_summary_json": _json(doc["step_summary"]), "savings_json": _json(doc["savings"]),
-           "model_json": _json(doc["model"]), "extra_json": _json(a.extra),
+           "model_json": _json(doc["model"]), "sweep_json": _json(doc["sweep"]), "extra_json": _json(a.extra),
            "gantt_json": stored_gantt(a)}
     return {c: [v] for c, v in row.items()}
 
@@ -306,19 +307,35 @@ def write_tables(db: TraceDB, analyses: Iterable[TraceAnalysis], into: str | Non
     Arrow a column at a time from numpy buffers (text with few distinct values dictionary-encoded), not by
     pyarrow's conversion of Python values, which imports pandas and holds a Python list per column: a long trace
     has 10^5-10^6 steps and launches."""
+    write_tables_on(db.con, analyses, into)
+
+
+def write_tables_on(con: Any, analyses: Iterable[TraceAnalysis], into: str | None = None) -> None:
+    """`write_tables` on a DuckDB connection `con` whose database has the analysis tables (`analysis_schema_sql`)."""
     prefix = f"{into}." if into else ""
     for a in analyses:
-        _write(db, a, prefix)
+        _write(con, a, prefix)
 
 
-def _write(db: TraceDB, a: TraceAnalysis, prefix: str) -> None:
+def copy_tables(con: Any, trace_ids: Iterable[int], into: str) -> None:
+    """Copy the analysis tables of these traces, written on `con` (`write_tables`), into the attached database
+    `into`, as they are."""
+    ids = ", ".join(str(int(i)) for i in trace_ids)
+    if not ids:
+        return
+    for name in ANALYSIS_TABLES:
+        con.execute(f"DELETE FROM {into}.{name} WHERE trace_id IN ({ids})")
+        con.execute(f"INSERT INTO {into}.{name} BY NAME SELECT * FROM {name} WHERE trace_id IN ({ids})")
+
+
+def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
     with gc_paused():  # the columns' temporary objects hold no cycle; a collection would walk the whole analysis
         for name in ANALYSIS_TABLES:
-            db.con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
+            con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
             cols = BUILDERS[name](a)
             if not len(cols["trace_id"]):
                 continue
             rows = pa.table({c: v if isinstance(v, pa.Array) else python_array(v)  # noqa: F841 (scanned by name)
                              for c, v in cols.items()})
             del cols
-            db.con.execute(f"INSERT INTO {prefix}{name} BY NAME SELECT * FROM rows")
+            con.execute(f"INSERT INTO {prefix}{name} BY NAME SELECT * FROM rows")

@@ -1,7 +1,8 @@
 """Terminal rendering of an analysis with rich: a header, the findings first (coloured by severity, one line
 each with the saving and the remedy), then compact tables: thresholds, kernel time by family, attention
 kernels, steps. Colour follows the console: none when stdout is not a TTY or NO_COLOR is set (rich honours
-both). Everything is read from the JSON document (`json_doc.to_json`), so the terminal shows what JSON gives."""
+both). Everything is read from the JSON document (`report.saved`, the one builder), so the terminal shows what
+JSON gives."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, Any, cast
 
 from rich import box
 from rich.console import Console
@@ -17,9 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from traceinsight.units import fmt_ns
-
-if TYPE_CHECKING:
-    from traceinsight.diagnose.context import TraceAnalysis
 
 # Step names up to this many characters stay on one line in the steps table.
 STEP_NAME_MIN_WIDTH = 48
@@ -73,7 +71,8 @@ def findings_block(doc: dict[str, Any]) -> Table | Text:
     comes from, with its share), its summary and the rules whose findings are its evidence; under a critical
     one its remedy. INFO rows keep to one line. The caption says what the savings add up to, against what, and
     how many rules were checked. Empty Text when the diagnostics reported nothing."""
-    from traceinsight.report.sections import checks_line, finding_groups, remedy_head, savings_line
+    from traceinsight.report.notes import checks_line
+    from traceinsight.report.sections import finding_groups, remedy_head, savings_line
 
     groups = finding_groups(doc)
     checked = checks_line(doc)
@@ -121,7 +120,7 @@ def findings_block(doc: dict[str, Any]) -> Table | Text:
 
 
 def thresholds_table(doc: dict[str, Any]) -> Table | None:
-    from traceinsight.report.sections import threshold_rows
+    from traceinsight.report.kernel_tables import threshold_rows
 
     rows = threshold_rows(doc)
     if not rows:
@@ -211,7 +210,8 @@ def steps_table(doc: dict[str, Any], limit: int | None) -> Table:
     """One row per step that matters (`steps_shown`): its wall time, with its attention, other GPU work and the
     time the GPU waited for the host (the rest of the breakdown is in the JSON and `explain`), the launches,
     split-KV and the root causes that concern it (a spike marked)."""
-    from traceinsight.report.sections import breakdown_parts, step_tags
+    from traceinsight.report.sections import step_tags
+    from traceinsight.report.timeline import breakdown_parts
 
     steps = doc.get("steps") or []
     shown, _, _ = steps_shown(doc, limit)
@@ -352,13 +352,6 @@ def render_doc(doc: dict[str, Any], console: Console, max_steps: int | None = 40
         console.print("No attention kernels found: no decode steps to show.")
 
 
-def render(a: TraceAnalysis, console: Console, max_steps: int | None = 40, warnings: bool = True) -> None:
-    """Print the analysis of one trace (see `render_doc`)."""
-    from traceinsight.report.json_doc import to_json
-
-    render_doc(to_json(a), console, max_steps, warnings)
-
-
 # Columns of text written to a pipe or file when neither --width nor $COLUMNS says (a width that pastes well).
 PIPE_WIDTH = 120
 
@@ -421,13 +414,6 @@ def make_console(file: Any = None, no_color: bool = False, stderr: bool = False,
     return Console(file=out, stderr=stderr, no_color=off, color_system=None if off else "auto", highlight=False,
                    soft_wrap=False, force_terminal=force_terminal, width=output_width(width, bool(tty)),
                    force_jupyter=False)  # in a notebook too: text into `file`, not a display of rich's own
-
-
-def render_fleet(analyses: list[TraceAnalysis], console: Console) -> None:
-    """Several traces: one summary row per trace, then the findings that stand out across them."""
-    from traceinsight.report.fleet import fleet_summary
-
-    render_fleet_rows(fleet_summary(analyses), console)
 
 
 def render_fleet_rows(rows: list[dict[str, Any]], console: Console) -> None:
