@@ -159,7 +159,7 @@ def test_html_escapes_text_from_the_trace(analyses) -> None:  # type: ignore[no-
     from traceinsight.report.files import report_inputs
     from traceinsight.report.html import render
 
-    docs, gantts = report_inputs(analyses)
+    docs, gantts = report_inputs(in_memory(analyses))
     doc = docs[0]
     f = next(f for f in doc["findings"] if f["id"] == "split-kv-off")
     f["summary"] = f["explanation"] = f["remedy"] = HOSTILE
