@@ -123,13 +123,14 @@ _KINETO_OP = ('  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pi
 @pytest.mark.parametrize(("field", "value", "decided"), [
     ("ts", "12.5", True), ("pid", '"596"', True), ("ts", "-0.0", True),
     ("ts", "1.25e3", False), ("dur", "12345678901234567.5", False), ("name", 'a\\"b', False),
-    ("pid", '"596', False),
+    ("pid", '"596', False), ("name", "x" * 80, True),
 ])
 def test_numpy_read_decides_only_what_it_reads_as_the_expression(tmp_path: Path, field: str, value: str,
                                                                  decided: bool) -> None:
     """Kineto's layout, one op of many written with the value given: read by numpy where it can say exactly what
     the expression reads, else left to the expression; the rows are the same either way."""
-    ops = [dict(cat="cpu_op", name=f"aten::op{i % 5}" if i != 17 else "op17", pid=596, ts=f"{100 + i}.125", dur="2.5") for i in range(40)]
+    ops = [dict(cat="cpu_op", name=f"aten::op{i % 5}" if i != 17 else "op17", pid=596, ts=f"{100 + i}.125",
+                dur="2.5") for i in range(40)]
     ops[17][field] = value
     ops[23]["cat"] = "python_function"
     text = '{\n  "traceEvents": [\n' + ",\n".join(_KINETO_OP.format(**o) for o in ops) + "\n  ]\n}\n"

@@ -134,9 +134,16 @@ class HostOps:
         if fast is not None:
             cat, name_start, name_end, pid, tid, ts, dur_us = fast
             if len(cat):
-                names = [data[s:e] for s, e in zip(name_start.tolist(), name_end.tolist(), strict=True)]
-                self._add_numbers(np.fromiter(map(self.index.__getitem__, names), np.int32, len(cat)), cat,
-                                  pid, tid, ts, dur_us)
+                groups = host_ops_scan.name_groups(data, name_start, name_end)
+                if groups is None:
+                    names = [data[s:e] for s, e in zip(name_start.tolist(), name_end.tolist(), strict=True)]
+                    ids = np.fromiter(map(self.index.__getitem__, names), np.int32, len(cat))
+                else:  # one Python step per distinct name, in order of first occurrence: numbered as above
+                    first, group = groups
+                    firsts = [data[s:e] for s, e in zip(name_start[first].tolist(), name_end[first].tolist(),
+                                                          strict=True)]
+                    ids = np.fromiter(map(self.index.__getitem__, firsts), np.int32, len(firsts))[group]
+                self._add_numbers(ids, cat, pid, tid, ts, dur_us)
             return
         found = _OP.findall(data)
         if not found:

@@ -186,3 +186,35 @@ def _quoted_int(a: Any, pos: Any) -> tuple[Any, Any]:
     if not (_at(a, pos[quoted]) == ord('"')).all():
         raise _Fail
     return value, pos + quoted
+
+
+# Longest name told apart by `name_groups` (8-byte words of it compared); longer: None.
+_MAX_GROUPED = 64
+
+
+def name_groups(data: bytes, start: Any, end: Any) -> tuple[Any, Any] | None:
+    """The distinct names among data[start:end] without a Python object per op: (the op of each distinct name's
+    first occurrence, in file order; each op's number in that list). Names are grouped by a hash of their words
+    and length and each group checked word by word against its first member (exact); None where a name is
+    longer than _MAX_GROUPED or two names share a hash."""
+    a = np.frombuffer(data, np.uint8)
+    length = (end - start).astype(np.int64)
+    if not len(length) or length.max() > _MAX_GROUPED or len(a) < 8:
+        return None
+    words_at = np.ndarray((len(a) - 7,), dtype=np.dtype("<u8"), buffer=a, strides=(1,))
+    words = []
+    h = length.astype(np.uint64)
+    for k in range((int(length.max()) + 7) // 8):
+        left = np.clip(length - 8 * k, 0, 8)
+        mask = np.where(left == 8, np.uint64(2**64 - 1), (np.uint64(1) << (left * 8).astype(np.uint64)) - np.uint64(1))
+        w = words_at[np.minimum(start + 8 * k, len(words_at) - 1)] & mask
+        words.append(w)
+        h = (h * np.uint64(0x9E3779B97F4A7C15)) ^ w
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if not (length[first][inverse] == length).all() or not all((w[first][inverse] == w).all() for w in words):
+        return None
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse]
