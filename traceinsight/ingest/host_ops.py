@@ -4,7 +4,8 @@ queries/host_ops.sql).
 
 A decode loop records ten or more per kernel, and parsing them as JSON (their `args` hold every input's shape)
 would cost a third of the ingest time of every trace. The streaming reader (`kineto.read`) never parses them:
-`HostOps.scan` runs one regular expression over each batch's bytes, on Kineto's layout of these events (`"ph":
+`HostOps.scan` reads each batch's ops with numpy from its elements' positions (host_ops_scan), else runs one
+regular expression over the batch's bytes, on Kineto's layout of these events (`"ph":
 "X", "cat": "cpu_op", "name": ..., "pid": ..., "tid": ..., "ts": ..., "dur": ...`, the pairs in this order) and
 turns each batch's matches into numpy columns at once (no Python object per op is kept). Events written in
 another order are not seen by the streaming reader; a document parsed whole (`kineto.from_document`) gives its
