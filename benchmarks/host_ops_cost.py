@@ -35,7 +35,7 @@ def cpu_load(path: Path, scan: bool) -> tuple[float, int]:
     """CPU seconds of one `load` (the scan on or off) and the host_ops rows it stored."""
     real = host_ops.HostOps.scan
     if not scan:
-        host_ops.HostOps.scan = lambda self, data: None  # type: ignore[method-assign]
+        host_ops.HostOps.scan = lambda self, *batch: None  # type: ignore[method-assign]
     try:
         gc.collect()
         t0 = time.process_time()

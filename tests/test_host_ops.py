@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from traceinsight.ingest import kineto, load
+from traceinsight.ingest import host_ops_scan, kineto, load
 from traceinsight.ingest.base import Ingest
+from traceinsight.ingest.host_ops import _CATS, _OP, HostOps
+from traceinsight.ingest.json_stream import ArrayStream, Batch, Repairs, byte_chunks
 from traceinsight.pipeline import analyze_trace
 
 Op = tuple[str, str, int, int, int, int]
@@ -92,3 +94,51 @@ def test_nsys_host_ranges_come_through_the_same_query(h200: Path, name: str) -> 
     got = analysis.host_ops([(analysis.start_ns, analysis.end_ns)])
     assert got and {o.category for o in got} == {"nvtx"}
     assert db.rows("SELECT count(*) AS n FROM host_ops")[0]["n"] == 0
+
+
+def _batches(path: Path) -> list[Batch]:
+    return list(ArrayStream(path, byte_chunks(path, Repairs(), cut_ok=True), b"traceEvents").batches())
+
+
+def _scanned(batches: list[Batch], fast: bool) -> dict[str, object]:
+    ops = HostOps()
+    for b in batches:
+        ops.scan(b.data, b.sep, b.braces) if fast else ops.scan(b.data)
+    cols = ops.columns()
+    assert cols is not None
+    return {k: v.to_pylist() for k, v in cols.items()}
+
+
+def test_numpy_read_of_kineto_batches_equals_the_regular_expression(h200: Path) -> None:
+    batches = _batches(h200 / "flashinfer_decode_small.pt.trace.json.gz")
+    decided = [host_ops_scan.read(b.data, b.sep, b.braces, _CATS, _OP) is not None for b in batches]
+    assert sum(decided) >= len(batches) - 1  # all but the metadata tail, which holds no op
+    assert _scanned(batches, fast=True) == _scanned(batches, fast=False)
+
+
+_KINETO_OP = ('  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": 7,\n'
+              '    "ts": {ts}, "dur": {dur},\n    "args": {{\n      "External id": 1\n    }}\n  }}')
+
+
+@pytest.mark.parametrize(("field", "value", "decided"), [
+    ("ts", "12.5", True), ("pid", '"596"', True), ("ts", "-0.0", True),
+    ("ts", "1.25e3", False), ("dur", "12345678901234567.5", False), ("name", 'a\\"b', False),
+    ("pid", '"596', False), ("name", "x" * 80, True),
+])
+def test_numpy_read_decides_only_what_it_reads_as_the_expression(tmp_path: Path, field: str, value: str,
+                                                                 decided: bool) -> None:
+    """Kineto's layout, one op of many written with the value given: read by numpy where it can say exactly what
+    the expression reads, else left to the expression; the rows are the same either way."""
+    ops = [dict(cat="cpu_op", name=f"aten::op{i % 5}" if i != 17 else "op17", pid=596, ts=f"{100 + i}.125",
+                dur="2.5") for i in range(40)]
+    ops[17][field] = value
+    ops[23]["cat"] = "python_function"
+    text = '{\n  "traceEvents": [\n' + ",\n".join(_KINETO_OP.format(**o) for o in ops) + "\n  ]\n}\n"
+    path = tmp_path / "kineto.json"
+    path.write_text(text)
+    batches = _batches(path)
+    assert b"op17" in batches[0].data or field == "name"
+    assert (host_ops_scan.read(batches[0].data, batches[0].sep, batches[0].braces, _CATS, _OP) is not None) == decided
+    fast, slow = _scanned(batches, fast=True), _scanned(batches, fast=False)
+    assert fast == slow
+    assert len(fast["op_id"]) >= 39  # type: ignore[arg-type]

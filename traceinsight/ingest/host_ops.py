@@ -4,7 +4,8 @@ queries/host_ops.sql).
 
 A decode loop records ten or more per kernel, and parsing them as JSON (their `args` hold every input's shape)
 would cost a third of the ingest time of every trace. The streaming reader (`kineto.read`) never parses them:
-`HostOps.scan` runs one regular expression over each batch's bytes, on Kineto's layout of these events (`"ph":
+`HostOps.scan` reads each batch's ops with numpy from its elements' positions (host_ops_scan), else runs one
+regular expression over the batch's bytes, on Kineto's layout of these events (`"ph":
 "X", "cat": "cpu_op", "name": ..., "pid": ..., "tid": ..., "ts": ..., "dur": ...`, the pairs in this order) and
 turns each batch's matches into numpy columns at once (no Python object per op is kept). Events written in
 another order are not seen by the streaming reader; a document parsed whole (`kineto.from_document`) gives its
@@ -21,24 +22,21 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from traceinsight.ingest import host_ops_scan
 from traceinsight.ingest.base import Columns
 
 # Categories read as host operations.
 HOST_OP_CATS = ("cpu_op", "python_function")
+_CATS = tuple(c.encode() for c in HOST_OP_CATS)
 # Searched from the `X` of `"ph": "X"` (a rare byte: the search runs fast until it) and checked behind it; the
 # pairs in Kineto's order, with any whitespace around their `:` and `,` that json.dump writes (Kineto writes `, `
 # and `,\n    `, pretty-printers one pair a line, compact JSON none).
 _NUMBER = rb"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
 _OP = re.compile(
     rb'X"(?:(?<="ph": "X")|(?<="ph":"X")),\s*"cat":\s*"(' + b"|".join(c.encode() for c in HOST_OP_CATS) + rb')",\s*'
-    rb'"name":\s*"([^"\\]*(?:\\.[^"\\]*)*)",(\s*"pid":\s*"?-?\d+"?,\s*"tid":\s*"?-?\d+"?,\s*'
-    rb'"ts":\s*' + _NUMBER + rb',\s*"dur":\s*' + _NUMBER + rb")"
+    rb'"name":\s*"([^"\\]*(?:\\.[^"\\]*)*)",\s*"pid":\s*"?(-?\d+)"?,\s*"tid":\s*"?(-?\d+)"?,\s*'
+    rb'"ts":\s*(' + _NUMBER + rb'),\s*"dur":\s*(' + _NUMBER + rb")"
 )
-# The third group's four numbers (pid, tid, ts, dur), each read alone where they cannot be read at once.
-_NUMBERS = re.compile(_NUMBER)
-# Bytes that write a number, kept by `translate`; every other byte of the third group (the keys, quotes,
-# whitespace) becomes a space.
-_NUMBERS_ONLY = bytes(c if chr(c) in "0123456789.-+eE" else 32 for c in range(256))
 _INT_TEXT = re.compile(r"-?\d+")
 _INT64 = 2**63
 
@@ -70,16 +68,36 @@ def _unescape(raw: bytes) -> str:
     return text
 
 
-def _numbers(texts: tuple[bytes, ...], n: int) -> np.ndarray:
-    """The four numbers of each op's third group, as an (n, 4) float64 array: all read at once by numpy's
-    strtod (correctly rounded, as `float`), else (an odd byte between them) each op's alone."""
-    try:
-        values = np.fromstring(b" ".join(texts).translate(_NUMBERS_ONLY), sep=" ")
-    except ValueError:
-        values = np.zeros(0)
-    if len(values) != 4 * n:
-        values = np.array([[float(x) for x in _NUMBERS.findall(t)[:4]] for t in texts], np.float64)
-    return values.reshape(n, 4)
+def _number_column(texts: tuple[bytes, ...]) -> np.ndarray:
+    """The numbers written by `texts` (each a match of _NUMBER) as float64, the same doubles as `float` reads.
+
+    Where all are plain decimals (`-?digits[.digits]`, their digits as an integer m below 2**53) numpy reads them
+    a byte column at a time over all texts at once (the texts as a fixed-width array, one row each: m by
+    Horner's rule, k the digits after the point) as m / 10**k: both exact in float64, so the one correctly rounded
+    division gives the double that strtod reads. Otherwise (an exponent, more digits) `float` reads each."""
+    n = len(texts)
+    a = np.array(texts)
+    if a.dtype.kind == "S" and a.dtype.itemsize <= 24 and n:
+        cols = a.view(np.uint8).reshape(n, a.dtype.itemsize).T.copy()  # column j: the j-th byte of every text
+        m = np.zeros(n, np.int64)
+        digits = np.zeros(n, np.int64)
+        frac = np.zeros(n, np.int64)
+        seen_dot = np.zeros(n, bool)
+        neg = cols[0] == ord("-")
+        bad = np.zeros(n, bool)
+        for j, c in enumerate(cols):
+            d = c - np.uint8(48)
+            digit = d <= 9
+            m = np.where(digit, m * 10 + d, m)
+            digits += digit
+            frac += digit & seen_dot
+            dot = c == ord(".")
+            bad |= (dot & seen_dot) | ~(digit | dot | (c == 0) | (neg if j == 0 else False))
+            seen_dot |= dot
+        if not (bad.any() or (digits == 0).any() or (digits > 16).any() or (m >= 2**53).any()):
+            values = m.astype(np.float64) / 10.0**frac
+            return np.where(neg, -values, values)
+    return np.array([float(t) for t in texts], np.float64)
 
 
 def _ns(us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,22 +127,42 @@ class HostOps:
         for w in words:
             self.index[w]
 
-    def scan(self, data: bytes) -> None:
-        """Add the host operations written in `data` (whole events of a Kineto traceEvents array)."""
+    def scan(self, data: bytes, sep: bytes | None = None, braces: Any = None) -> None:
+        """Add the host operations written in `data` (whole events of a Kineto traceEvents array; `sep` and
+        `braces` as the stream's `Batch` gives them: numpy reads the ops from the elements' positions, see
+        host_ops_scan; else, or where it cannot decide, the regular expression)."""
+        fast = host_ops_scan.read(data, sep, braces, _CATS, _OP)
+        if fast is not None:
+            cat, name_start, name_end, pid, tid, ts, dur_us = fast
+            if len(cat):
+                groups = host_ops_scan.name_groups(data, name_start, name_end)
+                if groups is None:
+                    names = [data[s:e] for s, e in zip(name_start.tolist(), name_end.tolist(), strict=True)]
+                    ids = np.fromiter(map(self.index.__getitem__, names), np.int32, len(cat))
+                else:  # one Python step per distinct name, in order of first occurrence: numbered as above
+                    first, group = groups
+                    firsts = [data[s:e] for s, e in zip(name_start[first].tolist(), name_end[first].tolist(),
+                                                          strict=True)]
+                    ids = np.fromiter(map(self.index.__getitem__, firsts), np.int32, len(firsts))[group]
+                self._add_numbers(ids, cat, pid, tid, ts, dur_us)
+            return
         found = _OP.findall(data)
         if not found:
             return
         n = len(found)
-        cats, names, numbers = zip(*found, strict=True)
-        values = _numbers(numbers, n)
-        pids, tids = values[:, 0].astype(np.int64), values[:, 1].astype(np.int64)
-        start, ok = _ns(values[:, 2])
-        dur, ok_dur = _ns(values[:, 3])
-        exact = (np.abs(values[:, :2]) < 2.0**53).all(axis=1)  # ids beyond: dropped (no trace writes them)
-        cat_code = {c.encode(): i for i, c in enumerate(HOST_OP_CATS)}
-        self._add(np.fromiter(map(self.index.__getitem__, names), np.int32, n),
-                  np.fromiter(map(cat_code.__getitem__, cats), np.int8, n), start, start + dur, pids, tids,
-                  ok & ok_dur & (dur >= 0) & exact)
+        cats, op_names, *numbers = zip(*found, strict=True)
+        cat_code = {c: i for i, c in enumerate(_CATS)}
+        self._add_numbers(np.fromiter(map(self.index.__getitem__, op_names), np.int32, n),
+                          np.fromiter(map(cat_code.__getitem__, cats), np.int8, n), *map(_number_column, numbers))
+
+    def _add_numbers(self, names: np.ndarray, cats: np.ndarray, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
+                     dur_us: np.ndarray) -> None:
+        """Add scanned ops, their numbers as read (float64)."""
+        pids, tids = pid.astype(np.int64), tid.astype(np.int64)
+        start, ok = _ns(ts)
+        dur, ok_dur = _ns(dur_us)
+        exact = (np.abs(pid) < 2.0**53) & (np.abs(tid) < 2.0**53)  # ids beyond: dropped (no trace writes them)
+        self._add(names, cats, start, start + dur, pids, tids, ok & ok_dur & (dur >= 0) & exact)
 
     def add_events(self, events: list[Any]) -> None:
         """Add the host operations among parsed traceEvents (complete events of HOST_OP_CATS with a name, numeric

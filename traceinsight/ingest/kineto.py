@@ -119,7 +119,7 @@ def _prepare(batches: Iterator[Batch], host_ops: HostOps) -> Iterator[tuple[Batc
     known: dict[bytes, dict[bytes, bool]] = {}
     for batch in batches:
         kept = kept_elements(batch, learn(known, batch))
-        host_ops.scan(batch.data)
+        host_ops.scan(batch.data, batch.sep, batch.braces)
         yield batch, kept
 
 

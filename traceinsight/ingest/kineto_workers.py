@@ -80,7 +80,7 @@ def _parse_batch(path: str, batch: Batch, learned: dict[bytes, bool] | None) -> 
     with gc_paused():
         events, count = batch_events(batch, Path(path), repairs, kept_elements(batch, learned))
         read_events(events, t)
-        t.host_ops.scan(batch.data)
+        t.host_ops.scan(batch.data, batch.sep, batch.braces)
     return {name: getattr(t, name) for name in _TABLES}, t.host_ops, t.skipped, repairs, count
 
 
