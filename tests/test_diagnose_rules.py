@@ -44,7 +44,7 @@ def test_finding_normalizes_and_serializes() -> None:
                            "evidence": {"dur_ns": 1, "t": [1, 2]}, "remedy": "r", "saving_ns": 0, "explanation": "e",
                            # Root-cause links (diagnose/rootcause.py), unset until the registry links findings.
                            "ref": None, "supports": None, "related": [], "attributed_saving_ns": None,
-                           "saving_basis": None}
+                           "saving_basis": None, "saving_in_steps_ns": None, "saving_between_steps_ns": None}
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.id = "y"  # type: ignore[misc]
 

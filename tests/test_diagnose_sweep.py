@@ -165,7 +165,8 @@ def test_findings_sorted_and_json_shape() -> None:
         assert savings == sorted(savings, reverse=True)
     doc = a.findings[0].to_json()
     assert list(doc) == ["id", "severity", "steps", "summary", "evidence", "remedy", "saving_ns", "explanation",
-                         "ref", "supports", "related", "attributed_saving_ns", "saving_basis"]
+                         "ref", "supports", "related", "attributed_saving_ns", "saving_basis", "saving_in_steps_ns",
+                         "saving_between_steps_ns"]
     assert all("\n" not in f.summary for f in a.findings)
     assert {c.id for c in a.checks} == {
         "decode-on-prefill-kernel", "split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", "latency-spike",
