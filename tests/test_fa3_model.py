@@ -277,7 +277,7 @@ def test_thresholds_table_one_row_per_kernel_backend_and_shape() -> None:
     import io
     import re
 
-    from traceinsight.report import sections
+    from traceinsight.report.kernel_tables import threshold_rows
     from traceinsight.report.markdown import thresholds_md
     from traceinsight.report.text import make_console, thresholds_table
 
@@ -286,7 +286,7 @@ def test_thresholds_table_one_row_per_kernel_backend_and_shape() -> None:
     assert len(raw) == 2 and raw[0]["name"] != raw[1]["name"]
     assert len({(t["registers_per_thread"], t["threads_per_block"], t["smem_bytes"], t["b_threshold"])
                 for t in raw}) == 1
-    (row,) = [t for t in sections.threshold_rows(doc) if t["kernel"] == "FlashAttnFwdSm90"]
+    (row,) = [t for t in threshold_rows(doc) if t["kernel"] == "FlashAttnFwdSm90"]
     assert row["variants"] == 2 and row["b_threshold"] == 993
     assert row["shape"] == "kBlockM=128 kBlockN=176; 384 threads, 168 regs, 211 KiB smem"
     page = render([doc])

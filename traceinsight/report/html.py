@@ -14,6 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from traceinsight import __version__
 from traceinsight.report import sections
+from traceinsight.report.finding_order import SPIKE_ID
+from traceinsight.report.kernel_tables import (
+    SPREAD_COLUMNS,
+    grids_text,
+    kernel_rows,
+    params_text,
+    spread_cells,
+    threshold_rows,
+)
+from traceinsight.report.notes import checks, checks_line, methods, missing
+from traceinsight.report.sweep_view import MAX_SWEEP_PANELS, observed_switch, observed_switches, plotted_panels, sweep
+from traceinsight.report.timeline import incident_rows, parts_text, timeline
 from traceinsight.units import fmt_ns
 
 if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn (diff pages need none)
@@ -77,17 +89,17 @@ def _finding(doc: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
 
 def checks_view(doc: dict[str, Any]) -> dict[str, Any] | None:
     """The rules that ran and did not fire, with the reason (passed, or not applicable and what they need)."""
-    line = sections.checks_line(doc)
+    line = checks_line(doc)
     if line is None:
         return None
-    _, rows = sections.checks(doc)
+    _, rows = checks(doc)
     return {"line": line, "rows": [c for c in rows if c.get("status") != "fired"]}
 
 
 def verdict_view(doc: dict[str, Any]) -> dict[str, Any]:
     """One line per root cause, worst first, with its saving; the details (explanation, remedy, every finding of
     the root cause and every finding that is its evidence, each by its id with its steps) folded under it."""
-    why = sections.missing(doc, "findings")
+    why = missing(doc, "findings")
     groups = []
     for g in [] if why else sections.finding_groups(doc):
         first = g.findings[0]
@@ -103,15 +115,15 @@ def verdict_view(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def timeline_view(doc: dict[str, Any]) -> dict[str, Any]:
-    why = sections.missing(doc, "steps")
+    why = missing(doc, "steps")
     if why:
         return {"why": why}
-    points = sections.timeline(doc)
+    points = timeline(doc)
     spikes = sum(p.spike for p in points)
     fig = _figures().timeline_figure(points, title=f"Step time of {len(points)} steps")
     if not doc.get("findings") and not doc.get("checks"):
         note = "Spikes: not available: needs the diagnostics stage (its latency-spike rule)."
-    elif not any(f.get("id") == sections.SPIKE_ID for f in doc.get("findings") or []):
+    elif not any(f.get("id") == SPIKE_ID for f in doc.get("findings") or []):
         note = "No spike: no step broke from the trend (latency-spike found nothing)."
     else:
         note = f"{spikes} spikes marked, coloured by the finding that explains them; grey: steps within the trend."
@@ -119,30 +131,30 @@ def timeline_view(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def breakdown_view(doc: dict[str, Any]) -> dict[str, Any]:
-    why = sections.missing(doc, "steps")
+    why = missing(doc, "steps")
     if why:
         return {"why": why}
-    rows = sections.incident_rows(doc)
+    rows = incident_rows(doc)
     if not rows:
         return {"why": "No latency spike to attribute (each step's breakdown is in the JSON: steps[].breakdown)."}
     return {"why": None, "svg": _svg(_figures().breakdown_figure(rows)), "rows": [
         {"label": r.label, "cause": r.cause, "onset": r.onset[0] if r.onset else None,
          "threshold_step": r.threshold_step, "worst": fmt_ns(r.worst_ns), "baseline": fmt_ns(r.worst_baseline_ns),
-         "ratio": f"{r.ratio:.1f}", "grew": sections.parts_text(r.parts), "remedy": r.remedy} for r in rows]}
+         "ratio": f"{r.ratio:.1f}", "grew": parts_text(r.parts), "remedy": r.remedy} for r in rows]}
 
 
 def sweep_view(doc: dict[str, Any]) -> dict[str, Any]:
-    panels = sections.sweep(doc)
+    panels = sweep(doc)
     if not panels:
-        return {"why": sections.missing(doc, "sweep") or ""}
+        return {"why": missing(doc, "sweep") or ""}
     shown = []
     for p in panels:
-        last_on, first_off = sections.observed_switch(p)
+        last_on, first_off = observed_switch(p)
         shown.append({"key": p.key, "threshold": p.threshold_text,
                       "observed": (f"split-KV observed on up to B={last_on}, off from B={first_off}" if first_off
                                    else "split-KV state does not change with B")})
-    return {"why": None, "svg": _svg(_figures().sweep_figure(sections.plotted_panels(panels))), "panels": shown,
-            "drawn": sections.MAX_SWEEP_PANELS if len(panels) > sections.MAX_SWEEP_PANELS else None}
+    return {"why": None, "svg": _svg(_figures().sweep_figure(plotted_panels(panels))), "panels": shown,
+            "drawn": MAX_SWEEP_PANELS if len(panels) > MAX_SWEEP_PANELS else None}
 
 
 def schedule_view(sched: Gantt | str | None) -> dict[str, Any]:
@@ -153,34 +165,34 @@ def schedule_view(sched: Gantt | str | None) -> dict[str, Any]:
 
 
 def kernels_view(doc: dict[str, Any], limit: int = 40) -> dict[str, Any]:
-    rows = sections.kernel_rows(doc, limit)
+    rows = kernel_rows(doc, limit)
     if not rows:
         return {"why": "not available: no kernel in the trace"}
     total = len(doc.get("kernels") or [])
-    return {"why": None, "spread_headers": [(c, "num") for c in sections.SPREAD_COLUMNS],
+    return {"why": None, "spread_headers": [(c, "num") for c in SPREAD_COLUMNS],
             "more": total - len(rows) if total > len(rows) else None, "rows": [
                 {"name": k.get("name"), "kernel": k.get("kernel"), "family": k.get("family"),
                  "backend": k.get("backend") or "–", "phase": k.get("phase"), "phase_evidence": k.get("phase_evidence"),
                  "count": k.get("count"), "total": fmt_ns(k.get("total_ns")), "mean": fmt_ns(k.get("mean_ns")),
-                 "spread": sections.spread_cells(k), "share": f"{(k.get('share') or 0):.1%}",
-                 "grids": sections.grids_text(k.get("grids")), "params": sections.params_text(k.get("params"))}
+                 "spread": spread_cells(k), "share": f"{(k.get('share') or 0):.1%}",
+                 "grids": grids_text(k.get("grids")), "params": params_text(k.get("params"))}
                 for k in rows]}
 
 
 def thresholds_view(doc: dict[str, Any]) -> dict[str, Any]:
-    why = sections.missing(doc, "thresholds")
+    why = missing(doc, "thresholds")
     if why:
         return {"why": why}
-    observed = sections.observed_switches(doc)
+    observed = observed_switches(doc)
     return {"why": None, "rows": [
         {"name": t.get("name"), "kernel": t.get("kernel"), "variants": t.get("variants") or 1,
          "backend": t.get("backend") or "–", "shape": t.get("shape"), "kv_heads": t.get("kv_heads"),
          "occupancy": t.get("occupancy"), "max_grid": t.get("max_grid"), "b_threshold": t.get("b_threshold"),
-         "observed": observed.get((t.get("kernel"), t.get("backend")), "–")} for t in sections.threshold_rows(doc)]}
+         "observed": observed.get((t.get("kernel"), t.get("backend")), "–")} for t in threshold_rows(doc)]}
 
 
 def methods_view(doc: dict[str, Any]) -> dict[str, Any]:
-    return {"rows": sections.methods(doc)}
+    return {"rows": methods(doc)}
 
 
 def header_view(doc: dict[str, Any]) -> dict[str, Any]:

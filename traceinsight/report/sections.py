@@ -6,8 +6,7 @@ The report's other sections each have their file: the step timeline (`timeline`)
 (`sweep_view`: the panels the analysis computed), the kernel and threshold tables (`kernel_tables`), the Gantt's
 launch (`launch_pick`) and the notes (`notes`: what a section needs, the methods, the checks). Every builder
 tolerates missing pieces (no findings, no thresholds, no per-launch model): it returns an empty result and
-`notes.missing()` says what is needed to get it. The names below re-exported from them are those report/html.py
-still reads from here.
+`notes.missing()` says what is needed to get it.
 """
 
 from __future__ import annotations
@@ -18,26 +17,7 @@ from typing import Any
 
 from traceinsight.diagnose.finding import severity_rank
 from traceinsight.diagnose.rootcause import BASIS_SPAN, saving_basis
-from traceinsight.report.finding_order import SPIKE_ID as SPIKE_ID
-from traceinsight.report.finding_order import sorted_findings as sorted_findings
-from traceinsight.report.kernel_tables import SPREAD_COLUMNS as SPREAD_COLUMNS
-from traceinsight.report.kernel_tables import grids_text as grids_text
-from traceinsight.report.kernel_tables import kernel_rows as kernel_rows
-from traceinsight.report.kernel_tables import params_text as params_text
-from traceinsight.report.kernel_tables import spread_cells as spread_cells
-from traceinsight.report.kernel_tables import threshold_rows as threshold_rows
-from traceinsight.report.notes import checks as checks
-from traceinsight.report.notes import checks_line as checks_line
-from traceinsight.report.notes import methods as methods
-from traceinsight.report.notes import missing as missing
-from traceinsight.report.sweep_view import MAX_SWEEP_PANELS as MAX_SWEEP_PANELS
-from traceinsight.report.sweep_view import observed_switch as observed_switch
-from traceinsight.report.sweep_view import observed_switches as observed_switches
-from traceinsight.report.sweep_view import plotted_panels as plotted_panels
-from traceinsight.report.sweep_view import sweep as sweep
-from traceinsight.report.timeline import incident_rows as incident_rows
-from traceinsight.report.timeline import parts_text as parts_text
-from traceinsight.report.timeline import timeline as timeline
+from traceinsight.report.finding_order import SPIKE_ID, sorted_findings
 
 
 def total_step_ns(doc: dict[str, Any]) -> int:
