@@ -29,19 +29,18 @@ def _doc(path: Path, meta: tuple[str, ...], step_pattern: str | None) -> tuple[d
         return _saved_doc(path), None
     if is_analysis_json(path):
         return load_analysis_json(path), None
+    from traceinsight.api import Analysis
     from traceinsight.pipeline import analyze
     from traceinsight.queries import sql
     from traceinsight.report.gate import SAMPLED_FAMILIES
     from traceinsight.report.gate_samples import kernel_samples
     from traceinsight.report.json_doc import STEPS_ALL
-    from traceinsight.report.saved import document, of_analyses
-    from traceinsight.report.tables import write_tables
+    from traceinsight.report.saved import document
 
-    db, analyses = analyze([path], meta=[Path(m) for m in meta], step_pattern=step_pattern)
-    a = analyses[0]
-    rows = db.rows(sql("kernel_durations"), {"trace": a.trace_id, "families": list(SAMPLED_FAMILIES)})
-    write_tables(db, [a])
-    return document(of_analyses(db.con, [a]), a.trace_id, STEPS_ALL), kernel_samples(rows)
+    result = Analysis(*analyze([path], meta=[Path(m) for m in meta], step_pattern=step_pattern))
+    a = result.analyses[0]
+    rows = result.db.rows(sql("kernel_durations"), {"trace": a.trace_id, "families": list(SAMPLED_FAMILIES)})
+    return document(result.documents(), a.trace_id, STEPS_ALL), kernel_samples(rows)
 
 
 def _saved_doc(path: Path) -> dict[str, Any]:
