@@ -176,20 +176,6 @@ def test_match_without_common_cases(h200: Path, csv_path: Path) -> None:
     assert [r["ncu_id"] for r in matched] == [2, 3, 5, 6, 7, 8]
 
 
-def test_name_key_agrees_across_tools(h200: Path) -> None:
-    db = TraceDB()
-    names = [
-        DECODE,
-        "void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, (unsigned int)2, "
-        "(unsigned int)1, (unsigned int)8, (unsigned int)16, (unsigned int)8, (unsigned int)1, "
-        "flashinfer::DefaultAttention<(bool)0, (bool)0, (bool)0, (bool)0>, Params>(T9)",  # nsys StringIds
-        "void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, 2u, 1u, 8u, 16u, 8u, 1u, "
-        "flashinfer::DefaultAttention<false, false, false, false>, Params>(Params)",  # Kineto
-    ]
-    keys = {db.rows(f"SELECT {ncu_match.name_key_sql('$n')} AS k", {"n": n})[0]["k"] for n in names}
-    assert keys == {"BatchDecodeWithPagedKVCacheKernel<0,2,1,8,16,8,1,DefaultAttention<0,0,0,0>,Params>"}
-
-
 # ---------------------------------------------------------------------------------------------- cells
 def test_parse_number() -> None:
     assert ncu_cells.parse_number("1,020,054") == 1020054.0
