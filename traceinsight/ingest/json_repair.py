@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,17 +47,27 @@ def load_json(path: Path) -> Any:
     if not data.strip():
         raise FormatError(f"{path}: no JSON data in the file")
     with gc_paused():
-        try:
-            doc = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            try:
-                doc, trailing = parse_leniently(data, repairs)
-            except BadJSON as bad:
-                raise FormatError(bad.message(path, 0)) from None
-            if trailing:
-                repairs["trailing"] += trailing
+        doc = parse_text(data, repairs, path)
     if repairs and isinstance(doc, dict):
         doc[REPAIRS_KEY] = repairs.messages()
+    return doc
+
+
+def parse_text(data: bytes, repairs: Repairs, path: Path, offset: Callable[[int], int] | None = None) -> Any:
+    """`data` parsed by orjson, else by `parse_leniently` with its repairs counted in `repairs` (trailing data
+    included). What neither reads raises a one-line FormatError naming `path` and the byte offset, mapped through
+    `offset` when `data` is a part of the file (the offset within `data` -> the offset in the file)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        doc, trailing = parse_leniently(data, repairs)
+    except BadJSON as bad:
+        at = bad.at if offset is None or bad.at is None else offset(bad.at)
+        raise FormatError(BadJSON(at, bad.what, bad.hint).message(path, 0)) from None
+    if trailing:
+        repairs["trailing"] += trailing
     return doc
 
 

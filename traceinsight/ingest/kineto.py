@@ -22,12 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from traceinsight.errors import FormatError
 from traceinsight.ingest.base import Ingest
 from traceinsight.ingest.host_ops import HostOps
-from traceinsight.ingest.json_repair import REPAIRS_KEY, BadJSON, load_json, parse_leniently
+from traceinsight.ingest.json_repair import REPAIRS_KEY, load_json, parse_text
 from traceinsight.ingest.json_stream import (
     GZIP_MAGIC,
     UTF8_BOM,
@@ -89,16 +87,7 @@ def read(path: Path, workers: int | None = None) -> Ingest | None:
         if prepared is not None:
             prepared.close()  # type: ignore[attr-defined]
         chunks.close()  # type: ignore[attr-defined]
-    rest = stream.rest
-    try:
-        doc = orjson.loads(rest)
-    except orjson.JSONDecodeError:
-        try:
-            doc, trailing = parse_leniently(rest, repairs)
-        except BadJSON as bad:
-            at = None if bad.at is None else stream.rest_offset(bad.at)
-            raise FormatError(BadJSON(at, bad.what, bad.hint).message(path, 0)) from None
-        repairs["trailing"] += trailing
+    doc = parse_text(stream.rest, repairs, path, stream.rest_offset)
     ingest = to_ingest(doc, t, path, repairs.messages())
     if stream.cut_at is not None:
         ingest.warnings.insert(
