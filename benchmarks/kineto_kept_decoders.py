@@ -34,8 +34,9 @@ import msgspec
 import orjson
 
 from traceinsight.ingest import kineto, kineto_batch, kineto_events
+from traceinsight.ingest.byte_stream import Repairs, byte_chunks
 from traceinsight.ingest.host_ops import HostOps
-from traceinsight.ingest.json_stream import ArrayStream, Repairs, byte_chunks
+from traceinsight.ingest.json_stream import ArrayStream
 
 
 class Args(msgspec.Struct, gc=False):

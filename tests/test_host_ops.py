@@ -13,8 +13,9 @@ import pytest
 
 from traceinsight.ingest import host_ops_scan, kineto, load
 from traceinsight.ingest.base import Ingest
+from traceinsight.ingest.byte_stream import Repairs, byte_chunks
 from traceinsight.ingest.host_ops import _CATS, _OP, HostOps
-from traceinsight.ingest.json_stream import ArrayStream, Batch, Repairs, byte_chunks
+from traceinsight.ingest.json_stream import ArrayStream, Batch
 from traceinsight.pipeline import analyze_trace
 
 Op = tuple[str, str, int, int, int, int]

@@ -95,8 +95,8 @@ def assert_clean_exit(proc: subprocess.CompletedProcess) -> None:
 
 # ---------------------------------------------------------------------------------------------- limits
 def _gunzip(path: Path):
-    """The readers' decompressor (json_stream.byte_chunks, which enforces limits.DecompressionBudget)."""
-    from traceinsight.ingest.json_stream import Repairs, byte_chunks
+    """The readers' decompressor (byte_stream.byte_chunks, which enforces limits.DecompressionBudget)."""
+    from traceinsight.ingest.byte_stream import Repairs, byte_chunks
 
     return byte_chunks(path, Repairs())
 

@@ -19,8 +19,9 @@ from conftest import FOREIGN, H200, REPO
 
 from traceinsight.errors import FormatError
 from traceinsight.ingest import kineto, kineto_batch, kineto_events
+from traceinsight.ingest.byte_stream import Repairs, byte_chunks
 from traceinsight.ingest.host_ops import HostOps
-from traceinsight.ingest.json_stream import ArrayStream, Repairs, byte_chunks
+from traceinsight.ingest.json_stream import ArrayStream
 from traceinsight.ingest.kineto_events import (
     _INT64,
     _KERNEL,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import FOREIGN, H200
 
-from traceinsight.ingest import json_stream, kineto, kineto_prefilter
+from traceinsight.ingest import byte_stream, json_stream, kineto, kineto_prefilter
 
 SMALL = H200 / "flashinfer_decode_small.pt.trace.json.gz"
 TRACES = [SMALL, FOREIGN / "hta_a100_alexnet_critical_path_trace.json.gz",
@@ -32,8 +32,8 @@ def same(a: Any, b: Any) -> None:
 
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(json_stream, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(json_stream, "READ_BYTES", 1024)
+    monkeypatch.setattr(byte_stream, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(byte_stream, "READ_BYTES", 1024)
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name[:24])
@@ -214,7 +214,7 @@ def test_prefixes_learned_across_batches(tmp_path: Path) -> None:
     text = '{\n  "schemaVersion": 1,\n  "traceEvents": [\n  {' + "\n  },\n  {".join(events) + "\n  }\n  ]\n}\n"
     p = tmp_path / "sections.json"
     p.write_bytes(text.encode())
-    stream = json_stream.ArrayStream(p, json_stream.byte_chunks(p, json_stream.Repairs()), b"traceEvents")
+    stream = json_stream.ArrayStream(p, byte_stream.byte_chunks(p, byte_stream.Repairs()), b"traceEvents")
     holder = [b for b in stream.batches() if b'"dur": inf' in b.data]
     assert len(holder) == 1 and holder[0].sep is not None  # a batch cut at separators, not the array's last
     assert b'"cpu_op"' not in holder[0].data[: kineto_prefilter.SAMPLE_BYTES]

@@ -161,7 +161,7 @@ class _Lines:
     """The log's lines, decompressed when gzip'd, with one line of look-ahead."""
 
     def __init__(self, path: Path) -> None:
-        from traceinsight.ingest.json_stream import Repairs, byte_chunks
+        from traceinsight.ingest.byte_stream import Repairs, byte_chunks
 
         self._chunks = byte_chunks(path, Repairs())
         self._it = self._lines()

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from traceinsight.errors import FormatError
-from traceinsight.ingest.json_stream import Repairs, byte_chunks
+from traceinsight.ingest.byte_stream import Repairs, byte_chunks
 from traceinsight.tuning import gc_paused
 
 # Key under which `load_json` leaves, in the parsed document, what it had to repair (read by `from_document`).

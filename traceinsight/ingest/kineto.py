@@ -24,18 +24,10 @@ from typing import Any
 
 from traceinsight.errors import FormatError
 from traceinsight.ingest.base import Ingest
+from traceinsight.ingest.byte_stream import GZIP_MAGIC, UTF8_BOM, Repairs, byte_chunks, read_ahead
 from traceinsight.ingest.host_ops import HostOps
 from traceinsight.ingest.json_repair import REPAIRS_KEY, load_json, parse_text
-from traceinsight.ingest.json_stream import (
-    GZIP_MAGIC,
-    UTF8_BOM,
-    ArrayStream,
-    Batch,
-    NotAnArray,
-    Repairs,
-    byte_chunks,
-    read_ahead,
-)
+from traceinsight.ingest.json_stream import ArrayStream, Batch, NotAnArray
 from traceinsight.ingest.kineto_batch import batch_events
 from traceinsight.ingest.kineto_events import Tables, read_events
 from traceinsight.ingest.kineto_prefilter import Kept, kept_elements, learn

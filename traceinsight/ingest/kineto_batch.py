@@ -9,8 +9,9 @@ from typing import Any
 import orjson
 
 from traceinsight.errors import FormatError
+from traceinsight.ingest.byte_stream import Repairs
 from traceinsight.ingest.json_repair import BadJSON, parse_leniently
-from traceinsight.ingest.json_stream import Batch, Repairs
+from traceinsight.ingest.json_stream import Batch
 from traceinsight.ingest.kineto_prefilter import Kept, kept_elements, learn
 
 

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from traceinsight.ingest.base import Columns
+from traceinsight.ingest.byte_stream import GZIP_MAGIC, Repairs
 from traceinsight.ingest.host_ops import HostOps
-from traceinsight.ingest.json_stream import GZIP_MAGIC, Batch, Repairs
+from traceinsight.ingest.json_stream import Batch
 from traceinsight.ingest.kineto_batch import batch_events
 from traceinsight.ingest.kineto_events import Tables, read_events
 from traceinsight.ingest.kineto_prefilter import kept_elements, learn

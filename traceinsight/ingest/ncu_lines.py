@@ -68,9 +68,9 @@ def _csv_lines(path: Path) -> Iterator[str]:
 @contextlib.contextmanager
 def _gunzipped_lines(path: Path) -> Iterator[Iterator[str]]:
     """The lines (each with its '\n') of a gzip-compressed export, decompressed under the limits every gzip input
-    has (json_stream.byte_chunks: size and ratio, so a gzip bomb is a one-line LimitError; a damaged or cut stream
+    has (byte_stream.byte_chunks: size and ratio, so a gzip bomb is a one-line LimitError; a damaged or cut stream
     a one-line FormatError)."""
-    from traceinsight.ingest.json_stream import Repairs, byte_chunks
+    from traceinsight.ingest.byte_stream import Repairs, byte_chunks
 
     def lines() -> Iterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")()
