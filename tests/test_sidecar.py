@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from traceinsight.errors import FormatError
-from traceinsight.ingest import TraceDB, load, read_file, sidecar
+from traceinsight.ingest import TraceDB, load, read_file, sidecar, sidecar_legacy
 
 SWEEP = "flashinfer_decode_sweep"
 FA2 = "flashinfer_fa2_decode_sweep"
@@ -310,16 +310,16 @@ def test_invalid_legacy(tmp_path: Path, h200: Path) -> None:
 
 def test_legacy_plan_layouts() -> None:
     decode = [297, 0, 4866048, 0, 1200, 2400, 3600, 3592, 1, 1]  # enable_cuda_graph set
-    assert sidecar.legacy_plan(0, decode, None) == {
+    assert sidecar_legacy.legacy_plan(0, decode, None) == {
         "backend": "flashinfer-cuda-core",
         "planned_padded_batch": 297,
         "planned_split_kv": True,
         "cuda_graph": True,
     }
     fa2 = [64, 8, 0, 16, 0, 256, 512, 816, 768, 804, 0, 16777216, 864, 0, 1]
-    assert sidecar.legacy_plan(1, fa2, None)["backend"] == "flashinfer-fa2"
+    assert sidecar_legacy.legacy_plan(1, fa2, None)["backend"] == "flashinfer-fa2"
     sm90 = [0, 4096, 8192, 12288, 16384, 20480, 24576, 25120, 0]
-    assert sidecar.legacy_plan(1, sm90, None) == {
+    assert sidecar_legacy.legacy_plan(1, sm90, None) == {
         "backend": "flashinfer-sm90",
         "planned_padded_batch": None,
         "planned_split_kv": False,

@@ -22,7 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight.errors import FormatError
+from traceinsight.ingest import sidecar_legacy
 from traceinsight.ingest.base import Ingest
+from traceinsight.ingest.json_checks import (
+    INT64_MAX,
+    Problem,
+    check_bool,
+    check_int,
+    check_obj,
+    check_str,
+    int_list,
+    json_type,
+)
 
 SCHEMA_NAME = "traceinsight.sidecar"
 SCHEMA_MAJOR = 1
@@ -59,19 +70,8 @@ BATCH_COLUMNS = [
 # The attention call's arguments a sidecar step may record (`call`, 1.2): batches columns call_<name>.
 CALL_FIELDS = ("num_splits", "pack_gqa", "sm_margin", "causal", "scheduler_metadata", "max_seqlen_k")
 
-# FlashInfer 0.6.1 `wrapper._plan_info` layouts, told apart by their length.
-PLAN_DECODE_LEN = 10  # CUDA-core decode: [padded_batch_size, ..., enable_cuda_graph, split_kv]
-PLAN_FA2_LEN = 15  # FA2 prefill/tensor-core: [padded_batch_size, ..., enable_cuda_graph, split_kv]
-PLAN_SM90_LEN = 9  # SM90 prefill: offsets only; this backend never splits KV
-
-PATH_BY_TC = {0: "cuda-core", 1: "tensor-core"}
 MODEL_INT_FIELDS = ("qo_heads", "kv_heads", "head_dim", "page_size")
 MODEL_STR_FIELDS = ("kv_dtype", "q_dtype")
-
-# Largest values the `batches` columns hold: INTEGER fields are int32, list elements (kv_lens, plan_info) int64.
-INT32_MAX = 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
 
 # ---------------------------------------------------------------------------------------------- key matching
 def key_tokens(text: str) -> list[str]:
@@ -113,180 +113,90 @@ def _looks_like_case_list(cases: list[Any]) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- validation
-class _Problem(Exception):
-    """A validation failure at a JSON path ('$.steps[3].kv_lens')."""
-
-    def __init__(self, where: str, what: str) -> None:
-        super().__init__(f"{where}: {what}")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _int(
-    obj: dict[str, Any],
-    key: str,
-    where: str,
-    *,
-    minimum: int,
-    maximum: int = INT32_MAX,
-    required: bool = False,
-    nullable: bool = False,
-) -> None:
-    if key not in obj:
-        if required:
-            raise _Problem(where, f"missing required field {key!r}")
-        return
-    v = obj[key]
-    if v is None and nullable and not required:
-        return
-    if not _is_int(v):
-        raise _Problem(f"{where}.{key}", f"expected an integer, got {_json_type(v)}")
-    if v < minimum:
-        raise _Problem(f"{where}.{key}", f"expected an integer >= {minimum}, got {v}")
-    if v > maximum:
-        raise _Problem(f"{where}.{key}", f"expected an integer <= {maximum}, got {v}")
-
-
-def _str(obj: dict[str, Any], key: str, where: str, *, required: bool = False) -> None:
-    if key not in obj:
-        if required:
-            raise _Problem(where, f"missing required field {key!r}")
-        return
-    v = obj[key]
-    if not isinstance(v, str) or not v.strip():
-        raise _Problem(f"{where}.{key}", f"expected a non-empty string, got {_json_type(v)}")
-
-
-def _bool(obj: dict[str, Any], key: str, where: str, *, nullable: bool = False) -> None:
-    if key in obj and not isinstance(obj[key], bool) and not (nullable and obj[key] is None):
-        raise _Problem(f"{where}.{key}", f"expected true or false, got {_json_type(obj[key])}")
-
-
-def _obj(v: Any, where: str) -> dict[str, Any]:
-    if not isinstance(v, dict):
-        raise _Problem(where, f"expected an object, got {_json_type(v)}")
-    return v
-
-
-def _int_list(v: Any, where: str, *, minimum: int | None) -> list[int]:
-    """A list of int64 integers, each >= `minimum` when given."""
-    if not isinstance(v, list):
-        raise _Problem(where, f"expected a list of integers, got {_json_type(v)}")
-    low = INT64_MIN if minimum is None else minimum
-    for i, x in enumerate(v):
-        if not _is_int(x):
-            raise _Problem(f"{where}[{i}]", f"expected an integer, got {_json_type(x)}")
-        if x < low:
-            raise _Problem(f"{where}[{i}]", f"expected an integer >= {low}, got {x}")
-        if x > INT64_MAX:
-            raise _Problem(f"{where}[{i}]", f"expected an integer <= {INT64_MAX}, got {x}")
-    return v
-
-
-def _json_type(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, int):
-        return f"the integer {v}"
-    if isinstance(v, float):
-        return f"the number {v}"
-    if isinstance(v, str):
-        return f"the string {v!r}" if len(v) <= 40 else "a string"
-    if isinstance(v, list):
-        return "a list"
-    if isinstance(v, dict):
-        return "an object"
-    return type(v).__name__
-
-
 def _check_model(v: Any, where: str) -> None:
-    model = _obj(v, where)
+    model = check_obj(v, where)
     for key in MODEL_INT_FIELDS:
-        _int(model, key, where, minimum=1, nullable=True)
+        check_int(model, key, where, minimum=1, nullable=True)
     for key in MODEL_STR_FIELDS:
         if model.get(key) is not None:
-            _str(model, key, where)
+            check_str(model, key, where)
 
 
 def schema_major(doc: dict[str, Any]) -> int:
     """The major version of a sidecar's `schema` field ('traceinsight.sidecar/1' -> 1)."""
     schema = doc.get("schema")
     if not isinstance(schema, str):
-        raise _Problem("$.schema", f"expected the string {SCHEMA!r}, got {_json_type(schema)}")
+        raise Problem("$.schema", f"expected the string {SCHEMA!r}, got {json_type(schema)}")
     m = _SCHEMA_RE.match(schema)
     if not m:
-        raise _Problem("$.schema", f"expected {SCHEMA!r}, got {schema!r}")
+        raise Problem("$.schema", f"expected {SCHEMA!r}, got {schema!r}")
     return int(m[1])
 
 
 def _validate(doc: Any) -> None:
-    top = _obj(doc, "$")
+    top = check_obj(doc, "$")
     major = schema_major(top)
     if major != SCHEMA_MAJOR:
-        raise _Problem(
+        raise Problem(
             "$.schema", f"version {major} of the sidecar format is not supported (this reader reads {SCHEMA})"
         )
     if "gpu" in top and top["gpu"] is not None:
-        gpu = _obj(top["gpu"], "$.gpu")
+        gpu = check_obj(top["gpu"], "$.gpu")
         if gpu.get("name") is not None:
-            _str(gpu, "name", "$.gpu")
-        _int(gpu, "num_sms", "$.gpu", minimum=1, nullable=True)
+            check_str(gpu, "name", "$.gpu")
+        check_int(gpu, "num_sms", "$.gpu", minimum=1, nullable=True)
     if "software" in top and top["software"] is not None:
-        for name, version in _obj(top["software"], "$.software").items():
+        for name, version in check_obj(top["software"], "$.software").items():
             if not isinstance(version, str):
-                raise _Problem(f"$.software.{name}", f"expected a version string, got {_json_type(version)}")
+                raise Problem(f"$.software.{name}", f"expected a version string, got {json_type(version)}")
     if top.get("model") is not None:
         _check_model(top["model"], "$.model")
     if "steps" not in top:
-        raise _Problem("$", "missing required field 'steps'")
+        raise Problem("$", "missing required field 'steps'")
     steps = top["steps"]
     if not isinstance(steps, list) or not steps:
-        raise _Problem("$.steps", f"expected a non-empty list of steps, got {_json_type(steps)}")
+        raise Problem("$.steps", f"expected a non-empty list of steps, got {json_type(steps)}")
     seen: dict[str, int] = {}
     for i, raw in enumerate(steps):
         where = f"$.steps[{i}]"
-        step = _obj(raw, where)
-        _str(step, "key", where, required=True)
+        step = check_obj(raw, where)
+        check_str(step, "key", where, required=True)
         if step["key"] in seen:
-            raise _Problem(f"{where}.key", f"duplicate key {step['key']!r} (also $.steps[{seen[step['key']]}])")
+            raise Problem(f"{where}.key", f"duplicate key {step['key']!r} (also $.steps[{seen[step['key']]}])")
         seen[step["key"]] = i
-        _int(step, "batch_size", where, minimum=1, required=True)
+        check_int(step, "batch_size", where, minimum=1, required=True)
         if step.get("kv_lens") is not None:
-            kv = _int_list(step["kv_lens"], f"{where}.kv_lens", minimum=0)
+            kv = int_list(step["kv_lens"], f"{where}.kv_lens", minimum=0)
             if len(kv) != step["batch_size"]:
-                raise _Problem(f"{where}.kv_lens", f"has {len(kv)} entries but batch_size is {step['batch_size']}")
+                raise Problem(f"{where}.kv_lens", f"has {len(kv)} entries but batch_size is {step['batch_size']}")
         if step.get("qo_lens") is not None:
-            qo = _int_list(step["qo_lens"], f"{where}.qo_lens", minimum=1)
+            qo = int_list(step["qo_lens"], f"{where}.qo_lens", minimum=1)
             if len(qo) != step["batch_size"]:
-                raise _Problem(f"{where}.qo_lens", f"has {len(qo)} entries but batch_size is {step['batch_size']}")
+                raise Problem(f"{where}.qo_lens", f"has {len(qo)} entries but batch_size is {step['batch_size']}")
         for key in ("path", "backend"):
             if step.get(key) is not None:
-                _str(step, key, where)
-        _bool(step, "cuda_graph", where, nullable=True)
+                check_str(step, key, where)
+        check_bool(step, "cuda_graph", where, nullable=True)
         if step.get("plan") is not None:
-            plan = _obj(step["plan"], f"{where}.plan")
-            _int(plan, "padded_batch_size", f"{where}.plan", minimum=1, nullable=True)
-            _bool(plan, "split_kv", f"{where}.plan", nullable=True)
-            _int(plan, "chunk_tokens", f"{where}.plan", minimum=1, nullable=True)
+            plan = check_obj(step["plan"], f"{where}.plan")
+            check_int(plan, "padded_batch_size", f"{where}.plan", minimum=1, nullable=True)
+            check_bool(plan, "split_kv", f"{where}.plan", nullable=True)
+            check_int(plan, "chunk_tokens", f"{where}.plan", minimum=1, nullable=True)
             if plan.get("plan_info") is not None:
-                _int_list(plan["plan_info"], f"{where}.plan.plan_info", minimum=None)
-            _int(plan, "num_splits_static", f"{where}.plan", minimum=1, nullable=True)
+                int_list(plan["plan_info"], f"{where}.plan.plan_info", minimum=None)
+            check_int(plan, "num_splits_static", f"{where}.plan", minimum=1, nullable=True)
             if plan.get("splits") is not None:
-                sp = _int_list(plan["splits"], f"{where}.plan.splits", minimum=1)
+                sp = int_list(plan["splits"], f"{where}.plan.splits", minimum=1)
                 if len(sp) != step["batch_size"]:
-                    raise _Problem(f"{where}.plan.splits", f"has {len(sp)} entries but batch_size is "
+                    raise Problem(f"{where}.plan.splits", f"has {len(sp)} entries but batch_size is "
                                    f"{step['batch_size']}")
         if step.get("call") is not None:
-            call = _obj(step["call"], f"{where}.call")
-            _int(call, "num_splits", f"{where}.call", minimum=0, nullable=True)
-            _int(call, "sm_margin", f"{where}.call", minimum=0, nullable=True)
-            _int(call, "max_seqlen_k", f"{where}.call", minimum=1, maximum=INT64_MAX, nullable=True)
+            call = check_obj(step["call"], f"{where}.call")
+            check_int(call, "num_splits", f"{where}.call", minimum=0, nullable=True)
+            check_int(call, "sm_margin", f"{where}.call", minimum=0, nullable=True)
+            check_int(call, "max_seqlen_k", f"{where}.call", minimum=1, maximum=INT64_MAX, nullable=True)
             for key in ("pack_gqa", "causal", "scheduler_metadata"):
-                _bool(call, key, f"{where}.call", nullable=True)
+                check_bool(call, key, f"{where}.call", nullable=True)
         if step.get("model") is not None:
             _check_model(step["model"], f"{where}.model")
 
@@ -296,7 +206,7 @@ def validate(doc: Any, source: str | os.PathLike[str] | None = None) -> None:
     ("$.steps[3].kv_lens: has 7 entries but batch_size is 8"), prefixed by `source` when given."""
     try:
         _validate(doc)
-    except _Problem as exc:
+    except Problem as exc:
         prefix = f"{source}: sidecar " if source is not None else "sidecar "
         raise FormatError(f"{prefix}{exc}") from None
 
@@ -327,9 +237,14 @@ def from_document(doc: Any, path: Path) -> Ingest:
         validate(doc, source=path)
         return _from_v1(doc)
     try:
-        return _from_legacy(doc)
-    except _Problem as exc:
+        version, rows = sidecar_legacy.rows(doc)
+    except Problem as exc:
         raise FormatError(f"{path}: legacy meta sidecar {exc}") from None
+    ingest, cols = _new_ingest(version)
+    for row in rows:
+        for name in BATCH_COLUMNS:
+            cols[name].append(row.get(name))
+    return ingest
 
 
 def _new_ingest(format_version: str) -> tuple[Ingest, dict[str, list[Any]]]:
@@ -365,103 +280,6 @@ def _from_v1(doc: dict[str, Any]) -> Ingest:
             "planned_num_splits": plan.get("num_splits_static"),
             "planned_splits": plan.get("splits"),
             **{f"call_{k}": (step.get("call") or {}).get(k) for k in CALL_FIELDS},
-        }
-        for name in BATCH_COLUMNS:
-            cols[name].append(row[name])
-    return ingest
-
-
-def legacy_plan(tc: int, plan_info: list[int] | None, backend: str | None) -> dict[str, Any]:
-    """What a FlashInfer 0.6.1 `_plan_info` says, by its layout: backend, padded batch, split_kv, cuda_graph.
-
-    10 ints (CUDA-core decode): [0] padded_batch_size, [8] enable_cuda_graph, [9] split_kv.
-    15 ints (FA2): [0] padded_batch_size, [13] enable_cuda_graph, [14] split_kv.
-    9 ints (SM90): offsets only; never splits KV; padded batch and CUDA-graph mode are not recorded.
-    """
-    out: dict[str, Any] = {"backend": None, "planned_padded_batch": None, "planned_split_kv": None, "cuda_graph": None}
-    n = len(plan_info) if plan_info is not None else None
-    if tc == 0:
-        out["backend"] = "flashinfer-cuda-core"
-    elif tc == 1:
-        if backend == "fa2" or n == PLAN_FA2_LEN:
-            out["backend"] = "flashinfer-fa2"
-        elif n == PLAN_SM90_LEN or backend == "sm90":
-            out["backend"] = "flashinfer-sm90"
-    if plan_info is not None and n in (PLAN_DECODE_LEN, PLAN_FA2_LEN):
-        out["planned_padded_batch"] = plan_info[0]
-        out["planned_split_kv"] = bool(plan_info[-1])
-        out["cuda_graph"] = bool(plan_info[-2])
-    elif n == PLAN_SM90_LEN:
-        out["planned_split_kv"] = False
-    return out
-
-
-def legacy_step_key(case: dict[str, Any]) -> str:
-    """The tokens the H200 captures put in their range names: 'tc=0 dist=uniform bs=8' (+ 'backend=fa2' after
-    tc when the case names a backend, as in 'decode tc=1 backend=fa2 dist=uniform bs=8 step=0')."""
-    parts = [f"tc={case['tc']}"]
-    if case.get("backend") is not None:
-        parts.append(f"backend={case['backend']}")
-    parts += [f"dist={case['dist']}", f"bs={case['B']}"]
-    return " ".join(parts)
-
-
-def _from_legacy(doc: Any) -> Ingest:
-    if isinstance(doc, dict):
-        cases, where = doc.get("cases"), "$.cases"
-        shape: dict[str, Any] = {}
-        for key, legacy in zip(MODEL_INT_FIELDS, ("QH", "KH", "HD", "PAGE"), strict=True):
-            _int(doc, legacy, "$", minimum=1, nullable=True)
-            shape[key] = doc.get(legacy)
-        version = "legacy-sweep-meta"
-    else:
-        cases, where = doc, "$"
-        shape = dict.fromkeys(MODEL_INT_FIELDS)
-        version = "legacy-case-list"
-    if not isinstance(cases, list) or not cases:
-        raise _Problem(where, f"expected a non-empty list of cases, got {_json_type(cases)}")
-    ingest, cols = _new_ingest(version)
-    seen: dict[str, int] = {}
-    for i, raw in enumerate(cases):
-        at = f"{where}[{i}]"
-        case = _obj(raw, at)
-        _int(case, "tc", at, minimum=0, required=True)
-        if case["tc"] not in PATH_BY_TC:
-            raise _Problem(f"{at}.tc", f"expected 0 (CUDA-core) or 1 (tensor-core), got {case['tc']}")
-        _str(case, "dist", at, required=True)
-        _int(case, "B", at, minimum=1, required=True)
-        if case.get("backend") is not None:
-            _str(case, "backend", at)
-        kv_lens = None
-        if case.get("kv_lens") is not None:
-            kv_lens = _int_list(case["kv_lens"], f"{at}.kv_lens", minimum=0)
-            if len(kv_lens) != case["B"]:
-                raise _Problem(f"{at}.kv_lens", f"has {len(kv_lens)} entries but B is {case['B']}")
-        plan_info = None
-        if case.get("plan_info") is not None:
-            plan_info = _int_list(case["plan_info"], f"{at}.plan_info", minimum=None)
-        key = legacy_step_key(case)
-        if key in seen:
-            raise _Problem(at, f"duplicate case {key!r} (also {where}[{seen[key]}])")
-        seen[key] = i
-        plan = legacy_plan(case["tc"], plan_info, case.get("backend"))
-        row = {
-            "step_key": key,
-            "batch_size": case["B"],
-            "kv_lens": kv_lens,
-            **shape,
-            "kv_dtype": None,
-            "path": PATH_BY_TC[case["tc"]],
-            "backend": plan["backend"],
-            "cuda_graph": plan["cuda_graph"],
-            "planned_padded_batch": plan["planned_padded_batch"],
-            "planned_split_kv": plan["planned_split_kv"],
-            "planned_chunk_tokens": None,
-            "plan_info": plan_info,
-            "qo_lens": None,
-            "planned_num_splits": None,
-            "planned_splits": None,
-            **{f"call_{k}": None for k in CALL_FIELDS},
         }
         for name in BATCH_COLUMNS:
             cols[name].append(row[name])
