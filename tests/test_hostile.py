@@ -550,7 +550,8 @@ def test_cli_on_a_multi_member_gzip_trace(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- docs/ERRORS.md
 DOCUMENTED_MODULES = ("nsys_sqlite", "nsys_rep", "ncu_csv", "ncu_lines", "limits", "safe_sql", "detect", "kineto",
-                      "json_stream", "flashinfer_log", "tensor_files")
+                      "json_stream", "byte_stream", "flashinfer_log", "flashinfer_log_text",
+                      "tensor_files")
 
 
 def _message_literals(module: Path) -> list[tuple[int, str]]:

@@ -84,7 +84,7 @@ def detect(path: Path) -> str:
         )
     if head.startswith(NSYS_REP_MAGIC):
         return "nsys-rep"
-    from traceinsight.ingest.flashinfer_log import looks_like_log
+    from traceinsight.ingest.flashinfer_log_text import looks_like_log
 
     if looks_like_log(head):  # before JSON: a level-1 log's lines start with '['
         return "flashinfer-log"
