@@ -277,9 +277,10 @@ def test_thresholds_table_one_row_per_kernel_backend_and_shape() -> None:
     import io
     import re
 
+    from traceinsight.report.console import make_console
     from traceinsight.report.kernel_tables import threshold_rows
     from traceinsight.report.markdown import thresholds_md
-    from traceinsight.report.text import make_console, thresholds_table
+    from traceinsight.report.text import thresholds_table
 
     doc = orjson.loads(orjson.dumps(document_of(_analysis("variants_q32kv4d128_fa3_torch"))))
     raw = [t for t in doc["thresholds"] if t["kernel"] == "FlashAttnFwdSm90"]

@@ -21,9 +21,10 @@ from golden import CASES, analyze_golden, path, snapshot_json
 
 from traceinsight.ingest.parquet import export_parquet
 from traceinsight.report import saved
+from traceinsight.report.console import make_console
 from traceinsight.report.json_doc import STEPS_ALL, STEPS_SELECTED
 from traceinsight.report.tables import write_tables
-from traceinsight.report.text import make_console, render_doc
+from traceinsight.report.text import render_doc
 
 
 def _first_difference(got: Any, want: Any, where: str = "") -> str | None:

@@ -14,19 +14,10 @@ from pathlib import Path
 import pytest
 
 from traceinsight.pipeline import analyze
+from traceinsight.report.console import OPTIONAL_COLUMNS, content_widths, make_console, natural_width
 from traceinsight.report.progress import ingest_progress
 from traceinsight.report.saved import document_of
-from traceinsight.report.text import (
-    OPTIONAL_COLUMNS,
-    attention_kernels_table,
-    content_widths,
-    families_table,
-    make_console,
-    natural_width,
-    render_doc,
-    steps_table,
-    thresholds_table,
-)
+from traceinsight.report.text import attention_kernels_table, families_table, render_doc, steps_table, thresholds_table
 from traceinsight.units import fmt_ns
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

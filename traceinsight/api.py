@@ -236,9 +236,10 @@ class Analysis:
 
             return render_report(self.documents(), "html", Path("report.html"))
         if format == "text":
+            from traceinsight.report.console import make_console
             from traceinsight.report.json_doc import STEPS_ALL
             from traceinsight.report.saved import document
-            from traceinsight.report.text import make_console, render_doc
+            from traceinsight.report.text import render_doc
 
             out = io.StringIO()
             console = make_console(file=out, no_color=True, width=width)

@@ -145,7 +145,7 @@ def command(before: Path, after: Path, fmt: str, out: Path | None, meta_before: 
         else:
             sys.stdout.write(text)
     elif out:
-        from traceinsight.report.text import make_console
+        from traceinsight.report.console import make_console
 
         with open(out, "w", encoding="utf-8") as fh:
             render_text(d, make_console(file=fh, no_color=True))

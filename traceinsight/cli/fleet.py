@@ -158,7 +158,7 @@ def report(dataset: Path, fmt: str, out: str | None, top: int, width: int | None
     else:
         import io
 
-        from traceinsight.report.text import make_console
+        from traceinsight.report.console import make_console
 
         if dest is None:
             render_text(doc, make_console(width=width), top)

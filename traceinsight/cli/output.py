@@ -21,6 +21,6 @@ def warn_analyses(analyses: list[Any]) -> None:
 
 def console(no_color: bool = False) -> Any:
     """stdout console for commands: colour only on a TTY and when NO_COLOR is unset."""
-    from traceinsight.report.text import make_console
+    from traceinsight.report.console import make_console
 
     return make_console(no_color=no_color)

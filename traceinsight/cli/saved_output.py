@@ -50,7 +50,8 @@ def emit(src: Saved, fmt: str, out: str | None, steps: str, max_steps: int, widt
 
 def _text(docs: list[dict[str, Any]], out: str | None, max_steps: int, width: int | None, warnings: bool,
           after_text: Callable[[Console], None] | None) -> None:
-    from traceinsight.report.text import make_console, render_doc
+    from traceinsight.report.console import make_console
+    from traceinsight.report.text import render_doc
 
     if out:
         with open(out, "w", encoding="utf-8") as fh:

@@ -65,7 +65,7 @@ def command(paths: tuple[str, ...], query: str, fmt: str, meta: tuple[str, ...],
         t = Table(*names)
         for r in rows:
             t.add_row(*("NULL" if v is None else str(v) for v in r))
-        from traceinsight.report.text import make_console
+        from traceinsight.report.console import make_console
 
         make_console().print(t)
 

@@ -99,7 +99,8 @@ def render_text(doc: dict[str, Any], console: Console, top: int = TOP) -> None:
     failed traces. Links are paths under the dataset folder."""
     from rich.text import Text
 
-    from traceinsight.report.text import SEVERITY_STYLE, fit
+    from traceinsight.report.console import fit
+    from traceinsight.report.text import SEVERITY_STYLE
 
     ds = doc["dataset"]
     console.print(Text(f"Fleet report: {ds['path']}", style="bold"))

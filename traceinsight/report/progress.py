@@ -25,7 +25,7 @@ def ingest_progress(paths: Sequence[Path], quiet: bool = False) -> Iterator[None
     if quiet or size < PROGRESS_MIN_BYTES:
         yield
         return
-    from traceinsight.report.text import make_console
+    from traceinsight.report.console import make_console
 
     err = make_console(stderr=True)
     if not err.is_terminal:
