@@ -213,6 +213,53 @@ def test_round_rows_equals_round_to_window_by_window() -> None:
         assert sum(mine.values()) == total or total < sum(int(v) for v in parts.values())
 
 
+def _plain_windows(steps: list) -> list[tuple[object, int, int, str]]:  # type: ignore[type-arg]
+    """The windows by their definition, a step at a time (what `_windows` computes on arrays)."""
+    from traceinsight.model.breakdown import _step_device
+
+    by_device: dict[object, list] = defaultdict(list)  # type: ignore[type-arg]
+    for s in steps:
+        by_device[_step_device(s)].append(s)
+    out = []
+    for group in by_device.values():
+        group.sort(key=lambda s: (s.range_start_ns if s.range_side is not None else s.start_ns, s.index))
+        prev_end = None
+        for s in group:
+            if s.range_side is not None and s.range_start_ns is not None and s.range_end_ns is not None:
+                w0 = s.range_start_ns if s.range_side == "cpu" or not s.kernel_count else min(s.range_start_ns,
+                                                                                          s.start_ns)
+                w1 = max(s.range_end_ns, s.end_ns) if s.kernel_count else s.range_end_ns
+                source = "cpu-range" if s.range_side == "cpu" else "gpu-range"
+            else:
+                w0, w1, source = s.start_ns, s.end_ns, "gpu-span"
+            if prev_end is not None and prev_end > w0:
+                w0 = prev_end if not s.kernel_count or prev_end < s.end_ns else min(prev_end, s.start_ns)
+            w1 = max(w1, w0)
+            out.append((s, w0, w1, source))
+            prev_end = w1 if prev_end is None else max(prev_end, w1)
+    return out
+
+
+@pytest.mark.parametrize(("trace", "queued"), [
+    ("../shared/traces/h200/flashinfer_decode_sweep.pt.trace.json.gz", True),
+    ("../shared/traces/h200/flashinfer_decode.sqlite", False),
+    ("examples/loop/loop_core_graph_nsys.sqlite", None),
+    ("examples/fa3/serving_q64kv8d128_fa3_torch.pt.trace.json.gz", None),
+])
+def test_windows_on_arrays_equal_the_definition(trace: str, queued: bool | None) -> None:
+    """`_windows` (a running maximum per device on arrays) gives each step the window the step-at-a-time
+    definition gives it, in the same order, including steps queued behind the previous one."""
+    from traceinsight.model.breakdown import _windows
+    from traceinsight.pipeline import analyze
+
+    _, (a,) = analyze([Path(__file__).resolve().parents[1] / trace], cache=False, diagnostics=False)
+    got = _windows(a.steps)
+    want = _plain_windows(a.steps)
+    assert [(s.index, w0, w1, src) for s, w0, w1, src in got] == [(s.index, w0, w1, src) for s, w0, w1, src in want]
+    late = any(w0 > (s.range_start_ns if s.range_side else s.start_ns) for s, w0, _, _ in want)
+    assert queued is None or late == queued  # steps queued behind the previous one's window
+
+
 def test_ints_reads_arrow_buffers_with_nulls_and_offsets() -> None:
     import duckdb
 

@@ -321,31 +321,56 @@ def _windows(steps: Iterable[Step], devices: Mapping[int, Any] | Sequence[Any] |
              ) -> list[tuple[Step, int, int, str]]:
     """(step, window start, window end, source) per step; windows of one device never overlap. `devices`: each
     step's device by index (`_step_device`), when already known."""
-    by_device: dict[Any, list[Step]] = defaultdict(list)
-    for s in steps:
-        by_device[devices[s.index] if devices is not None else _step_device(s)].append(s)
-    out = []
-    for group in by_device.values():
-        group.sort(key=lambda s: (s.range_start_ns if s.range_side is not None else s.start_ns, s.index))
-        prev_end: int | None = None
-        for s in group:
-            if s.range_side is not None and s.range_start_ns is not None and s.range_end_ns is not None:
-                w0 = s.range_start_ns if s.range_side == "cpu" or not s.kernel_count else min(s.range_start_ns,
-                                                                                          s.start_ns)
-                w1 = max(s.range_end_ns, s.end_ns) if s.kernel_count else s.range_end_ns
-                source = "cpu-range" if s.range_side == "cpu" else "gpu-range"
-            else:
-                w0, w1, source = s.start_ns, s.end_ns, "gpu-span"
-            if prev_end is not None and prev_end > w0:
-                # The GPU was still on the previous step: this step's time starts when that ends (the first
-                # kernel may start a little earlier: programmatic dependent launch overlaps kernels by ~0.2 us).
-                # Only a step whose GPU work lies wholly inside the previous window (steps running concurrently
-                # on several streams) keeps its own start, and its window overlaps the previous one.
-                w0 = prev_end if not s.kernel_count or prev_end < s.end_ns else min(prev_end, s.start_ns)
-            w1 = max(w1, w0)
-            out.append((s, w0, w1, source))
-            prev_end = w1 if prev_end is None else max(prev_end, w1)
-    return out
+    ordered, w0, w1 = _window_arrays(list(steps), devices)
+    return [(s, a, b, "gpu-span" if r is None else "cpu-range" if r else "gpu-range")
+            for s, a, b, r in zip(ordered, w0.tolist(), w1.tolist(), _ranged(ordered), strict=True)]
+
+
+def _ranged(steps: list[Step]) -> list[bool | None]:
+    """Per step: None without a whole range, else whether it is a CPU range."""
+    return [None if s.range_side is None or s.range_start_ns is None or s.range_end_ns is None
+            else s.range_side == "cpu" for s in steps]
+
+
+def _window_arrays(steps: list[Step], devices: Mapping[int, Any] | Sequence[Any] | None,
+                   ) -> tuple[list[Step], np.ndarray, np.ndarray]:
+    """The steps by device (in the order the devices first occur), each device's by range start (or start) and
+    index, with their windows' starts and ends, on arrays: a step's window starts
+    no earlier than the end of every window before it on its device (unless its own work lies inside that), and
+    that end is the running maximum of the windows' own starts and ends."""
+    n = len(steps)
+    code: dict[Any, int] = {}
+    dev = np.fromiter((code.setdefault(devices[s.index] if devices is not None else _step_device(s), len(code))
+                       for s in steps), np.int64, n)
+    ranged = _ranged(steps)
+    has = np.fromiter((r is not None for r in ranged), bool, n)
+    cpu = np.fromiter((r is True for r in ranged), bool, n)
+    st = np.fromiter((s.start_ns for s in steps), np.int64, n)
+    en = np.fromiter((s.end_ns for s in steps), np.int64, n)
+    kc = np.fromiter((s.kernel_count for s in steps), np.int64, n) > 0
+    rs = np.fromiter((s.range_start_ns if r is not None else 0 for s, r in zip(steps, ranged, strict=True)),
+                     np.int64, n)
+    re_ = np.fromiter((s.range_end_ns if r is not None else 0 for s, r in zip(steps, ranged, strict=True)),
+                      np.int64, n)
+    key = np.fromiter((s.range_start_ns if s.range_side is not None else s.start_ns for s in steps), np.int64, n)
+    index = np.fromiter((s.index for s in steps), np.int64, n)
+    order = np.lexsort((index, key, dev))
+    dev, st, en, rs, re_ = dev[order], st[order], en[order], rs[order], re_[order]
+    has, cpu, kc = has[order], cpu[order], kc[order]
+    w0 = np.where(has, np.where(cpu | ~kc, rs, np.minimum(rs, st)), st)
+    w1 = np.where(has, np.where(kc, np.maximum(re_, en), re_), en)
+    reach = np.maximum(w0, w1)
+    prev = np.empty(n, np.int64)
+    first = np.ones(n, bool)
+    for d in range(len(code)):
+        at = np.flatnonzero(dev == d)
+        run = np.maximum.accumulate(reach[at])
+        prev[at[1:]] = run[:-1]
+        first[at[1:]] = False
+    late = ~first & (prev > w0)
+    w0 = np.where(late, np.where(~kc | (prev < en), prev, np.minimum(prev, st)), w0)
+    w1 = np.maximum(w1, w0)
+    return [steps[i] for i in order.tolist()], w0, w1
 
 
 def _classify(launch: int, idle_from: int) -> str:
