@@ -24,8 +24,8 @@ Whether idle host time came in a few long stretches (a stall) or many short ones
 from __future__ import annotations
 
 from array import array
-from collections import defaultdict
 from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ from traceinsight.model.split_definition import LONG_HOST_GAP_NS as LONG_HOST_GA
 from traceinsight.model.step_breakdown import COMPONENT_NAMES, FIXED, NO_RANGE
 from traceinsight.model.step_breakdown import StepBreakdown as StepBreakdown
 from traceinsight.model.step_breakdown import components_ns as components_ns
-from traceinsight.model.step_windows import step_device, step_windows
+from traceinsight.model.step_windows import NO_DEVICE, SOURCES, Windows, window_arrays
 from traceinsight.model.steps import Step
 from traceinsight.model.window_split import IDLE_BY_CLASS, Rows, overlap_pairs, round_rows, split_rows
 
@@ -49,13 +49,38 @@ SPLIT_CHUNK = 65_536
 MAX_HOST_GAPS = 3
 
 
-def _emit(rows: Rows, which: list[int], windows: list[tuple[Step, int, int, str]], w0: np.ndarray,
-          w1: np.ndarray, host_range_ns: np.ndarray, labels: list[str], arena: array[int],
-          out: dict[int, StepBreakdown]) -> None:
-    """The StepBreakdowns of windows[which] (their rows: `rows`, windows numbered by position in `which`), their
-    numbers appended to `arena`: each window's components rounded to integer ns adding up to its length
-    (`round_to`: largest remainders first, ties in component order; zeros dropped), on arrays."""
+def _names(grid: np.ndarray, labels: list[str]) -> list[tuple[str, ...]]:
+    """Each window's components' names (its row of `grid`: label numbers, -1 after the last), one shared tuple
+    (COMPONENT_NAMES) per distinct sequence. A row is packed into one int64 where it fits, so the sequences are
+    told apart by a sort of numbers, not of rows."""
+    n, width = grid.shape
+    base = len(labels) + 1
+    if width * np.log2(base) < 62:
+        key = np.zeros(n, np.int64)
+        for j in range(width):
+            key = key * base + grid[:, j] + 1
+        _, first, seq_of = np.unique(key, return_index=True, return_inverse=True)
+        seqs = grid[first]
+    else:
+        seqs, seq_of = np.unique(grid, axis=0, return_inverse=True)
+    named = []
+    for row in seqs.tolist():
+        t = tuple(labels[c] for c in row if c >= 0)
+        named.append(COMPONENT_NAMES.setdefault(t, t))
+    table = np.empty(len(named), object)
+    table[:] = named
+    got: list[tuple[str, ...]] = table[np.asarray(seq_of).reshape(-1)].tolist()
+    return got
+
+
+def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labels: list[str], arena: array[int],
+          made: list[StepBreakdown | None]) -> None:
+    """The StepBreakdowns of the windows at `which` in `w` (their rows: `rows`, windows numbered by position in
+    `which`), their numbers appended to `arena`, each set as its step's `breakdown` and at its window's place in
+    `made`: each window's components rounded to integer ns adding up to its length (`round_to`: largest
+    remainders first, ties in component order; zeros dropped), on arrays."""
     n = len(which)
+    w0, w1 = w.w0[which], w.w1[which]
     final = round_rows(rows.win, rows.value, w1 - w0)
     keep = final > 0
     k_win, k_label, k_val = rows.win[keep], rows.label[keep], final[keep]
@@ -64,68 +89,75 @@ def _emit(rows: Rows, which: list[int], windows: list[tuple[Step, int, int, str]
     sizes = FIXED + cnt
     offsets = np.cumsum(sizes) - sizes
     piece = np.zeros(int(sizes.sum()), np.int64)
-    for j, col in enumerate((w0, w1, host_range_ns, rows.host_max, rows.host_long, rows.idle_n)):
+    for j, col in enumerate((w0, w1, w.host_range_ns[which], rows.host_max, rows.host_long, rows.idle_n)):
         piece[offsets + j] = col
     piece[offsets[k_win] + FIXED + k_pos] = k_val
-    # The components' names per window: one shared tuple per distinct sequence.
     grid = np.full((n, int(cnt.max()) if n else 0), -1, np.int64)
     grid[k_win, k_pos] = k_label
-    seqs, seq_of = np.unique(grid, axis=0, return_inverse=True)
-    named = []
-    for row in seqs.tolist():
-        t = tuple(labels[c] for c in row if c >= 0)
-        named.append(COMPONENT_NAMES.setdefault(t, t))
-    # The longest idle-host stretches of at least LONG_HOST_GAP_NS, longest first (ties in time order).
-    gaps: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for w, a, v in zip(rows.long_win.tolist(), rows.long_at.tolist(), rows.long_ns.tolist(), strict=True):
-        gaps[w].append((a, a + v))
+    named = _names(grid, labels)
     base = len(arena)
     arena.frombytes(piece.tobytes())
-    for j, (i, at, names) in enumerate(zip(which, (offsets + base).tolist(), np.asarray(seq_of).reshape(-1).tolist(),
-                                           strict=True)):
-        s, _, _, source = windows[i]
-        got = gaps.get(j)
-        host_gaps = tuple(sorted(got, key=lambda g: g[0] - g[1])[:MAX_HOST_GAPS]) if got else ()
-        out[s.index] = s.breakdown = StepBreakdown._of(named[names], arena, at, source, host_gaps)
+    # One object per step (the tables and rules read StepBreakdown), made without a Python call per step.
+    new = StepBreakdown.__new__
+    chosen = _pick(steps, w.at[which])
+    sources = _SOURCE_OF[w.source[which]].tolist()
+    objs: list[StepBreakdown] = []
+    for step, at, names, source in zip(chosen, (offsets + base).tolist(), named, sources, strict=True):
+        b = new(StepBreakdown)
+        b._names, b._data, b._at, b.source, b.host_gaps = names, arena, at, source, ()
+        step.breakdown = b
+        objs.append(b)
+    # The longest idle-host stretches of at least LONG_HOST_GAP_NS, longest first (ties in time order), as
+    # (start, end), MAX_HOST_GAPS per window.
+    lw, la, ln = rows.long_win, rows.long_at, rows.long_ns
+    order = np.lexsort((np.arange(len(lw)), -ln, lw))  # rows come by window, in time order
+    lw, la, ln = lw[order], la[order], ln[order]
+    counts = np.bincount(lw, minlength=n)
+    rank = np.arange(len(lw)) - (np.cumsum(counts) - counts)[lw]
+    kept = rank < MAX_HOST_GAPS
+    lw, la, ln = lw[kept], la[kept], ln[kept]
+    pairs = list(zip(la.tolist(), (la + ln).tolist(), strict=True))
+    counts = np.bincount(lw, minlength=n)
+    has = np.flatnonzero(counts)
+    for j, o, c in zip(has.tolist(), (np.cumsum(counts) - counts)[has].tolist(), counts[has].tolist(), strict=True):
+        objs[j].host_gaps = tuple(pairs[o:o + c])
+    for j, b in zip(which.tolist(), objs, strict=True):
+        made[j] = b
 
 
-def _host_range(s: Step) -> int:
-    """The step's range on the host (ns), NO_RANGE without one."""
-    if s.range_side == "cpu" and s.range_start_ns is not None and s.range_end_ns is not None:
-        return s.range_end_ns - s.range_start_ns
-    return NO_RANGE
+_SOURCE_OF = np.array(SOURCES, object)
+
+
+def _pick(items: Sequence[Any], at: np.ndarray) -> Sequence[Any]:
+    """items[i] for each i of `at`, by one C call (itemgetter)."""
+    if len(at) > 1:
+        got: Sequence[Any] = itemgetter(*at.tolist())(items)
+        return got
+    return [items[i] for i in at.tolist()]
 
 
 def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepBreakdown]:
-    """The breakdown of every step (by step index); each step's `breakdown` is set too."""
+    """The breakdown of every step (by step index, in window order); each step's `breakdown` is set too."""
     if not steps:
         return {}
     work = gpu_work(db, trace_id, steps)
-    # Each step's device by index: a list when step i is at position i (as group_steps numbers them; a dict of
-    # 10^6 steps is 0.1 GB), else a dict.
-    numbered = all(s.index == i for i, s in enumerate(steps))
-    devices: Sequence[Any] | dict[int, Any] = ([step_device(s) for s in steps] if numbered
-                                               else {s.index: step_device(s) for s in steps})
-    windows = step_windows(steps, devices)
-    n = len(windows)
-    w0 = np.fromiter((w[1] for w in windows), np.int64, n)
-    w1 = np.fromiter((w[2] for w in windows), np.int64, n)
-    host = np.fromiter((w[3] == "cpu-range" for w in windows), bool, n)
-    host_range_ns = np.fromiter((_host_range(w[0]) for w in windows), np.int64, n)
+    w = window_arrays(steps, NO_RANGE)
+    n = len(w.at)
+    host = w.source == 1  # a CPU range: idle at its end is the host's
     # Each window's GPU work: its device's, or the only device's when the step's is not known.
-    by_device: dict[Any, list[int]] = defaultdict(list)
-    for j, (s, a, b, _) in enumerate(windows):
-        dev = devices[s.index]
-        if dev not in work:
-            if len(work) != 1:
-                continue
-            dev = next(iter(work))
-        if b > a:
-            by_device[dev].append(j)
-    del devices
+    keys = {NO_DEVICE if d is None else d: d for d in work}
+    sized = w.w1 > w.w0
+    by_device: dict[Any, np.ndarray] = {}
+    known = np.isin(w.device, np.array(list(keys), np.int64))
+    if len(work) == 1:
+        by_device[next(iter(work))] = np.flatnonzero(sized)
+    else:
+        distinct, first = np.unique(w.device[known & sized], return_index=True)
+        for d in distinct[np.argsort(first)].tolist():  # in the order the devices first occur
+            by_device[keys[d]] = np.flatnonzero(sized & (w.device == d))
     names = next(iter(work.values())).names if work else []
     labels = names + list(IDLE_BY_CLASS)
-    out: dict[int, StepBreakdown] = {}
+    made: list[StepBreakdown | None] = [None] * n
     arena: array[int] = array("q")  # every step's numbers, one after the other
     done = np.zeros(n, bool)
     for dev, js in by_device.items():
@@ -133,17 +165,15 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
         pairs = overlap_pairs(wk)
         # SPLIT_CHUNK windows at a time, each made a StepBreakdown at once (bounds the rows held).
         for at in range(0, len(js), SPLIT_CHUNK):
-            part = js[at:at + SPLIT_CHUNK]
-            p = np.array(part, np.int64)
+            p = js[at:at + SPLIT_CHUNK]
             done[p] = True
-            _emit(split_rows(wk, w0[p], w1[p], host[p], pairs), part, windows, w0[p], w1[p], host_range_ns[p],
-                  labels, arena, out)
+            _emit(split_rows(wk, w.w0[p], w.w1[p], host[p], pairs), p, steps, w, labels, arena, made)
     rest = np.flatnonzero(~done)  # windows of no device's work (all idle-unknown), or empty
     if len(rest):
-        r0, r1 = w0[rest], w1[rest]
+        r0, r1 = w.w0[rest], w.w1[rest]
         has = np.flatnonzero(r1 > r0)
         zero, none = np.zeros(len(rest), np.int64), np.zeros(0, np.int64)
         rows = Rows(has, np.full(len(has), labels.index(IDLE_UNKNOWN), np.int64), (r1 - r0)[has].astype(np.float64),
-                     zero, zero, zero, none, none, none)
-        _emit(rows, rest.tolist(), windows, r0, r1, host_range_ns[rest], labels, arena, out)
-    return {s.index: out[s.index] for s, *_ in windows}
+                    zero, zero, zero, none, none, none)
+        _emit(rows, rest, steps, w, labels, arena, made)
+    return dict(zip(map(attrgetter("index"), _pick(steps, w.at)), made, strict=True))
