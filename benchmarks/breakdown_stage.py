@@ -7,8 +7,8 @@ the same run is the number to quote on a loaded machine. Every step's breakdown 
     .venv/bin/python benchmarks/breakdown_stage.py TRACE --ref /tmp/ref [--repeat 3] [--profile] [--out FILE.json]
 
 The reference's breakdown module (REF/traceinsight/model/breakdown.py, a single file) is loaded by its path beside
-this checkout's package, which gives it everything it imports. `--profile`: cProfile of this checkout's stage
-once, its top functions by cumulative time on stderr.
+this checkout's package, which gives it everything it imports but its named queries (read from REF).
+`--profile`: cProfile of this checkout's stage once, its top functions by cumulative time on stderr.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ def _load_ref(root: Path) -> Any:
     module = importlib.util.module_from_spec(spec)
     sys.modules["ref_breakdown"] = module
     spec.loader.exec_module(module)
+    # Its named queries from the reference too (a query it reads may be gone from this checkout).
+    module.sql = lambda name: (root / "traceinsight/queries" / f"{name}.sql").read_text()
     return module
 
 
