@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from traceinsight.components import IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT
-from traceinsight.model.breakdown import LONG_HOST_GAP_NS, _split, _Work
+from traceinsight.model.gpu_work import Work
+from traceinsight.model.split_definition import LONG_HOST_GAP_NS, split
 from traceinsight.pipeline import analyze
 
 
-def _work(rows: list[tuple[int, int, int, str]]) -> _Work:
+def _work(rows: list[tuple[int, int, int, str]]) -> Work:
     """Intervals (start, end, launch or -1, component) sorted by start."""
     rows = sorted(rows)
     names: list[str] = []
@@ -25,7 +26,7 @@ def _work(rows: list[tuple[int, int, int, str]]) -> _Work:
         comp.append(names.index(r[3]))
     start = np.array([r[0] for r in rows], np.int64)
     end = np.array([r[1] for r in rows], np.int64)
-    return _Work(start, end, np.array([r[2] for r in rows], np.int64), np.array(comp, np.int64),
+    return Work(start, end, np.array([r[2] for r in rows], np.int64), np.array(comp, np.int64),
                  np.maximum.accumulate(end), names)
 
 
@@ -35,7 +36,7 @@ def test_split_classifies_idle_by_the_next_launch() -> None:
     # (at 600) was launched at 550: the tail is host time too.
     w = _work([(100, 200, 90, "attention"), (260, 300, 250, "gemm"), (320, 400, 150, "gemm"),
                (600, 700, 550, "attention")])
-    busy, idle = _split(w, 50, 500)
+    busy, idle = split(w, 50, 500)
     assert dict(busy) == {"attention": 100, "gemm": 120}
     assert idle == [(IDLE_HOST, 50, 50), (IDLE_HOST, 200, 60), (IDLE_WAIT, 300, 20), (IDLE_HOST, 400, 100)]
 
@@ -44,12 +45,12 @@ def test_split_clips_work_that_crosses_the_window_and_shares_overlaps() -> None:
     # Two streams: gemm 0-100 and elementwise 50-150 overlap for 50 ns (shared half and half); the window starts
     # at 20 and ends at 120.
     w = _work([(0, 100, -1, "gemm"), (50, 150, -1, "elementwise")])
-    busy, idle = _split(w, 20, 120)
+    busy, idle = split(w, 20, 120)
     assert busy == {"gemm": pytest.approx(55.0), "elementwise": pytest.approx(45.0)}
     assert idle == []
     # Without launch calls an idle stretch cannot be classified.
     w = _work([(0, 10, -1, "gemm"), (30, 40, -1, "gemm")])
-    _, idle = _split(w, 0, 40)
+    _, idle = split(w, 0, 40)
     assert idle == [(IDLE_UNKNOWN, 10, 20)]
 
 
@@ -96,8 +97,8 @@ def test_idle_at_the_end_of_a_host_range_is_the_hosts() -> None:
     """Nothing runs after the window: the host was still inside its range (a CPU range), or the trace cannot
     tell (a GPU span)."""
     w = _work([(0, 100, -1, "gemm")])
-    assert _split(w, 0, 300, host_range=True)[1] == [(IDLE_HOST, 100, 200)]
-    assert _split(w, 0, 300)[1] == [(IDLE_UNKNOWN, 100, 200)]
+    assert split(w, 0, 300, host_range=True)[1] == [(IDLE_HOST, 100, 200)]
+    assert split(w, 0, 300)[1] == [(IDLE_UNKNOWN, 100, 200)]
 
 
 @pytest.mark.parametrize("chunk", [1 << 20, 5])
@@ -137,27 +138,29 @@ def test_idle_gaps_between_steps_leave_out_the_steps_windows(h200: Path, name: s
 @pytest.mark.parametrize("chunk", [16_384, 7])
 def test_split_many_equals_split_window_by_window(trace: str, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The vectorised split of every step's window (one pass over all intervals of windows that run one stream
-    at a time, FAST_CHUNK windows at a time; the sweep for the others) equals `_split` called on each window,
+    at a time, FAST_CHUNK windows at a time; the sweep for the others) equals `split` called on each window,
     component by component and idle stretch by idle stretch, on real traces with one and with several streams."""
-    from traceinsight.model import breakdown
-    from traceinsight.model.breakdown import _from_split, _gpu_work, _split_many, _windows
+    from traceinsight.model import window_split
+    from traceinsight.model.gpu_work import gpu_work
+    from traceinsight.model.split_definition import from_split
+    from traceinsight.model.step_windows import step_windows
 
-    monkeypatch.setattr(breakdown, "FAST_CHUNK", chunk)
+    monkeypatch.setattr(window_split, "FAST_CHUNK", chunk)
     from traceinsight.pipeline import analyze
 
     path = Path(__file__).resolve().parents[1] / trace
     assert path.is_file(), f"{trace}: a committed trace is missing"
     db, (a,) = analyze([path], cache=False, diagnostics=False)
-    work = _gpu_work(db, a.trace_id, a.steps)
-    windows = [w for w in _windows(a.steps) if w[2] > w[1]]
+    work = gpu_work(db, a.trace_id, a.steps)
+    windows = [w for w in step_windows(a.steps) if w[2] > w[1]]
     assert windows
     for wk in work.values():
         w0 = np.array([w[1] for w in windows], np.int64)
         w1 = np.array([w[2] for w in windows], np.int64)
         host = np.array([w[3] == "cpu-range" for w in windows], bool)
-        fast = _split_many(wk, w0, w1, host)
+        fast = window_split.split_many(wk, w0, w1, host)
         for (_, a0, a1, src), got in zip(windows, fast, strict=True):
-            want = _from_split(*_split(wk, a0, a1, src == "cpu-range"))
+            want = from_split(*split(wk, a0, a1, src == "cpu-range"))
             assert got == want and list(got.parts) == list(want.parts), (a0, a1)
 
 
@@ -168,32 +171,36 @@ def test_split_many_equals_split_window_by_window(trace: str, chunk: int, monkey
 ])
 def test_breakdowns_round_each_window_as_the_plain_definition(trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`breakdowns` rounds and stores every window's split on arrays, a chunk at a time (SPLIT_CHUNK windows,
-    small here: several chunks); each step's StepBreakdown equals the one built from `_split` of its window and
-    `_round_to` (largest remainders, ties in component order), with its longest idle-host stretches."""
-    from traceinsight.model import breakdown
-    from traceinsight.model.breakdown import StepBreakdown, _from_split, _gpu_work, _round_to, _windows
+    small here: several chunks); each step's StepBreakdown equals the one built from `split` of its window and
+    `round_to` (largest remainders, ties in component order), with its longest idle-host stretches."""
+    from traceinsight.model import breakdown, window_split
+    from traceinsight.model.gpu_work import gpu_work
+    from traceinsight.model.split_definition import from_split, round_to
+    from traceinsight.model.step_breakdown import StepBreakdown
+    from traceinsight.model.step_windows import step_windows
 
     monkeypatch.setattr(breakdown, "SPLIT_CHUNK", 3)
-    monkeypatch.setattr(breakdown, "FAST_CHUNK", 2)
+    monkeypatch.setattr(window_split, "FAST_CHUNK", 2)
     from traceinsight.pipeline import analyze
 
     path = Path(__file__).resolve().parents[1] / trace
     db, (a,) = analyze([path], cache=False, diagnostics=False)
     got = breakdown.breakdowns(db, a.trace_id, a.steps)
-    (wk,) = _gpu_work(db, a.trace_id, a.steps).values()
-    for s, w0, w1, src in _windows(a.steps):
-        sp = _from_split(*_split(wk, w0, w1, src == "cpu-range"))
+    (wk,) = gpu_work(db, a.trace_id, a.steps).values()
+    for s, w0, w1, src in step_windows(a.steps):
+        sp = from_split(*split(wk, w0, w1, src == "cpu-range"))
         gaps = sorted(((t, t + ns) for t, ns in sp.long_host), key=lambda g: g[0] - g[1])[:3]
-        want = StepBreakdown(w0, w1, src, _round_to(sp.parts, w1 - w0),
+        want = StepBreakdown(w0, w1, src, round_to(sp.parts, w1 - w0),
                              s.range_end_ns - s.range_start_ns if s.range_side == "cpu" else None,
                              sp.host_max_ns, sp.host_long_ns, sp.idle_stretches, tuple(gaps))
         assert got[s.index] == want and list(got[s.index].components) == list(want.components), s.index
 
 
 def test_round_rows_equals_round_to_window_by_window() -> None:
-    """The rounding on arrays gives each window what `_round_to` gives it: shares of overlapping work (thirds,
+    """The rounding on arrays gives each window what `round_to` gives it: shares of overlapping work (thirds,
     sevenths) with remainders that tie, windows of one row, and a window of zeros."""
-    from traceinsight.model.breakdown import _round_rows, _round_to
+    from traceinsight.model.split_definition import round_to
+    from traceinsight.model.window_split import round_rows
 
     rng = np.random.default_rng(7)
     windows: list[dict[str, float]] = [{"a": 10.0}, {"a": 0.0, "b": 5.0}, {"a": 0.0}]
@@ -204,13 +211,60 @@ def test_round_rows_equals_round_to_window_by_window() -> None:
     totals = [round(sum(p.values())) for p in windows]
     win = np.repeat(np.arange(len(windows)), [len(p) for p in windows])
     value = np.array([v for p in windows for v in p.values()])
-    got = _round_rows(win, value, np.array(totals, np.int64)).tolist()
+    got = round_rows(win, value, np.array(totals, np.int64)).tolist()
     at = 0
     for parts, total in zip(windows, totals, strict=True):
         mine = dict(zip(parts, got[at:at + len(parts)], strict=True))
         at += len(parts)
-        assert {c: v for c, v in mine.items() if v > 0} == _round_to(parts, total)
+        assert {c: v for c, v in mine.items() if v > 0} == round_to(parts, total)
         assert sum(mine.values()) == total or total < sum(int(v) for v in parts.values())
+
+
+def _plain_windows(steps: list) -> list[tuple[object, int, int, str]]:  # type: ignore[type-arg]
+    """The windows by their definition, a step at a time (what `step_windows` computes on arrays)."""
+    from traceinsight.model.step_windows import step_device
+
+    by_device: dict[object, list] = defaultdict(list)  # type: ignore[type-arg]
+    for s in steps:
+        by_device[step_device(s)].append(s)
+    out = []
+    for group in by_device.values():
+        group.sort(key=lambda s: (s.range_start_ns if s.range_side is not None else s.start_ns, s.index))
+        prev_end = None
+        for s in group:
+            if s.range_side is not None and s.range_start_ns is not None and s.range_end_ns is not None:
+                w0 = s.range_start_ns if s.range_side == "cpu" or not s.kernel_count else min(s.range_start_ns,
+                                                                                          s.start_ns)
+                w1 = max(s.range_end_ns, s.end_ns) if s.kernel_count else s.range_end_ns
+                source = "cpu-range" if s.range_side == "cpu" else "gpu-range"
+            else:
+                w0, w1, source = s.start_ns, s.end_ns, "gpu-span"
+            if prev_end is not None and prev_end > w0:
+                w0 = prev_end if not s.kernel_count or prev_end < s.end_ns else min(prev_end, s.start_ns)
+            w1 = max(w1, w0)
+            out.append((s, w0, w1, source))
+            prev_end = w1 if prev_end is None else max(prev_end, w1)
+    return out
+
+
+@pytest.mark.parametrize(("trace", "queued"), [
+    ("../shared/traces/h200/flashinfer_decode_sweep.pt.trace.json.gz", True),
+    ("../shared/traces/h200/flashinfer_decode.sqlite", False),
+    ("examples/loop/loop_core_graph_nsys.sqlite", None),
+    ("examples/fa3/serving_q64kv8d128_fa3_torch.pt.trace.json.gz", None),
+])
+def test_windows_on_arrays_equal_the_definition(trace: str, queued: bool | None) -> None:
+    """`step_windows` (a running maximum per device on arrays) gives each step the window the step-at-a-time
+    definition gives it, in the same order, including steps queued behind the previous one."""
+    from traceinsight.model.step_windows import step_windows
+    from traceinsight.pipeline import analyze
+
+    _, (a,) = analyze([Path(__file__).resolve().parents[1] / trace], cache=False, diagnostics=False)
+    got = step_windows(a.steps)
+    want = _plain_windows(a.steps)
+    assert [(s.index, w0, w1, src) for s, w0, w1, src in got] == [(s.index, w0, w1, src) for s, w0, w1, src in want]
+    late = any(w0 > (s.range_start_ns if s.range_side else s.start_ns) for s, w0, _, _ in want)
+    assert queued is None or late == queued  # steps queued behind the previous one's window
 
 
 def test_ints_reads_arrow_buffers_with_nulls_and_offsets() -> None:
@@ -230,7 +284,7 @@ def test_ints_reads_arrow_buffers_with_nulls_and_offsets() -> None:
 
 
 def test_step_breakdown_holds_its_components_in_order() -> None:
-    from traceinsight.model.breakdown import StepBreakdown
+    from traceinsight.model.step_breakdown import StepBreakdown
 
     b = StepBreakdown(10, 110, "cpu-range", {"attention": 60, IDLE_HOST: 30, "gemm": 10}, host_range_ns=90,
                       host_gap_max_ns=30, host_long_ns=0, idle_stretches=1, host_gaps=((20, 50),))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from conftest import TRACES
 
-from traceinsight.model.breakdown import StepBreakdown, components_ns
+from traceinsight.model.step_breakdown import StepBreakdown, components_ns
 from traceinsight.pipeline import analyze
 
 

@@ -352,14 +352,6 @@ def test_host_ops_returns_cpu_ranges_then_host_ops_overlapping_any_window() -> N
     assert [r[0] for r in got] == ["run", "py_sleep"]
 
 
-def test_step_gpu_work_puts_kernels_and_memory_operations_in_start_order_with_their_launch() -> None:
-    x = _two_steps()
-    x.memop(1500, 1600, corr=3)
-    got = x.rows("step_gpu_work", trace=T)
-    assert [(r[0], r[1], r[3], r[5]) for r in got][:4] == [
-        (0, "gemm", 1100, 1010), (1, "attention", 1200, 1020), (2, "merge", 1400, 1030), (None, "memory", 1500, 1030)]
-
-
 def test_kernel_graph_replay_gives_each_kernel_its_replay_by_correlation_and_process() -> None:
     x = Inline()
     x.launch(1, 900)
