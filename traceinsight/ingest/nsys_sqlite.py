@@ -64,7 +64,7 @@ _REPORT_IF_MISSING = ("StringIds", RUNTIME_TABLE, NVTX_TABLE, GPU_TABLE)
 
 
 # Rows of a large activity table read and inserted at a time: an export whose kernel, memory-operation or runtime
-# table spans more rowids than this is read a slice at a time while the store inserts it (`Ingest.slices`), so
+# table has more rows than this is read a slice at a time while the store inserts it (`Ingest.slices`), so
 # its peak memory is a slice's, not the table's (a 10M-kernel export's tables held at once take ~3.4 GB of Arrow).
 SLICE_ROWS = 1 << 20
 
@@ -73,8 +73,8 @@ def read(path: Path, slice_rows: int | None = SLICE_ROWS) -> Ingest:
     """Read an Nsight Systems SQLite export into the normalized tables (kernels, launches, ranges, memops,
     devices). A truncated or damaged file is salvaged: the rows still readable are used and the first warning
     says where the data ends. Raises FormatError (one line, starting with the path) for files with nothing to
-    salvage and exports without CUDA kernel activity. Tables spanning more than `slice_rows` rowids (None: no
-    limit) are handed over a slice at a time (`Ingest.slices`), read while the store inserts them."""
+    salvage and exports without CUDA kernel activity. Tables of more than `slice_rows` rows (None: no limit) are
+    handed over a slice at a time (`Ingest.slices`), read while the store inserts them."""
     truncated = sqlite_salvage.is_truncated(path)
 
     def opened() -> sqlite3.Connection:
@@ -186,7 +186,7 @@ def _read(
         )
     if arrow_path is not None and slice_rows is not None:
         long = {t for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE)
-                if t in tables and _rowid_span(con, t) > slice_rows}
+                if t in tables and _longer_than(con, t, slice_rows)}
         if long:
             return _read_sliced(reader, opener, arrow_path, slice_rows, long)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-launches") as pool:
@@ -209,11 +209,9 @@ def _read(
     return ingest
 
 
-def _rowid_span(con: sqlite3.Connection, table: str) -> int:
-    """How many rowids `table` spans (at least its rows; two b-tree seeks)."""
-    low = con.execute(f"SELECT min(rowid) FROM {table}").fetchone()[0]
-    high = con.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
-    return 0 if low is None or high is None else int(high) - int(low) + 1
+def _longer_than(con: sqlite3.Connection, table: str, rows: int) -> bool:
+    """Whether `table` has more than `rows` rows (SQLite steps over `rows` of them, not the whole table)."""
+    return con.execute(f"SELECT 1 FROM {table} LIMIT 1 OFFSET {int(rows)}").fetchone() is not None
 
 
 def _read_sliced(
