@@ -5,12 +5,11 @@ stops the Arrow driver partway through a table."""
 
 from __future__ import annotations
 
-import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
 from conftest import FOREIGN, H200
+from test_nsys import _altered
 
 from traceinsight.ingest import nsys_sqlite
 from traceinsight.ingest.schema import table_names
@@ -45,13 +44,7 @@ def test_sliced_read_is_the_whole_read(path: Path, h200: Path) -> None:
 
 
 def _copy(tmp_path: Path, edit: str) -> Path:
-    out = tmp_path / "edited.sqlite"
-    shutil.copy(FLASHINFER, out)
-    con = sqlite3.connect(out)
-    con.executescript(edit)
-    con.commit()
-    con.close()
-    return out
+    return _altered(FLASHINFER, tmp_path / "edited.sqlite", edit)
 
 
 def test_kernels_out_of_start_order(tmp_path: Path, h200: Path) -> None:
