@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FOREIGN, H200
+from conftest import EXAMPLES, FOREIGN, H200
+from test_graphs import _graph_level_export
 from test_nsys import _altered
 
 from traceinsight.ingest import nsys_sqlite
@@ -17,6 +18,8 @@ from traceinsight.ingest.store import TraceDB
 
 FLASHINFER = H200 / "flashinfer_decode.sqlite"
 EXPORTS = [FLASHINFER, FOREIGN / "fuser_h200_report1.sqlite", FOREIGN / "pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite"]
+# CUDA graphs replayed with --cuda-graph-trace=node: graph kernels under cudaGraphLaunch calls.
+GRAPHS = EXAMPLES / "collected" / "serving_q64kv8d128_graph_nsys.sqlite"
 
 
 def _database(path: Path, slice_rows: int | None) -> dict[str, list[tuple]]:
@@ -67,3 +70,13 @@ def test_a_value_of_another_type_partway(tmp_path: Path, h200: Path) -> None:
     (warned,) = db.sql("SELECT warnings FROM traces").fetchone()
     assert any("1 kernels skipped" in w for w in warned), warned
     assert db.sql("SELECT count(*) FROM kernels WHERE grid_x IS NULL").fetchone() == (1,)
+
+
+def test_graph_replays_from_the_slices_kept(tmp_path: Path, h200: Path) -> None:
+    # The graph launches and graph kernels are kept from the slices as they pass: the same replays (node mode,
+    # and graph level: hidden replays, with their warning) as from the whole tables.
+    whole = _same(GRAPHS, 9)
+    assert len(whole["graph_replays"]) == 100
+    dest = tmp_path / "graph_level.sqlite"
+    _graph_level_export(GRAPHS, dest)
+    assert len(_same(dest, 9)["graph_replays"]) == 100
