@@ -57,6 +57,8 @@ def test_kernels_out_of_start_order(tmp_path: Path, h200: Path) -> None:
                            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM k; DROP TABLE k;")
     ingest = nsys_sqlite.read(path, 5)
     assert "kernels" in ingest.slices
+    with pytest.raises(ValueError, match="a slice at a time"):  # not held by the reader: never an empty table
+        ingest.lists("kernels")
     _same(path, 5)
 
 

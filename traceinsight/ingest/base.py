@@ -44,5 +44,8 @@ class Ingest:
         return cols
 
     def lists(self, table: str) -> dict[str, list[Any]]:
-        """The columns of `table` as Python lists (Arrow arrays converted; an absent table: no columns)."""
+        """The columns of `table` as Python lists (Arrow arrays converted; an absent table: no columns). A table
+        handed over a slice at a time (`slices`) is not held here: only the store reads it (`TraceDB.add`)."""
+        if table in self.slices:
+            raise ValueError(f"{table} is read a slice at a time, while TraceDB.add inserts it")
         return {n: v if isinstance(v, list) else v.to_pylist() for n, v in self.tables.get(table, {}).items()}
