@@ -370,10 +370,10 @@ def test_truncated_export_is_one_line_format_error(tmp_path: Path) -> None:
 
 
 def _altered(export: Path, copy: Path, statement: str) -> Path:
-    """A copy of a real export with one SQL statement applied."""
+    """A copy of a real export with SQL statements applied."""
     shutil.copyfile(export, copy)
     con = sqlite3.connect(copy)
-    con.execute(statement)
+    con.executescript(statement)
     con.commit()
     con.close()
     return copy

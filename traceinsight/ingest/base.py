@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,9 @@ class Ingest:
     format_version: str | None = None
     tool_version: str | None = None
     tables: dict[str, Columns] = field(default_factory=dict)
+    # Tables too long to hold at once (the nsys reader's activity tables of a long export): their slices, read
+    # while the store inserts them, after `tables` and in this order; `warnings` is complete once they are.
+    slices: dict[str, Iterator[Columns]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     # The run this file is one rank of (`traces` columns of the same names), when the file says.
     rank: int | None = None
@@ -40,5 +44,8 @@ class Ingest:
         return cols
 
     def lists(self, table: str) -> dict[str, list[Any]]:
-        """The columns of `table` as Python lists (Arrow arrays converted; an absent table: no columns)."""
+        """The columns of `table` as Python lists (Arrow arrays converted; an absent table: no columns). A table
+        handed over a slice at a time (`slices`) is not held here: only the store reads it (`TraceDB.add`)."""
+        if table in self.slices:
+            raise ValueError(f"{table} is read a slice at a time, while TraceDB.add inserts it")
         return {n: v if isinstance(v, list) else v.to_pylist() for n, v in self.tables.get(table, {}).items()}

@@ -9,7 +9,7 @@ columns through the ADBC SQLite driver (`sqlite_arrow`), else through `sqlite3` 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,20 +67,33 @@ class ExportReader:
             self.ingest.warnings.append(f"{n} {label} skipped: start/end not integers, or end before start ({table})")
 
     def fetch(self, table: str, exprs: list[str], names: list[str], where: str = "") -> Columns:
-        """Evaluate `exprs` over the rows of `table` matching `where`, in rowid order; return one list per name.
+        """Evaluate `exprs` over the rows of `table` matching `where`, in rowid order; return one list per name
+        (`fetch_slices`, joined)."""
+        out: Columns = {n: [] for n in names}
+        for _, part in self.fetch_slices(table, exprs, names, where):
+            for name, values in part.items():
+                if out[name] or not isinstance(values, list):
+                    out[name].extend(values)
+                else:  # the first slice's list is kept, not copied
+                    out[name] = values
+        return out
+
+    def fetch_slices(
+        self, table: str, exprs: list[str], names: list[str], where: str = "", after: int = -(2**63)
+    ) -> Iterator[tuple[int, Columns]]:
+        """`exprs` over the rows of `table` matching `where` with rowid > `after`, in rowid order: one list per name
+        for each slice of FETCH_ROWS rows, with the rowid of the slice's last row.
 
         Rows are read in slices of FETCH_ROWS (a rowid seek each, so sparse rowids cost nothing). Each slice
         comes back as one JSON array per column (`json_group_array`, parsed with orjson), several times faster
         than Python's row-by-row cursor; where SQLite lacks JSON support, or a slice's text is not valid UTF-8,
         the slice is fetched as rows instead."""
-        out: Columns = {n: [] for n in names}
         aliases = [f"c{i}" for i in range(len(exprs))]
         cond = f"({where})" if where else "1"
         sub = (
             f"SELECT rowid AS _rid, {', '.join(f'{e} AS {a}' for e, a in zip(exprs, aliases, strict=True))} "
             f"FROM {table} WHERE {cond} AND rowid > ? ORDER BY rowid LIMIT {FETCH_ROWS}"
         )
-        after = -(2**63)
         while True:
             parts: list[Any] | None = None
             count, last = 0, None
@@ -100,13 +113,9 @@ class ExportReader:
                 rows = self.con.execute(sub, [after]).fetchall()
                 count, last = len(rows), (rows[-1][0] if rows else None)
                 parts = list(zip(*rows, strict=True))[1:] if rows else [() for _ in exprs]
-            for name, values in zip(names, parts, strict=True):
-                if out[name] or not isinstance(values, list):
-                    out[name].extend(values)
-                else:  # the first slice's list is kept, not copied
-                    out[name] = values
+            yield (last if last is not None else after), dict(zip(names, parts, strict=True))
             if count < FETCH_ROWS or last is None:
-                return out
+                return
             after = last
 
     def fetch_checked(
@@ -127,17 +136,58 @@ class ExportReader:
     ) -> dict[str, pa.Array]:
         """`cols` (start_ns, end_ns and others, int64) without the rows whose start/end are unusable (counted in
         a warning), and with the values of each column in `bounds` outside its bounds (None: any) nulled."""
-        keep = sqlite_arrow.span_ok(cols["start_ns"], cols["end_ns"])
-        if keep is not None:
-            skipped = len(keep) - pc.sum(keep).as_py()
+        cols, skipped = checked_slice(cols, bounds)
+        self.warn_skipped(skipped, table, label)
+        return cols
+
+    def warn_skipped(self, skipped: int, table: str, label: str) -> None:
+        if skipped:
             self.ingest.warnings.append(
                 f"{skipped} {label} skipped: start/end not integers, or end before start ({table})"
             )
-            cols = {n: v.filter(keep) for n, v in cols.items()}
-        for name, limits in bounds.items():
-            if limits is not None:
-                cols[name] = sqlite_arrow.within(cols[name], limits)
-        return cols
+
+    def checked_slices(
+        self, table: str, spec: dict[str, tuple[str, tuple[int, int] | None]], label: str, where: str,
+        rows: int | None,
+    ) -> Iterator[dict[str, pa.Array]]:
+        """`fetch_checked` a slice of at most `rows` rows at a time (None: one slice, empty where no row
+        matches); the skipped rows are counted in one warning once the last slice is read."""
+        names = ["start_ns", "end_ns", *spec]
+        exprs = ['"start"', '"end"', *(self.col(table, column) for column, _ in spec.values())]
+        bounds = {name: b for name, (_, b) in spec.items()}
+        skipped, any_slice = 0, False
+        for cols in self.int_slices(table, exprs, names, where, rows):
+            cols, n = checked_slice(cols, bounds)
+            skipped += n
+            any_slice = True
+            yield cols
+        if not any_slice and rows is None:
+            yield {n: pa.array([], pa.int64()) for n in names}
+        self.warn_skipped(skipped, table, label)
+
+    def int_slices(
+        self, table: str, exprs: list[str], names: list[str], where: str, rows: int | None
+    ) -> Iterator[dict[str, pa.Array]]:
+        """`int_arrays` a slice of at most `rows` rows at a time (None: one slice; none where no row matches):
+        through the Arrow driver, else (from where the driver stopped) through `sqlite3`."""
+        after = -(2**63)
+        if self.arrow_path is not None:
+            try:
+                for last, cols in sqlite_arrow.int_slices(self.arrow_path, table, exprs, names, where, rows, after):
+                    after = last  # where the `sqlite3` route carries on, should the driver stop
+                    yield cols
+                return
+            except sqlite_arrow.Unreadable:
+                self.arrow_path = None  # the same file again would fail the same way
+        held: dict[str, list[Any]] = {n: [] for n in names}
+        for _, part in self.fetch_slices(table, [int_sql(e) for e in exprs], names, where, after):
+            for n, v in part.items():
+                held[n].extend(v)
+            if rows is not None and len(held[names[0]]) >= rows:
+                yield {n: pa.array(v, pa.int64()) for n, v in held.items()}
+                held = {n: [] for n in names}
+        if held[names[0]]:
+            yield {n: pa.array(v, pa.int64()) for n, v in held.items()}
 
     def int_arrays(self, table: str, exprs: list[str], names: list[str], where: str = "") -> dict[str, pa.Array]:
         """`exprs` over the rows of `table` matching `where`, in rowid order, as int64 arrays (values that are not
@@ -180,21 +230,43 @@ class ExportReader:
     def clipped(self, names: list[Any], what: str) -> list[Any]:
         """Names cut to the configured length (`limits.max_name_chars`), with a warning counting them."""
         out, n = clip_names(names)
-        self._warn_clipped(n, what)
+        self.warn_clipped(n, what)
         return out
 
     def clipped_codes(self, names: pa.DictionaryArray, what: str) -> pa.DictionaryArray:
         """`clipped` for a dictionary-encoded column: the dictionary is cut, the warning counts rows."""
-        labels = names.dictionary.to_pylist()
-        out, n = clip_names(labels)
-        if not n:
-            return names
-        cut = [i for i, (a, b) in enumerate(zip(labels, out, strict=True)) if a != b]
-        self._warn_clipped(sqlite_arrow.count_codes(names.indices, cut), what)
-        return sqlite_arrow.dictionary(names.indices, out)
+        out, n = clip_codes(names)
+        self.warn_clipped(n, what)
+        return out
 
-    def _warn_clipped(self, n: int, what: str) -> None:
+    def warn_clipped(self, n: int, what: str) -> None:
         if n:
             self.ingest.warnings.append(
                 f"{n} {what} names longer than the limit were cut (TRACEINSIGHT_MAX_NAME_CHARS)"
             )
+
+
+def clip_codes(names: pa.DictionaryArray) -> tuple[pa.DictionaryArray, int]:
+    """A dictionary-encoded column with its dictionary cut to the configured length, and how many rows were."""
+    labels = names.dictionary.to_pylist()
+    out, n = clip_names(labels)
+    if not n:
+        return names, 0
+    cut = [i for i, (a, b) in enumerate(zip(labels, out, strict=True)) if a != b]
+    return sqlite_arrow.dictionary(names.indices, out), sqlite_arrow.count_codes(names.indices, cut)
+
+
+def checked_slice(
+    cols: dict[str, pa.Array], bounds: dict[str, tuple[int, int] | None]
+) -> tuple[dict[str, pa.Array], int]:
+    """`cols` (start_ns, end_ns and others, int64) without the rows whose start/end are unusable, with how many
+    those were, and the values of each column in `bounds` outside its bounds (None: any) nulled."""
+    skipped = 0
+    keep = sqlite_arrow.span_ok(cols["start_ns"], cols["end_ns"])
+    if keep is not None:
+        skipped = len(keep) - int(pc.sum(keep).as_py() or 0)
+        cols = {n: v.filter(keep) for n, v in cols.items()}
+    for name, limits in bounds.items():
+        if limits is not None:
+            cols[name] = sqlite_arrow.within(cols[name], limits)
+    return cols, skipped

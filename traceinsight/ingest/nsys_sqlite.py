@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -44,10 +44,12 @@ from traceinsight.ingest import (
     sqlite_arrow,
     sqlite_salvage,
 )
-from traceinsight.ingest.base import Ingest
+from traceinsight.ingest.base import Columns, Ingest
 from traceinsight.ingest.nsys_export import (
     GPU_TABLE,
     KERNEL_TABLE,
+    MEMCPY_TABLE,
+    MEMSET_TABLE,
     META_TABLES,
     NVTX_TABLE,
     RUNTIME_TABLE,
@@ -61,11 +63,18 @@ FORMAT = "nsys-sqlite"
 _REPORT_IF_MISSING = ("StringIds", RUNTIME_TABLE, NVTX_TABLE, GPU_TABLE)
 
 
-def read(path: Path) -> Ingest:
+# Rows of a large activity table read and inserted at a time: an export whose kernel, memory-operation or runtime
+# table has more rows than this is read a slice at a time while the store inserts it (`Ingest.slices`), so
+# its peak memory is a slice's, not the table's (a 10M-kernel export's tables held at once take ~3.4 GB of Arrow).
+SLICE_ROWS = 1 << 20
+
+
+def read(path: Path, slice_rows: int | None = SLICE_ROWS) -> Ingest:
     """Read an Nsight Systems SQLite export into the normalized tables (kernels, launches, ranges, memops,
     devices). A truncated or damaged file is salvaged: the rows still readable are used and the first warning
     says where the data ends. Raises FormatError (one line, starting with the path) for files with nothing to
-    salvage and exports without CUDA kernel activity."""
+    salvage and exports without CUDA kernel activity. Tables of more than `slice_rows` rows (None: no limit) are
+    handed over a slice at a time (`Ingest.slices`), read while the store inserts them."""
     truncated = sqlite_salvage.is_truncated(path)
 
     def opened() -> sqlite3.Connection:
@@ -79,7 +88,7 @@ def read(path: Path) -> Ingest:
     con = opened()
     try:
         # SQLite reads a truncated file only with writable_schema, which the Arrow driver does not set.
-        ingest = _read(con, path, opened, None if truncated else path)
+        ingest = _read(con, path, opened, None if truncated else path, slice_rows)
     except sqlite3.Error as exc:
         if not is_damage(exc):
             raise FormatError(f"{path}: damaged SQLite database ({first_line(exc)})") from None
@@ -144,7 +153,8 @@ def _decode_text(raw: bytes) -> str:
 
 
 def _read(
-    con: sqlite3.Connection, path: Path, opener: Callable[[], sqlite3.Connection], arrow_path: Path | None
+    con: sqlite3.Connection, path: Path, opener: Callable[[], sqlite3.Connection], arrow_path: Path | None,
+    slice_rows: int | None = None,
 ) -> Ingest:
     """Fill an Ingest from the open export `con` (`arrow_path`: the file behind it, for the Arrow driver; None
     to read through `con` only). The launches (the largest query: the runtime table, probed for launched
@@ -174,6 +184,11 @@ def _read(
             f"{path}: {KERNEL_TABLE} has no {' or '.join(sorted(missing))} column: not an Nsight Systems export "
             "this reader knows"
         )
+    if arrow_path is not None and slice_rows is not None:
+        long = {t for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE)
+                if t in tables and _longer_than(con, t, slice_rows)}
+        if long:
+            return _read_sliced(reader, opener, arrow_path, slice_rows, long)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-launches") as pool:
         side = pool.submit(_launches_apart, opener, tables, arrow_path)
         nsys_activity.kernels(reader)
@@ -192,6 +207,125 @@ def _read(
     if not len(ingest.tables.get("kernels", {}).get("name", [])):
         ingest.warnings.append(f"{KERNEL_TABLE} holds no kernels")
     return ingest
+
+
+def _longer_than(con: sqlite3.Connection, table: str, rows: int) -> bool:
+    """Whether `table` has more than `rows` rows (SQLite steps over `rows` of them, not the whole table)."""
+    return con.execute(f"SELECT 1 FROM {table} LIMIT 1 OFFSET {int(rows)}").fetchone() is not None
+
+
+def _read_sliced(
+    reader: ExportReader, opener: Callable[[], sqlite3.Connection], arrow_path: Path, rows: int, long: set[str]
+) -> Ingest:
+    """`_read` for an export with tables too long to hold at once (`long`): those are read a slice at a time while
+    the store inserts them (launches, memory operations, kernels, in that order), the rest now. Warnings keep the
+    order of `_read`: the sliced tables' are put in their place once their last slice is read. Graph replays are
+    built from the graph-launching calls and graph kernels kept from the slices as they pass."""
+    ingest = reader.ingest
+    segments: list[list[str]] = []  # warnings in reading order, the sliced tables' filled as they are read
+    mark = 0
+
+    def cut() -> None:  # what the tables read now warned of since the last cut
+        nonlocal mark
+        segments.append(ingest.warnings[mark:])
+        mark = len(ingest.warnings)
+
+    def later(name: str, slices_of: Callable[[ExportReader], Iterator[Columns]]) -> None:
+        cut()
+        segments.append([])
+        streams[name] = _streamed(opener, reader, arrow_path, slices_of, segments[-1])
+
+    streams: dict[str, Iterator[Columns]] = {}
+    sliced_kernels = KERNEL_TABLE in long
+    if sliced_kernels:
+        later("kernels", lambda r: nsys_activity.kernel_slices(r, rows))
+    else:
+        nsys_activity.kernels(reader)
+    if long & {MEMCPY_TABLE, MEMSET_TABLE}:
+        texts: dict[str, int] = {}
+        later("memops", lambda r: (nsys_activity.memop_dictionaries(p, texts)
+                                   for p in nsys_activity.memop_slices(r, rows, texts)))
+    else:
+        nsys_activity.memops(reader)
+    if RUNTIME_TABLE in long:
+        later("launches", lambda r: nsys_activity.launch_slices(r, rows))
+    else:
+        nsys_activity.launches(reader)
+    nsys_nvtx.ranges(reader)
+    nsys_devices.devices(reader)
+    records = nsys_graph_replays.graph_records(reader)
+    cut()
+    graph_warnings: list[str] = []
+    segments.append(graph_warnings)
+    nsys_nvtx.run_context(reader)
+    cut()
+    # Graph launches and graph kernels, kept from the slices as they pass (the launches' first: their
+    # correlation ids pick the kernels).
+    kept: dict[str, list[dict[str, pa.Array]]] = {"launches": [], "kernels": []}
+    counted = [0]
+
+    def keep_launches(cols: Columns) -> None:
+        if (part := nsys_graph_replays.launch_subset(cols)) is not None:
+            kept["launches"].append(part)
+
+    def keep_kernels(cols: Columns) -> None:
+        counted[0] += len(cols["start_ns"])
+        corrs = {r.correlation_id for r in records if r.correlation_id is not None}
+        for la in kept["launches"]:
+            corrs.update(c for c in la["correlation_id"].to_pylist() if c is not None)
+        if (part := nsys_graph_replays.kernel_subset(cols, corrs)) is not None:
+            kept["kernels"].append(part)
+
+    if "launches" not in streams:
+        keep_launches(ingest.tables.get("launches", {}))
+    ordered = {n: streams[n] for n in ("launches", "memops", "kernels") if n in streams}
+    if "launches" in ordered:
+        ordered["launches"] = _tapped(ordered["launches"], keep_launches)
+    if "kernels" in ordered:
+        ordered["kernels"] = _tapped(ordered["kernels"], keep_kernels)
+
+    def finish() -> Iterator[Columns]:
+        part = Ingest(format=FORMAT)
+        launches = _joined(kept["launches"])
+        kernels = _joined(kept["kernels"]) if sliced_kernels else ingest.tables.get("kernels", {})
+        nsys_graph_replays.replays(part, launches, kernels, records)
+        graph_warnings.extend(part.warnings)
+        if "graph_replays" in part.tables:
+            yield part.tables["graph_replays"]
+        if sliced_kernels and not counted[0]:
+            segments.append([f"{KERNEL_TABLE} holds no kernels"])
+        ingest.warnings[:] = [w for segment in segments for w in segment]
+
+    if not sliced_kernels and not len(ingest.tables.get("kernels", {}).get("name", [])):
+        segments.append([f"{KERNEL_TABLE} holds no kernels"])
+    ingest.slices = {**ordered, "graph_replays": finish()}
+    return ingest
+
+
+def _streamed(
+    opener: Callable[[], sqlite3.Connection], like: ExportReader, arrow_path: Path,
+    slices_of: Callable[[ExportReader], Iterator[Columns]], warnings: list[str],
+) -> Iterator[Columns]:
+    """The slices of one table, read on a connection of its own opened when the first is asked for (by the
+    store, after `read` returned); what its reader warned of goes to `warnings` once the last is read."""
+    con = opener()
+    try:
+        part = Ingest(format=FORMAT)
+        yield from slices_of(ExportReader(con, like.tables, part, arrow_path))
+        warnings.extend(part.warnings)
+    finally:
+        con.close()
+
+
+def _tapped(slices: Iterator[Columns], tap: Callable[[Columns], None]) -> Iterator[Columns]:
+    for cols in slices:
+        tap(cols)
+        yield cols
+
+
+def _joined(parts: list[dict[str, pa.Array]]) -> Columns:
+    """Slices' columns joined into one (no columns where there is no slice)."""
+    return {n: pa.concat_arrays([p[n] for p in parts]) for n in parts[0]} if parts else {}
 
 
 def _launches_apart(opener: Callable[[], sqlite3.Connection], tables: set[str], arrow_path: Path | None) -> Ingest:

@@ -13,7 +13,7 @@ integers outside a column's range, `span_ok` says which rows have a usable start
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -57,6 +57,82 @@ def int_columns(path: Path, exprs: list[str], names: list[str], source: str) -> 
     return out
 
 
+def int_slices(
+    path: Path, table: str, exprs: list[str], names: list[str], where: str, rows: int | None, after: int
+) -> Iterator[tuple[int, dict[str, pa.Array]]]:
+    """`int_columns` over the rows of `table` matching `where` with rowid > `after`, in rowid order, a slice of
+    at most `rows` rows at a time (None: one slice), each with the rowid of its last row: the driver's record
+    batches are read as they come, so only one slice is ever held. A column the driver stops at (a value of
+    another type than its first rows') sends the query round again, every expression wrapped, from the last slice
+    handed out. Raises Unreadable where the driver cannot run it; the caller carries on from the last rowid."""
+    wrapped = False
+    while True:
+        selected = list(map(as_int_sql, exprs)) if wrapped else exprs
+        sql = (f"SELECT rowid, {', '.join(selected)} FROM {table} WHERE ({where or 1}) AND rowid > {after} "
+               "ORDER BY rowid")
+        try:
+            for table_slice in _slices(path, sql, rows):
+                if not all(_integral(t) for t in table_slice.schema.types):
+                    raise Unreadable("not integers")
+                columns = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in table_slice.columns]
+                last = columns[0][-1].as_py()
+                out = {n: v if v.type == pa.int64() else v.cast(pa.int64())
+                       for n, v in zip(names, columns[1:], strict=True)}
+                yield last, out
+                after = last
+            return
+        except Unreadable:
+            if wrapped:
+                raise
+            wrapped = True
+
+
+# Rows per record batch the driver hands over while a query is read a slice at a time (its default is 1024; at
+# most a slice's rows). The driver types each column from its first batch.
+BATCH_ROWS = 1 << 16
+
+
+def _slices(path: Path, sql: str, rows: int | None) -> Iterator[pa.Table]:
+    """The rows of `sql` as Arrow tables of at least `rows` rows each (the last one: what remains; never an empty
+    one), read a record batch at a time."""
+    try:
+        import adbc_driver_manager
+        import adbc_driver_sqlite
+    except ImportError as exc:  # pragma: no cover - a pinned dependency; kept for partial installs
+        raise Unreadable(str(exc)) from None
+    handles: list[Any] = []
+    try:
+        try:
+            handles.append(adbc_driver_sqlite.connect(uri(path)))
+            handles.append(adbc_driver_manager.AdbcConnection(handles[0]))
+            handles.append(adbc_driver_manager.AdbcStatement(handles[1]))
+            batch_rows = BATCH_ROWS if rows is None else min(rows, BATCH_ROWS)
+            handles[2].set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
+            handles[2].set_sql_query(sql)
+            stream, _ = handles[2].execute_query()
+            batches = pa.RecordBatchReader._import_from_c(stream.address)
+            held: list[pa.RecordBatch] = []
+            count = 0
+            for batch in batches:
+                if batch.num_rows:
+                    held.append(batch)
+                    count += batch.num_rows
+                if rows is not None and count >= rows:
+                    yield pa.Table.from_batches(held)
+                    held, count = [], 0
+            if held:
+                yield pa.Table.from_batches(held)
+        except (adbc_driver_manager.Error, OSError, pa.ArrowException) as exc:
+            raise Unreadable(_message(exc)) from None
+    finally:
+        for handle in reversed(handles):  # statement, connection, database
+            handle.close()
+
+
+def _message(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 def _integral(kind: pa.DataType) -> bool:
     return bool(pa.types.is_integer(kind) or pa.types.is_null(kind))
 
@@ -78,7 +154,7 @@ def _query(path: Path, sql: str) -> pa.Table:
         stream, _ = handles[2].execute_query()
         return pa.RecordBatchReader._import_from_c(stream.address).read_all()
     except (adbc_driver_manager.Error, OSError, pa.ArrowException) as exc:
-        raise Unreadable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
+        raise Unreadable(_message(exc)) from None
     finally:
         for handle in reversed(handles):  # statement, connection, database
             handle.close()

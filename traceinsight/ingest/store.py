@@ -205,6 +205,8 @@ class TraceDB:
         trace_id = self.next_trace_id() if attach_to is None else attach_to
         for table, cols in ingest.tables.items():
             self._insert(trace_id, table, cols, consume)
+        for table, slices in ingest.slices.items():
+            self._insert_slices(trace_id, table, slices)
         if attach_to is not None:
             if ingest.warnings:  # what the attached file's reader warned of (a sidecar source without KV lengths)
                 self.con.execute("UPDATE traces SET warnings = list_concat(coalesce(warnings, []), $w::VARCHAR[]) "
@@ -269,9 +271,58 @@ class TraceDB:
             import pyarrow.compute as pc  # 70 ms to import: only for long tables
 
             arrow = arrow.take(pc.sort_indices(arrow, sort_keys=[("start_ns", "ascending"), ("end_ns", "descending")]))
-        extra = self._derived(trace_id, table)
         if table in _ID_COLUMNS:
             arrow = arrow.append_column(_ID_COLUMNS[table], _int64_range(self._next_id(trace_id, table), n))
+        self._append(trace_id, table, arrow, text)
+
+    def _insert_slices(self, trace_id: int, table: str, slices: Iterator[Columns]) -> None:
+        """Insert a table read a slice at a time (`Ingest.slices`), each slice as it comes, so that only one is
+        held. An id table's rows are numbered in reading order; where that is not start order (a slice out of
+        order, or out of order with the one before), they are put in start order in DuckDB once all are in."""
+        first = self._next_id(trace_id, table) if table in _ID_COLUMNS else 0
+        count, ordered, last, held = 0, True, None, 0
+        for cols in slices:
+            arrow = arrow_table(self.con, cols)
+            cols.clear()
+            n = arrow.num_rows
+            if not n:
+                continue
+            if table in _ID_COLUMNS:
+                if ordered:
+                    head = (arrow.column("start_ns")[0].as_py(), arrow.column("end_ns")[0].as_py())
+                    ordered = _in_start_order(arrow) and (last is None or _follows(last, head))
+                    last = (arrow.column("start_ns")[-1].as_py(), arrow.column("end_ns")[-1].as_py())
+                arrow = arrow.append_column(_ID_COLUMNS[table], _int64_range(first + count, n))
+            text = _text_bytes(arrow) if self.in_memory else 0
+            self._append(trace_id, table, arrow, text)
+            count += n
+            if self.in_memory:  # compressed every CHECKPOINT_TEXT_BYTES inserted (text, or numbers, as held here)
+                held += text + arrow.nbytes
+                if held >= CHECKPOINT_TEXT_BYTES:
+                    self.con.execute("CHECKPOINT")
+                    held = 0
+        if table in _ID_COLUMNS and not ordered:
+            self._renumber(trace_id, table, first)
+
+    def _renumber(self, trace_id: int, table: str, first: int) -> None:
+        """Put the rows of `trace_id` in the id table `table` in start order and number them from `first` in that
+        order (their ids so far, the reading order, break ties, as the stable sort of `_insert` does)."""
+        column = _ID_COLUMNS[table]
+        key = f"start_ns, end_ns DESC, {column}"
+        self.con.execute(
+            f"CREATE TEMP TABLE _ti_ordered AS SELECT * REPLACE (row_number() OVER (ORDER BY {key}) - 1 + {first} "
+            f"AS {column}) FROM {table} WHERE trace_id = $t ORDER BY {key}", {"t": trace_id})
+        try:
+            self.con.execute(f"DELETE FROM {table} WHERE trace_id = $t", {"t": trace_id})
+            self.con.execute(f"INSERT INTO {table} SELECT * FROM _ti_ordered")
+        finally:
+            self.con.execute("DROP TABLE _ti_ordered")
+
+    def _append(self, trace_id: int, table: str, arrow: pa.Table, text: int) -> None:
+        """Insert the rows of `arrow` (ids already numbered) into `table`; more text than CHECKPOINT_TEXT_BYTES in
+        slices of about that much, each compressed before the next."""
+        n = arrow.num_rows
+        extra = self._derived(trace_id, table)
         insert = f"INSERT INTO {table} BY NAME SELECT *, {', '.join(extra)} FROM rows"
         if text <= CHECKPOINT_TEXT_BYTES:
             rows = arrow  # noqa: F841  (scanned by name)
@@ -450,6 +501,11 @@ _READ_ORDER = "_read_order"
 def _text_bytes_at_most(cols: Columns) -> int:
     """A bound on the bytes of text Python lists of values hold: UTF-8 takes at most 4 bytes a character."""
     return 4 * sum(len(v) for values in cols.values() for v in values if isinstance(v, str))
+
+
+def _follows(before: tuple[Any, Any], after: tuple[Any, Any]) -> bool:
+    """Whether a row starting and ending at `after` may follow one at `before` in start order."""
+    return bool(after[0] > before[0] or (after[0] == before[0] and after[1] <= before[1]))
 
 
 def _in_start_order(table: pa.Table) -> bool:
