@@ -14,6 +14,7 @@
 -- removes whitespace: `K<2,0>` for all three. It is computed once per distinct name.
 -- Inputs: kernels, launches, ranges, ncu_kernels; $trace.
 -- Writes: ncu_kernels.kernel_id (run `UPDATE ... SET kernel_id = NULL` first for a rerun).
+-- Columns: none (an UPDATE; it returns no rows).
 WITH flags AS (
     SELECT (SELECT count(*) FROM ncu_kernels WHERE trace_id = $trace AND nvtx IS NOT NULL) > 0
            AND (SELECT count(*) FROM ranges
