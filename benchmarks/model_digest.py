@@ -15,6 +15,7 @@ import hashlib
 import json
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ def digest(a: Any, snapshot: Any) -> str:
         h.update(repr(sorted((k, v.to_json()) for k, v in s.batches.items())).encode())
         for kid in sorted(s.models):
             m = s.models[kid]
-            h.update(repr((kid, m)).encode())
+            # The model's compared fields by name (its kernel id is its key: a field of older copies).
+            h.update(repr((kid, [(f.name, getattr(m, f.name)) for f in fields(m)
+                                 if f.compare and f.name != "kernel_id"])).encode())
             if m.plan is not None:
                 p = m.plan
                 h.update(repr((p.backend, p.chunk_tokens, p.split_kv, p.padded_batch_size, p.grid, p.merge,

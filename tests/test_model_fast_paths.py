@@ -2,9 +2,9 @@
 
 - FlashInfer SM90's work assignment (flashinfer_sm90._assign: whole runs of equal-cost jobs at once) vs the
   min-heap FlashInfer's scheduler.cuh uses, one job at a time (restated below as the reference);
-- the simulator's bulk path for static persistent plans (_run_static, numpy) and its one-slot-per-SM loop
-  (_run_single) vs the general event loop (_run_shared), bit for bit: end time, per-SM busy time, tail, and every
-  segment in the same order.
+- the simulator's bulk path for static persistent plans (static_bulk.run_static, numpy) and its one-slot-per-SM
+  loop (single_loop.run_single) vs the general event loop (shared_loop.run_shared), bit for bit: end time, per-SM
+  busy time, tail, and every segment in the same order.
 
 Batches: the KV lengths of flashinfer_decode_sweep.meta.json.gz (QH 32, KH 4, HD 128, page 16; 5 distributions x
 13 batch sizes 8..512, read with zcat | jq '.cases[] | [.dist, .B]'); the sizes below cover one, two and several
@@ -16,7 +16,6 @@ from __future__ import annotations
 import gzip
 import heapq
 import math
-import sys
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -26,10 +25,13 @@ import orjson
 import pytest
 
 from traceinsight.model import FA3, H200_COSTS, SM90, Batch, CostModel, Plan, gpu_by_key, plan
+from traceinsight.model.simulator.layout import layout
+from traceinsight.model.simulator.shared_loop import run_shared
+from traceinsight.model.simulator.single_loop import run_single
+from traceinsight.model.simulator.static_bulk import run_static
 
 H200 = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "h200"
 GPU = gpu_by_key("h200")
-SIM = sys.modules["traceinsight.model.simulate"]  # the module (the package re-exports the function `simulate`)
 DISTS = ("uniform", "skew40", "skew60", "skew80", "two40")
 SIZES = (8, 96, 297, 512)
 
@@ -74,7 +76,7 @@ def test_sm90_assignment_with_multi_tile_requests() -> None:
 
 
 def _inputs(p: Plan, occ: int, cost: CostModel) -> tuple[Any, list[float], list[float], list[float]]:
-    lay = SIM._layout(p, GPU.num_sms, occ)
+    lay = layout(p, GPU.num_sms, occ)
     work = [k + cost.item_overhead_tokens for k in lay.kv_tokens]
     n = max(1, -(-len(lay.sm_of_slot) // GPU.num_sms))
     rate = [cost.per_cta_rate(i) for i in range(n + 1)]
@@ -100,10 +102,10 @@ def test_static_bulk_path_equals_the_event_loop(cost_name: str, dist: str, b: in
     p = plan(SM90, batches()[(dist, b)], GPU, 1)
     cost = COSTS[cost_name]
     lay, work, rate, demand = _inputs(p, 1, cost)
-    fast = SIM._run_static(p.work_items, lay.worker_items, lay.worker_counts, work, rate, demand, cost.gpu_rate,
-                           GPU.num_sms, True)
-    slow = SIM._run_shared(p.work_items, lay.sm_of_slot, lay.static_queues(), [], work, rate, demand, cost.gpu_rate,
-                           GPU.num_sms, True)
+    fast = run_static(p.work_items, lay.worker_items, lay.worker_counts, work, rate, demand, cost.gpu_rate,
+                      GPU.num_sms, True)
+    slow = run_shared(p.work_items, lay.sm_of_slot, lay.static_queues(), [], work, rate, demand, cost.gpu_rate,
+                      GPU.num_sms, True)
     _same(fast, slow)
     assert len(fast.segments) == len(p.work_items)
 
@@ -114,8 +116,8 @@ def test_single_slot_loop_equals_the_event_loop(dist: str, b: int) -> None:
     p = plan(FA3, batches()[(dist, b)], GPU, 1)  # persistent, pulling from one global queue
     cost = H200_COSTS[FA3]
     lay, work, rate, demand = _inputs(p, 1, cost)
-    fast = SIM._run_single(p.work_items, len(lay.sm_of_slot), lay.global_order[::-1], work, rate, demand,
-                           cost.gpu_rate, GPU.num_sms, True)
-    slow = SIM._run_shared(p.work_items, lay.sm_of_slot, [], lay.global_order[::-1], work, rate, demand,
-                           cost.gpu_rate, GPU.num_sms, True)
+    fast = run_single(p.work_items, len(lay.sm_of_slot), lay.global_order[::-1], work, rate, demand,
+                      cost.gpu_rate, GPU.num_sms, True)
+    slow = run_shared(p.work_items, lay.sm_of_slot, [], lay.global_order[::-1], work, rate, demand,
+                      cost.gpu_rate, GPU.num_sms, True)
     _same(fast, slow)

@@ -326,12 +326,15 @@ def test_kernel_durations_lists_each_kernels_times_in_start_order_for_the_famili
     assert x.rows("kernel_durations", trace=T, families=["communication"]) == []
 
 
-def test_gpu_gaps_counts_memory_operations_as_busy() -> None:
+def test_gpu_busy_lists_kernels_and_memory_operations_of_the_device_in_time_order() -> None:
     x = _two_steps()
-    x.memop(1500, 1900)  # fills most of the gap between the steps: 50 ns idle before it, 200 ns after
-    got = x.rows("gpu_gaps", t=T, d=0, min=60, lo=0, hi=10_000)
-    assert got == [(1900, 2100)]
-    assert x.rows("gpu_gaps", t=T, d=0, min=500, lo=0, hi=10_000) == []
+    x.memop(1500, 1900)
+    x.memop(1400, 1420)  # starts with the merge kernel and ends before it: after it in the order (start, end)
+    x.memop(1950, 2050, device=1)  # another GPU
+    step0 = [(1100, 1200), (1200, 1400), (1400, 1420), (1400, 1450), (1500, 1900)]
+    step1 = [(2100, 2200), (2200, 2400), (2400, 2450)]
+    assert x.rows("gpu_busy", t=T, d=0) == step0 + step1
+    assert x.rows("gpu_busy", t=T, d=None) == [*step0, (1950, 2050), *step1]
 
 
 def test_host_ops_returns_cpu_ranges_then_host_ops_overlapping_any_window() -> None:

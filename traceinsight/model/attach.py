@@ -13,9 +13,6 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
-from traceinsight.ingest.arrow_numpy import numbers
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.batches import (
     SidecarIndex,
@@ -28,55 +25,16 @@ from traceinsight.model.batches import (
     with_engine,
 )
 from traceinsight.model.gpus import gpu_for
-from traceinsight.model.launch_models import cached_plan, calibrate_costs, model_from_plan, model_from_trace
+from traceinsight.model.idle_gaps import idle_gaps
+from traceinsight.model.launch_models import cached_plan, calibrate_costs, launch_models
 from traceinsight.model.log_match import is_log_row, match_log
 from traceinsight.model.occupancy import BACKENDS, CUDA_CORE, FA2, FA3, occupancy_limits
 from traceinsight.model.phases import PREFILL_PHASES, phase_from_query_lengths, tile_padding
 from traceinsight.model.planners import Plan
-from traceinsight.model.schedule import IdleGaps, LaunchModel, Measured, Schedule, StepBatch
+from traceinsight.model.schedule import Measured, Schedule, StepBatch
 from traceinsight.model.steps import Kernel, Launch, Step
 from traceinsight.model.thresholds import kernel_threshold, threads_per_block
 from traceinsight.queries import sql
-
-# Shortest GPU idle gap between two steps worth recording (ns).
-IDLE_GAP_RECORD_NS = 1_000
-# Rows of gpu_gaps.sql read at a time.
-GAP_BATCH_ROWS = 1 << 20
-
-
-# ---------------------------------------------------------------------------------------------- idle gaps
-def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | None) -> IdleGaps:
-    """Stretches with nothing on the GPU that lie between steps (inside no step's span), from the first step to
-    the last; each is given to the step that follows it. Vectorised: a long trace has a gap between most of its
-    kernels, and only those between steps are kept."""
-    if len(steps) < 2:
-        return IdleGaps.empty()
-    ordered = sorted(steps, key=lambda s: (s.start_ns, s.end_ns))
-    params = {"t": trace_id, "d": device_id, "min": IDLE_GAP_RECORD_NS, "lo": ordered[0].start_ns,
-              "hi": ordered[-1].end_ns}
-    starts = np.array([s.start_ns for s in ordered], np.int64)
-    reach = np.maximum.accumulate(np.array([s.end_ns for s in ordered], np.int64))  # latest end of steps 0..i
-    index = np.array([s.index for s in ordered], np.int64)
-    del ordered
-    kept: dict[str, list[np.ndarray]] = {"start": [], "end": [], "before": []}
-    # In record batches, each filtered at once: the 10M-kernel export has 25M gaps, of which those between steps
-    # are kept. Read from the Arrow buffers: pyarrow's conversions import pandas (a third of a second).
-    for batch in db.stream(db.con.sql(sql("gpu_gaps"), params=params), GAP_BATCH_ROWS):
-        if not batch.num_rows:
-            continue
-        g0 = numbers(batch.column(0))
-        g1 = numbers(batch.column(1))
-        after = np.searchsorted(starts, g1, side="left")  # first step starting at or after the gap's end
-        # Not before the first step, not after the last one, and not inside a step.
-        keep = (after > 0) & (after < len(starts))
-        keep[keep] = reach[after[keep] - 1] <= g0[keep]
-        at = np.flatnonzero(keep)
-        kept["start"].append(g0[at])
-        kept["end"].append(g1[at])
-        kept["before"].append(index[after[at]])
-    if not kept["start"]:
-        return IdleGaps.empty()
-    return IdleGaps(*(np.concatenate(kept[c]) for c in ("start", "end", "before")))
 
 
 # ---------------------------------------------------------------------------------------------- phases
@@ -310,21 +268,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
                    for name, t in sched.thresholds.items()}
     sched.costs, notes = calibrate_costs({n: list(v.values()) for n, v in samples.items()}, gpu, occ_by_name)
     sched.notes.extend(notes)
-    model_cache: dict[tuple[int, str], LaunchModel] = {}
-    models = sched.models
-    for s in steps:
-        for launch in s.launches:
-            k = launch.attention
-            planned = plans.get(k.kernel_id) if plans else None
-            if planned is not None:
-                p, occ = planned
-                model = model_cache.get((id(p), k.name))
-                if model is None:
-                    model = model_cache[(id(p), k.name)] = model_from_plan(
-                        k.kernel_id, p, k, gpu, occ, sched.costs.get(k.name), cache=sched.cache)
-                models[k.kernel_id] = replace(model, kernel_id=k.kernel_id, grid_matches=tuple(p.grid) == k.grid)
-            elif k.backend in BACKENDS and launch.phase not in PREFILL_PHASES:
-                models[k.kernel_id] = model_from_trace(launch)
+    sched.models = launch_models(steps, plans, gpu, sched.costs, sched.cache)
 
     # (d) Nsight Compute measurements matched to launches.
     try:

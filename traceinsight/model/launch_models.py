@@ -1,5 +1,6 @@
 """Per launch: the planner's plan, memoized per trace, its calibrated cost model and simulated schedule
-(`LaunchModel`); or, without a batch composition, what the trace alone says."""
+(`LaunchModel`); or, without a batch composition, what the trace alone says. Launches with equal inputs share one
+model, built once (`launch_models`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from typing import Any, cast
 
 from traceinsight.model.calibration import calibrate
 from traceinsight.model.gpus import GPU
-from traceinsight.model.occupancy import FA3, SM90
+from traceinsight.model.occupancy import BACKENDS, FA3, SM90
+from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.planners import Batch, Plan, plan
 from traceinsight.model.schedule import LaunchModel
 from traceinsight.model.simulate import CostModel, SimResult, simulate
-from traceinsight.model.steps import Kernel, Launch
+from traceinsight.model.steps import Kernel, Launch, Step
 
 # A launch is "balanced" (used to calibrate the cost model) when its longest work item is at most this many
 # times its mean work item (KV tokens).
@@ -135,14 +137,13 @@ def throughput_floor_ns(p: Plan, gpu: GPU, occ: int, cost: CostModel) -> float:
     return cost.launch_ns + work / full if full > 0 else math.inf
 
 
-def model_from_plan(kernel_id: int, p: Plan, k: Kernel, gpu: GPU, occ: int, cost: CostModel | None,
-                    source: str = "sidecar", cache: dict[Any, Any] | None = None) -> LaunchModel:
+def model_from_plan(p: Plan, k: Kernel, gpu: GPU, occ: int, cost: CostModel | None, source: str = "sidecar",
+                    cache: dict[Any, Any] | None = None) -> LaunchModel:
     longest, mean = _item_stats(p)
     sim = None
     if cost is not None:
         sim = cached_sim(cache, p, gpu, occ, cost) if cache is not None else simulate(p, gpu, occ, cost)
     return LaunchModel(
-        kernel_id=kernel_id,
         source=source,
         work_items=sum(1 for k in p.item_kv_tokens if k > 0) or len(p.work_items),
         chunk_tokens=p.chunk_tokens,
@@ -169,7 +170,6 @@ def model_from_trace(launch: Launch) -> LaunchModel:
     x, y, z = k.grid
     persistent = k.backend in (SM90, FA3)
     return LaunchModel(
-        kernel_id=k.kernel_id,
         source="trace",
         work_items=None if persistent else x * max(y, 1) * max(z, 1),
         chunk_tokens=None,
@@ -179,3 +179,36 @@ def model_from_trace(launch: Launch) -> LaunchModel:
         tail_ns=None,
         note=TRACE_MODEL_NOTE,
     )
+
+
+def launch_models(steps: list[Step], plans: dict[int, tuple[Plan, int]], gpu: GPU, costs: dict[str, CostModel],
+                  cache: dict[Any, Any]) -> dict[int, LaunchModel]:
+    """Every modelled attention launch's model by kernel id, in step order: planned launches (`plans`: plan and
+    occupancy by kernel id) from their plan and cost model, the other decode launches of a known backend from the
+    trace alone. One model per distinct input, shared by the launches that have it (what a model reads: the plan,
+    kernel name and traced grid; or grid, backend and split state), so a long trace builds a handful of models
+    and simulates each distinct plan once, not one model per launch."""
+    planned_kinds: dict[tuple[int, str, tuple[int, ...]], LaunchModel] = {}
+    trace_kinds: dict[tuple[Any, ...], LaunchModel] = {}
+    ids: list[int] = []
+    models: list[LaunchModel] = []
+    for s in steps:
+        for launch in s.launches:
+            k = launch.attention
+            got = plans.get(k.kernel_id) if plans else None
+            if got is not None:
+                p, occ = got
+                pkey = (id(p), k.name, k.grid)  # `plans` keeps each plan alive: its id names it here
+                m = planned_kinds.get(pkey)
+                if m is None:
+                    m = planned_kinds[pkey] = model_from_plan(p, k, gpu, occ, costs.get(k.name), cache=cache)
+            elif k.backend in BACKENDS and launch.phase not in PREFILL_PHASES:
+                tkey = (k.grid, k.backend, launch.split_kv)
+                m = trace_kinds.get(tkey)
+                if m is None:
+                    m = trace_kinds[tkey] = model_from_trace(launch)
+            else:
+                continue
+            ids.append(k.kernel_id)
+            models.append(m)
+    return dict(zip(ids, models, strict=True))

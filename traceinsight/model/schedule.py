@@ -136,7 +136,8 @@ class StepBatch:
 
 @dataclass(frozen=True, slots=True)  # slots: one per attention launch (10^6 in a long trace)
 class LaunchModel:
-    """The schedule model of one attention launch.
+    """The schedule model of one attention launch. Launches with equal inputs share one (`launch_models`): the
+    kernel id is its key in `Schedule.models`, not a field.
 
     source: 'sidecar' (planned from the exact batch) or 'trace' (what the grid alone says); work_items: CTAs
     (or persistent tiles) doing work; chunk_tokens: KV chunk length (None: not split or varies);
@@ -147,7 +148,6 @@ class LaunchModel:
     at full-GPU throughput (`throughput_floor_ns`), what the launch would take perfectly balanced.
     """
 
-    kernel_id: int
     source: str
     work_items: int | None
     chunk_tokens: int | None
