@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import json
 import re
 import weakref
@@ -332,9 +333,9 @@ def _triples(col: dict[str, pa.Array], prefix: str) -> list[tuple[int, int, int]
     return triples
 
 
-def _attention_values(column: pa.Array, attention: np.ndarray) -> list[Any]:
+def _attention_values(column: pa.Array, attention: np.ndarray, null: str | None = None) -> list[Any]:
     """A nullable column's values on the attention rows (`attention`: a numpy mask), text and booleans one
-    object per distinct value."""
+    object per distinct value; NULL text as `null`."""
     if pa.types.is_boolean(column.type):
         codes = np.where(valid(column), numbers(column).astype(np.int64), 2)
         choices = np.array([False, True, None], dtype=object)
@@ -342,8 +343,8 @@ def _attention_values(column: pa.Array, attention: np.ndarray) -> list[Any]:
         words, codes = encode(column)
         choices = np.empty(len(words) + 1, dtype=object)
         for i, w in enumerate(words):
-            choices[i] = w
-        choices[-1] = None
+            choices[i] = w if w is not None else null
+        choices[-1] = null
     out: list[Any] = choices[codes[attention]].tolist()
     return out
 
@@ -442,7 +443,7 @@ def _launches(db: TraceDB, trace_id: int) -> tuple[list[Launch], np.ndarray]:
     attention: list[np.ndarray] = []
     parts: dict[str, list[np.ndarray]] = {"step_key": [], "merges": [], "prepares": []}
     split_kv: list[bool | None] = []
-    evidence: list[str | None] = []
+    evidence: list[str] = []
     for batch in db.stream(result, LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
         part = pa.Table.from_batches([batch])
         kernels += kernels_of(part, labels)
@@ -453,7 +454,7 @@ def _launches(db: TraceDB, trace_id: int) -> tuple[list[Launch], np.ndarray]:
         for c in ("step_key", "prepares"):
             parts[c].append(ints(part.column(c).combine_chunks(), 0)[mask])
         split_kv += _attention_values(part.column("split_kv").combine_chunks(), mask)
-        evidence += _attention_values(part.column("split_evidence").combine_chunks(), mask)
+        evidence += _attention_values(part.column("split_evidence").combine_chunks(), mask, "")
     if not kernels:
         return [], np.zeros(0, np.int64)
     at = np.flatnonzero(np.concatenate(attention))
@@ -467,7 +468,7 @@ def _launches(db: TraceDB, trace_id: int) -> tuple[list[Launch], np.ndarray]:
     heads = np.empty(len(kernels), dtype=object)
     heads[:] = kernels
     launches = list(map(Launch, heads[at].tolist(), merged, prepared, ["unknown"] * len(at), [""] * len(at),
-                        split_kv, (e or "" for e in evidence)))
+                        split_kv, evidence))
     return launches, keys
 
 
@@ -491,28 +492,23 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
             return [v if o else None for v, o in zip(got, ok, strict=True)]
         return list(got)
 
-    keys, ranged, names, kinds, range_ids, starts, ends, counts, range_starts, range_ends, sides = (
-        pick(c) for c in ("step_key", "ranged", "name", "kind", "range_id", "start_ns", "end_ns", "kernel_count",
+    keys, ranged, names, kinds, starts, ends, counts, range_starts, range_ends, sides = (
+        pick(c) for c in ("step_key", "ranged", "name", "kind", "start_ns", "end_ns", "kernel_count",
                           "range_start_ns", "range_end_ns", "side"))
-    sources = {k: f"range:{k}" for k in set(kinds) if k is not None}
-    lo, n = first[order].tolist(), count[order].tolist()
-    steps = []
-    for i, (key, is_ranged, name, kind, rid, start, end, kernel_count, r_start, r_end, side, at, k) in enumerate(zip(
-            keys, ranged, names, kinds, range_ids, starts, ends, counts, range_starts, range_ends, sides, lo, n,
-            strict=True)):
-        mine = launches[at:at + k]
-        if is_ranged and not recovered:
-            step = Step(i, name or f"{mine[0].attention.kernel} launch {i}", sources[kind],
-                        key if key == rid else rid, start, end, kernel_count, mine, key, r_start, r_end, side, None,
-                        steps_from)
-        elif is_ranged:  # no range of the trace's: the window only
-            step = Step(i, name or f"{mine[0].attention.kernel} launch {i}", sources[kind], None, start, end,
-                        kernel_count, mine, key, None, None, None, None, steps_from)
-        else:
-            step = Step(i, f"{mine[0].attention.kernel} launch {i}", "launch", None, start, end, kernel_count,
-                        mine, key)
-        steps.append(step)
-    return steps
+    n = len(keys)
+    lo, k = first[order].tolist(), count[order].tolist()
+    mine = [launches[a:a + m] for a, m in zip(lo, k, strict=True)]
+    names = [name or f"{x[0].attention.kernel} launch {i}" for i, (name, x) in enumerate(zip(names, mine, strict=True))]
+    if n and not ranged[0]:  # launch steps (a list holds one kind: range steps, or launch steps alone)
+        return list(map(Step, range(n), names, itertools.repeat("launch", n), itertools.repeat(None, n), starts,
+                        ends, counts, mine, keys))
+    sources = {kind: f"range:{kind}" for kind in set(kinds)}
+    if recovered:  # no range of the trace's: the window only
+        none = [None] * n  # a list: one iterator given five times would be read five times a row
+        return list(map(Step, range(n), names, map(sources.__getitem__, kinds), none, starts, ends, counts, mine,
+                        keys, none, none, none, none, itertools.repeat(steps_from, n)))
+    return list(map(Step, range(n), names, map(sources.__getitem__, kinds), keys, starts, ends, counts, mine, keys,
+                    range_starts, range_ends, sides, itertools.repeat(None, n), itertools.repeat(steps_from, n)))
 
 
 def _phases(steps: list[Step]) -> None:
