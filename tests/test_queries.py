@@ -165,7 +165,8 @@ def test_step_members_groups_launches_outside_every_range() -> None:
 def test_step_members_replaces_only_its_own_trace() -> None:
     x = _two_steps()
     _group(x)
-    x.db.sql("INSERT INTO _step_members VALUES ($t, 9, 99, TRUE)", {"t": T + 1})
+    x.db.sql("INSERT INTO _step_members (trace_id, step_key, kernel_id, ranged) VALUES ($t, 9, 99, TRUE)",
+             {"t": T + 1})
     _group(x)
     got = x.db.rows("SELECT trace_id, count(*) AS n FROM _step_members GROUP BY ALL ORDER BY trace_id")
     assert [(r["trace_id"], r["n"]) for r in got] == [(T, 6), (T + 1, 1)]
@@ -187,10 +188,10 @@ def test_step_launches_attaches_merges_per_stream_and_reads_split_state() -> Non
     x.kernel(1, "attn", "attention", 210, 320, backend="flashinfer-fa2", stream=8, corr=1)
     x.kernel(2, "merge_states", "merge", 330, 340, stream=7, corr=1)
     _group(x, limit=2)
-    assert _launches(x) == [
+    assert _launches(x) == [  # each launch's rows together: its attention row first
         (0, 0, "attention", 0, True, "merge_states follows the launch on stream 7"),
-        (0, 1, "attention", 1, False, "no merge/combine kernel follows the launch on stream 8"),
         (0, 2, "merge", 0, None, None),
+        (0, 1, "attention", 1, False, "no merge/combine kernel follows the launch on stream 8"),
     ]
 
 
@@ -229,13 +230,13 @@ def test_step_launches_reads_fa3s_cap_from_its_prepare_grid() -> None:
     assert _launches(x) == [
         (-4, 7, "attention", 7, None, "split-KV of backend unknown is not visible in a trace"),
         (-3, 6, "attention", 6, False, "the flashinfer-sm90 backend never splits along KV"),
-        (-2, 3, "prepare", 4, None, None),
         (-2, 4, "attention", 4, True, "fa3_combine follows the launch on stream 7"),
         (-2, 5, "merge", 4, None, None),
-        (-1, 0, "prepare", 1, None, None),
+        (-2, 3, "prepare", 4, None, None),  # a launch's rows: attention, merges, prepares
         (-1, 1, "attention", 1, False, f"fa3_combine follows, but the prepare kernel ran 2 CTAs: B > {cap} "
                                        "requests, above FA3's dynamic-split cap no request is cut"),
         (-1, 2, "merge", 1, None, None),
+        (-1, 0, "prepare", 1, None, None),
     ]
 
 
@@ -271,7 +272,7 @@ def test_step_launches_reads_partitions_from_the_grid_axis_a_rule_names() -> Non
 def test_step_rows_gives_each_steps_span_count_and_range() -> None:
     x = _two_steps()
     _group(x)
-    got = x.db.rows(sql("step_rows") + " ORDER BY step_key", {"trace": T})
+    got = x.db.rows(sql("step_rows"), {"trace": T})  # in step_key order
     assert [(r["step_key"], r["kernel_count"], r["start_ns"], r["end_ns"], r["name"], r["side"],
              r["range_start_ns"]) for r in got] == [
         (1, 3, 1100, 1450, "ProfilerStep#0", "cpu", 1000), (2, 3, 2100, 2450, "ProfilerStep#1", "cpu", 2000)]
@@ -291,6 +292,29 @@ def test_step_kernels_lists_one_steps_kernels_in_start_order() -> None:
     x = _two_steps()
     _group(x)
     assert [r[0] for r in x.rows("step_kernels", trace=T, step_key=2)] == [3, 4, 5]
+
+
+def test_step_kernels_names_each_label_by_its_id_as_step_launches_does() -> None:
+    x = _two_steps()
+    _group(x)
+    labels = {r[0]: r[1] for r in x.rows("kernel_label_rows")}
+    got = x.db.rows(sql("step_kernels"), {"trace": T, "step_key": 1})
+    assert [(r["kernel_id"], labels[r["label_id"]]) for r in got] == [(0, "gemm"), (1, "attn"), (2, "merge_states")]
+    assert "name" not in got[0]
+
+
+def test_step_launches_counts_each_launchs_merges_and_prepares_on_its_attention_row() -> None:
+    x = Inline()
+    x.kernel(0, "prepare_varlen", "prepare", 0, 10, backend="fa3")
+    x.kernel(1, "fa3_fwd", "attention", 20, 90, backend="fa3")
+    x.kernel(2, "fa3_combine", "merge", 90, 95, backend="fa3")
+    x.kernel(3, "fa3_combine", "merge", 95, 99, backend="fa3", stream=8)  # another stream: no launch of its own
+    x.kernel(4, "fa3_fwd", "attention", 120, 190, backend="fa3")
+    _group(x)
+    rows = x.db.rows(sql("step_launches"), {"trace": T, "fa3_cap": FA3_CAP_PER_PREPARE_CTA,
+                                            **attention_split_params(x.db)})
+    assert [(r["kernel_id"], r["role"], r["merges"], r["prepares"]) for r in rows] == [
+        (4, "attention", 0, 0), (1, "attention", 1, 1), (2, "merge", None, None), (0, "prepare", None, None)]
 
 
 def test_kernel_and_family_summaries_total_by_name_and_family() -> None:

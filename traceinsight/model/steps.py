@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import json
 import re
+import weakref
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -34,7 +36,7 @@ import pyarrow as pa
 
 from traceinsight import labels
 from traceinsight.errors import FormatError
-from traceinsight.ingest.arrow_numpy import ints, python_values
+from traceinsight.ingest.arrow_numpy import encode, ints, numbers, valid
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model import engine_steps, iterations
 from traceinsight.model.kernel_table import ensure_labels
@@ -130,14 +132,8 @@ def attention_split_params(db: TraceDB) -> dict[str, list[str]]:
 # one CTA no request is split (flash_prepare_scheduler.cu, PREPARE_VARLEN_MAX_BATCHES_1CTA).
 FA3_CAP_PER_PREPARE_CTA = 992
 
-# Rows of step_launches.sql turned into objects at a time: as one Arrow table, the 1M-kernel export's 600K rows
-# held every kernel's full name (about 1 KB) once per row.
+# Rows of step_launches.sql turned into objects at a time (not the whole result as one Arrow table).
 LAUNCH_BATCH_ROWS = 65_536
-
-# Columns of step_launches.sql / step_kernels.sql / step_rows.sql whose values are mostly distinct (times, ids):
-# read as they are; the others through a dictionary (`_pylist`).
-UNIQUE_COLUMNS = frozenset({"kernel_id", "start_ns", "end_ns", "dur_ns", "range_id", "step_key", "launch_id",
-                            "range_start_ns", "range_end_ns"})
 
 # A range holding more than this share of all attention launches is a wrapper, not a step.
 WRAPPER_SHARE = 0.5
@@ -252,59 +248,105 @@ class Step:
 # A kernel label's fields in Kernel's order (name, kernel, family, backend, phase, phase_evidence, params).
 LabelFields = tuple[str, str, str, str | None, str, str, dict[str, Any]]
 
+# Each database's labels by id (`labels_of`), and how many there were when read: kernel_labels is insert-only, so
+# a count that grew means new labels to read.
+_LABELS: weakref.WeakKeyDictionary[TraceDB, tuple[int, dict[int, LabelFields]]] = weakref.WeakKeyDictionary()
+
 
 def kernel_label_rows(db: TraceDB) -> dict[int, LabelFields]:
-    """Every kernel label of the database by its row id (kernel_label_rows.sql; step_launches.sql's label_id), its
-    params parsed once: every kernel of a name shares its label's strings and params dict."""
+    """Every kernel label of the database by its id (kernel_label_rows.sql; the label_id of step_launches.sql,
+    step_kernels.sql), its params parsed once: every kernel of a name shares its label's strings and params dict."""
     return {lid: (name, kernel, family, backend, phase, evidence or "", json.loads(params) if params else {})
             for lid, name, kernel, family, backend, phase, evidence, params
             in db.sql(sql("kernel_label_rows")).fetchall()}
 
 
-def kernels_of(table: pa.Table, labels: dict[int, LabelFields] | None = None) -> list[Kernel]:
-    """The kernels of a query's rows (the columns of step_kernels.sql, or of step_launches.sql with `labels`, its
-    label_id's fields: `kernel_label_rows`), in row order. Each text column is dictionary-encoded first, so a
-    thousand launches of one kernel share one name string (and one parsed params dict) instead of holding a
-    thousand copies."""
-    col = {name: _pylist(table.column(name), shared=name not in UNIQUE_COLUMNS) for name in table.column_names
-           if not name.startswith(("grid_", "block_"))}
-    grid, block = _triples(table, "grid"), _triples(table, "block")
-    tail = ("stream_id", "device_id", "start_ns", "end_ns", "dur_ns")
-    if labels is None:
-        parsed = {raw: json.loads(raw) if raw else {} for raw in set(col["params_json"])}
-        label_rows: Iterator[LabelFields] = zip(
-            *(col[n] for n in ("name", "kernel", "family", "backend", "phase")),
-            (e or "" for e in col["phase_evidence"]), (parsed[p] for p in col["params_json"]), strict=True)
-    else:
-        label_rows = map(labels.__getitem__, col["label_id"])
-    rows = zip(col["kernel_id"], label_rows, *(col[n] for n in tail), grid, block, col["registers_per_thread"],
-               col["smem_bytes"], strict=True)
-    return [Kernel(kid, name, kernel, family, backend, phase, evidence, params, stream, device, start, end, dur,
-                   g, b, regs, smem)
-            for kid, (name, kernel, family, backend, phase, evidence, params), stream, device, start, end, dur,
-            g, b, regs, smem in rows]
+def labels_of(db: TraceDB) -> dict[int, LabelFields]:
+    """`kernel_label_rows`, read once per database and again only when labels were added: the per-step callers
+    (`step_kernels`, for `explain` and the norm-grid check) share one map."""
+    n = int(db.sql("SELECT count(*) FROM kernel_labels").fetchall()[0][0])
+    held = _LABELS.get(db)
+    if held is None or held[0] != n:
+        held = _LABELS[db] = (n, kernel_label_rows(db))
+    return held[1]
 
 
-def _pylist(column: pa.ChunkedArray, shared: bool = True) -> list[Any]:
-    """A column as a list (`arrow_numpy.python_values`): text and, when `shared`, integers one object per distinct
-    value."""
-    if not len(column):
-        return []  # combine_chunks of no chunks goes through pa.array, which imports pandas when installed
-    return python_values(column.combine_chunks(), shared_ints=shared)
-
-
-def _triples(table: pa.Table, prefix: str) -> list[tuple[int, int, int]]:
-    """Each row's (x, y, z) of the columns PREFIX_x/_y/_z (NULL as 0), one tuple object per distinct triple (a long
-    trace's 600K launches hold a handful of grids), found by numpy rather than a dict lookup per row."""
+def kernels_of(table: pa.Table, labels: dict[int, LabelFields]) -> list[Kernel]:
+    """The kernels of a query's rows (the kernel columns of step_launches.sql and step_kernels.sql: kernel_id,
+    label_id, stream_id, device_id, times, grid, block, registers, shared memory), in row order, column by column:
+    each label's fields (`labels`: `labels_of`) and each distinct integer of the shared columns is one Python object
+    however many kernels hold it."""
     if not table.num_rows:
         return []
-    axes = np.stack([ints(table.column(f"{prefix}_{a}").combine_chunks(), 0).astype(np.int64) for a in "xyz"], 1)
-    distinct, inverse = np.unique(axes, axis=0, return_inverse=True)
-    shared = np.empty(len(distinct), dtype=object)
-    for i, (x, y, z) in enumerate(distinct.tolist()):
-        shared[i] = (x, y, z)
+    col = {name: table.column(name).combine_chunks() for name in table.column_names}
+    label_cols = _label_columns(ints(col["label_id"], -1), labels)
+    unique = [numbers(col[c]).tolist() for c in ("kernel_id", "start_ns", "end_ns", "dur_ns")]
+    stream, device, regs, smem = (_shared_ints(col[c]) for c in ("stream_id", "device_id", "registers_per_thread",
+                                                                 "smem_bytes"))
+    return list(map(Kernel, unique[0], *label_cols, stream, device, *unique[1:], _triples(col, "grid"),
+                    _triples(col, "block"), regs, smem))
+
+
+def _label_columns(ids: np.ndarray, labels: dict[int, LabelFields]) -> list[list[Any]]:
+    """The seven label fields of each row (`LabelFields`), by its label id: one object per label, not per row."""
+    distinct, inverse = np.unique(ids, return_inverse=True)
+    rows = [labels[i] for i in distinct.tolist()]
+    out = []
+    for f in range(7):
+        values = np.empty(len(rows), dtype=object)
+        for i, r in enumerate(rows):
+            values[i] = r[f]
+        out.append(values[inverse.reshape(-1)].tolist())
+    return out
+
+
+def _shared_ints(column: pa.Array) -> list[int | None]:
+    """An integer column as Python ints, one object per distinct value (NULL as None)."""
+    values = ints(column, 0)
+    distinct, inverse = np.unique(values, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    shared = np.empty(len(distinct) + 1, dtype=object)
+    shared[:-1] = distinct.tolist()
+    shared[-1] = None
+    if column.null_count:
+        inverse = np.where(valid(column), inverse, len(distinct))
+    out: list[int | None] = shared[inverse].tolist()
+    return out
+
+
+def _triples(col: dict[str, pa.Array], prefix: str) -> list[tuple[int, int, int]]:
+    """Each row's (x, y, z) of the columns PREFIX_x/_y/_z (NULL as 0), one tuple object per distinct triple (a long
+    trace's 600K launches hold a handful of grids), found by numpy (the three packed into one integer when they
+    fit) rather than a dict lookup per row."""
+    axes = [ints(col[f"{prefix}_{a}"], 0).astype(np.int64) for a in "xyz"]
+    if all(len(a) == 0 or (a.min() >= 0 and a.max() < 1 << 21) for a in axes):
+        packed = (axes[0] << 42) | (axes[1] << 21) | axes[2]
+        distinct, inverse = np.unique(packed, return_inverse=True)
+        values = [(v >> 42, (v >> 21) & 0x1FFFFF, v & 0x1FFFFF) for v in distinct.tolist()]
+    else:
+        rows, inverse = np.unique(np.stack(axes, 1), axis=0, return_inverse=True)
+        values = [(x, y, z) for x, y, z in rows.tolist()]
+    shared = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        shared[i] = v
     triples: list[tuple[int, int, int]] = shared[inverse.reshape(-1)].tolist()
     return triples
+
+
+def _attention_values(column: pa.Array, attention: np.ndarray, null: str | None = None) -> list[Any]:
+    """A nullable column's values on the attention rows (`attention`: a numpy mask), text and booleans one
+    object per distinct value; NULL text as `null`."""
+    if pa.types.is_boolean(column.type):
+        codes = np.where(valid(column), numbers(column).astype(np.int64), 2)
+        choices = np.array([False, True, None], dtype=object)
+    else:
+        words, codes = encode(column)
+        choices = np.empty(len(words) + 1, dtype=object)
+        for i, w in enumerate(words):
+            choices[i] = w if w is not None else null
+        choices[-1] = null
+    out: list[Any] = choices[codes[attention]].tolist()
+    return out
 
 
 def _choose_ranges(db: TraceDB, step_pattern: str | None) -> str:
@@ -357,81 +399,132 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
             _choose_windows(db, trace_id, recovered)
             steps_from = "recovered"
     db.script(sql("step_members"), params)
-    result = db.con.sql(sql("step_launches"), params={
-        "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)})
-    launches: dict[tuple[int, int], Launch] = {}
-    by_step: dict[int, list[Launch]] = defaultdict(list)
-    pending: list[tuple[tuple[int, int], str, Kernel]] = []
-    labels = kernel_label_rows(db)
-    for batch in db.stream(result, LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
-        part = pa.Table.from_batches([batch])
-        for key, role, lid, kv, evidence, k in zip(
-                *(_pylist(part.column(c), shared=c not in UNIQUE_COLUMNS)
-                  for c in ("step_key", "role", "launch_id", "split_kv", "split_evidence")),
-                kernels_of(part, labels), strict=True):
-            if role == ATTENTION:
-                launch = launches[(key, lid)] = Launch(attention=k, split_kv=kv, split_evidence=evidence or "")
-                by_step[key].append(launch)
-            else:
-                pending.append(((key, lid), role, k))
-    for at, role, k in pending:  # rows are in kernel order: merges and prepares keep it
-        launch = launches[at]
-        if role == MERGE:
-            launch.merges = (*launch.merges, k)
-        else:
-            launch.prepares = (*launch.prepares, k)
-    del pending, launches
-    steps: list[Step] = []
-    loose: list[Step] = []
-    rows = db.con.sql(sql("step_rows"), params=params).to_arrow_table()
+    rows = db.con.sql(sql("step_rows"), params=params).to_arrow_table()  # a row per step, in step_key order
+    launches, launch_keys = _launches(db, trace_id)
     engine_ranges = _engine_ranges(db) if steps_from == "engine" else []
     db.script(sql("step_scratch_drop"), {})
-    # Column by column, not a dict per row (229K steps), and each distinct text once.
-    sources: dict[str, str] = {}  # one 'range:<kind>' string per kind
-    columns = ("step_key", "ranged", "name", "kind", "range_id", "start_ns", "end_ns", "kernel_count",
-               "range_start_ns", "range_end_ns", "side")
-    for (key, ranged, name, kind, range_id, start, end, count, range_start, range_end, side) in zip(*(
-            _pylist(rows.column(c), shared=c not in UNIQUE_COLUMNS) for c in columns), strict=True):
-        source = sources.setdefault(kind, f"range:{kind}") if ranged else "launch"
-        step = Step(index=-1, name=name or "", source=source,
-                    range_id=key if key == range_id else range_id,  # one int object, not two
-                    start_ns=start, end_ns=end, kernel_count=count,
-                    launches=by_step.get(key, []), key=key)
-        if ranged:
-            step.range_start_ns, step.range_end_ns, step.range_side = range_start, range_end, side
-            step.evidence = steps_from
-            if recovered is not None:  # no range of the trace's: the window only
-                step.range_id, step.range_start_ns, step.range_end_ns, step.range_side = None, None, None, None
-            steps.append(step)
-        else:
-            loose.append(step)
-    del rows
+    col = {c: rows.column(c).combine_chunks() for c in rows.column_names}
+    keys = ints(col["step_key"], 0)
+    ranged = numbers(col["ranged"]) if len(keys) else np.zeros(0, bool)
+    # Each step's launches: a slice of `launches` (both in step_key order).
+    first = np.searchsorted(launch_keys, keys, side="left")
+    count = np.searchsorted(launch_keys, keys, side="right") - first
+    loose = np.flatnonzero(~ranged & (count > 0))
     unassigned: list[Launch] = []
-    if any(s.launches for s in steps):
-        unassigned = [x for s in sorted(loose, key=lambda s: -s.key) for x in s.launches]  # in kernel order
+    if (ranged & (count > 0)).any():
+        kept = np.flatnonzero(ranged & (count > 0))
+        for r in loose[::-1].tolist():  # in kernel order (a launch step's key is minus its number)
+            unassigned += launches[first[r]:first[r] + count[r]]
         for x in unassigned:
             x.phase, x.phase_evidence = _phase(x.attention.name, None)
     else:
-        steps = loose
-    steps = [s for s in steps if s.launches]
-    steps.sort(key=lambda s: (s.start_ns, s.range_id if s.range_id is not None else -1))
+        kept = loose
+    recovered_steps = recovered is not None
+    range_ids = ints(col["range_id"], -1)
+    start = ints(col["start_ns"], 0)
+    tie = np.where(ranged, range_ids if not recovered_steps else -1, -1)
+    order = kept[np.lexsort((np.abs(keys[kept]), tie[kept], start[kept]))]  # by start, range id, then key
+    steps = _steps_of(col, order, first, count, launches, steps_from, recovered_steps)
     if engine_ranges:
         _attach_engine_info(steps, engine_ranges)
-    for i, s in enumerate(steps):
-        s.index = i
-        if not s.name:
-            s.name = f"{s.launches[0].attention.kernel} launch {i}"
+    _phases(steps)
+    _mixed_from_tiles(db, trace_id, steps)
+    return steps, unassigned
+
+
+def _launches(db: TraceDB, trace_id: int) -> tuple[list[Launch], np.ndarray]:
+    """The attention launches of the trace's steps (step_launches.sql), in step_key then kernel order, each with
+    its merge and prepare kernels and split state (phase not set yet), and each launch's step_key. The rows come
+    in record batches; a launch's rows are its attention row, then its merges, then its prepares."""
+    result = db.con.sql(sql("step_launches"), params={
+        "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)})
+    labels = labels_of(db)
+    kernels: list[Kernel] = []
+    attention: list[np.ndarray] = []
+    parts: dict[str, list[np.ndarray]] = {"step_key": [], "merges": [], "prepares": []}
+    split_kv: list[bool | None] = []
+    evidence: list[str] = []
+    for batch in db.stream(result, LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
+        part = pa.Table.from_batches([batch])
+        kernels += kernels_of(part, labels)
+        merges = part.column("merges").combine_chunks()
+        mask = valid(merges)  # the attention rows: the others have no count
+        attention.append(mask)
+        parts["merges"].append(ints(merges, 0)[mask])
+        for c in ("step_key", "prepares"):
+            parts[c].append(ints(part.column(c).combine_chunks(), 0)[mask])
+        split_kv += _attention_values(part.column("split_kv").combine_chunks(), mask)
+        evidence += _attention_values(part.column("split_evidence").combine_chunks(), mask, "")
+    if not kernels:
+        return [], np.zeros(0, np.int64)
+    at = np.flatnonzero(np.concatenate(attention))
+    n_merges, n_prepares, keys = (np.concatenate(parts[c]) for c in ("merges", "prepares", "step_key"))
+    merged: list[Sequence[Kernel]] = [()] * len(at)
+    prepared: list[Sequence[Kernel]] = [()] * len(at)
+    for i in np.flatnonzero(n_merges + n_prepares).tolist():
+        a, m = int(at[i]) + 1, int(n_merges[i])
+        merged[i] = tuple(kernels[a:a + m])
+        prepared[i] = tuple(kernels[a + m:a + m + int(n_prepares[i])])
+    heads = np.empty(len(kernels), dtype=object)
+    heads[:] = kernels
+    launches = list(map(Launch, heads[at].tolist(), merged, prepared, ["unknown"] * len(at), [""] * len(at),
+                        split_kv, evidence))
+    return launches, keys
+
+
+def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, count: np.ndarray,
+              launches: list[Launch], steps_from: str, recovered: bool) -> list[Step]:
+    """The Step of each step_rows.sql row of `order` (their final order: `index` is the position), with its
+    launches (the slice `first`, `count` of `launches`)."""
+    def pick(c: str) -> list[Any]:
+        values = col[c]
+        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+            words, codes = encode(values)
+            shared = np.empty(len(words) + 1, dtype=object)
+            for i, w in enumerate(words):
+                shared[i] = w
+            shared[-1] = None
+            out: list[Any] = shared[codes[order]].tolist()
+            return out
+        got = (numbers(values) if pa.types.is_boolean(values.type) else ints(values, -1))[order].tolist()
+        if values.null_count:
+            ok = valid(values)[order].tolist()
+            return [v if o else None for v, o in zip(got, ok, strict=True)]
+        return list(got)
+
+    keys, ranged, names, kinds, starts, ends, counts, range_starts, range_ends, sides = (
+        pick(c) for c in ("step_key", "ranged", "name", "kind", "start_ns", "end_ns", "kernel_count",
+                          "range_start_ns", "range_end_ns", "side"))
+    n = len(keys)
+    lo, k = first[order].tolist(), count[order].tolist()
+    mine = [launches[a:a + m] for a, m in zip(lo, k, strict=True)]
+    names = [name or f"{x[0].attention.kernel} launch {i}" for i, (name, x) in enumerate(zip(names, mine, strict=True))]
+    if n and not ranged[0]:  # launch steps (a list holds one kind: range steps, or launch steps alone)
+        return list(map(Step, range(n), names, itertools.repeat("launch", n), itertools.repeat(None, n), starts,
+                        ends, counts, mine, keys))
+    sources = {kind: f"range:{kind}" for kind in set(kinds)}
+    if recovered:  # no range of the trace's: the window only
+        none = [None] * n  # a list: one iterator given five times would be read five times a row
+        return list(map(Step, range(n), names, map(sources.__getitem__, kinds), none, starts, ends, counts, mine,
+                        keys, none, none, none, none, itertools.repeat(steps_from, n)))
+    return list(map(Step, range(n), names, map(sources.__getitem__, kinds), keys, starts, ends, counts, mine, keys,
+                    range_starts, range_ends, sides, itertools.repeat(None, n), itertools.repeat(steps_from, n)))
+
+
+def _phases(steps: list[Step]) -> None:
+    """Each launch's phase: its kernel's, in the context of its step's range name; the engine's annotation where it
+    states the phase; a varlen kernel that split along KV ran decode."""
+    for s in steps:
+        context = None if s.source == "launch" else s.name
+        engine = s.engine is not None and s.engine.phase in STEP_PHASES
         for launch in s.launches:
-            launch.phase, launch.phase_evidence = _phase(launch.attention.name,
-                                                         None if s.source == "launch" else s.name)
-            if s.engine is not None and s.engine.phase in STEP_PHASES:
-                _engine_phase(launch, s.engine)
+            launch.phase, launch.phase_evidence = _phase(launch.attention.name, context)
+            if engine:
+                _engine_phase(launch, s.engine)  # type: ignore[arg-type]
             elif launch.phase == "unknown" and launch.merges and launch.attention.backend in SPLIT_MEANS_DECODE:
                 launch.phase = "decode"
                 launch.phase_evidence = (f"{launch.merges[0].kernel} combined its KV splits: "
                                          f"{SPLIT_MEANS_DECODE[launch.attention.backend]}")
-    _mixed_from_tiles(db, trace_id, steps)
-    return steps, unassigned
 
 
 # Steps searched on either side of a prefill-shaped step for the running decode batch (a chunked prefill's
@@ -592,4 +685,4 @@ def step_kernels(db: TraceDB, trace_id: int, step: Step) -> list[Kernel]:
     """Every kernel of `step` (of trace `trace_id`, grouped by `group_steps` on this connection), in start
     order."""
     return kernels_of(db.con.sql(sql("step_kernels"), params={"trace": trace_id, "step_key": step.key})
-                      .to_arrow_table())
+                      .to_arrow_table(), labels_of(db))
