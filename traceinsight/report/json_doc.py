@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 
 from traceinsight import __version__
 from traceinsight.report.fleet import summary_row
 
 if TYPE_CHECKING:  # annotations only: a document rebuilt from saved tables (report/saved.py) needs no model
+    import numpy as np
+
     from traceinsight.diagnose.context import TraceAnalysis
     from traceinsight.model.schedule import Schedule
     from traceinsight.report.step_columns import StepColumns
@@ -64,7 +65,7 @@ def step_summary_of(durs: Sequence[int] | np.ndarray, attention: int,
         state = "on" if kv is True else "off" if kv is False else "unknown"
         split[state] += count
         per.setdefault((kernel, backend), {"on": 0, "off": 0, "unknown": 0})[state] += count
-    ordered = np.sort(np.asarray(durs, np.int64)).tolist()
+    ordered = sorted(durs.tolist() if not isinstance(durs, Sequence) else durs)
     return {
         "count": len(ordered),
         "total_ns": sum(ordered),
@@ -76,25 +77,18 @@ def step_summary_of(durs: Sequence[int] | np.ndarray, attention: int,
     }
 
 
-def pick_steps(slowest: Iterable[int], findings: Iterable[tuple[Sequence[int], Mapping[str, Any] | None]],
-               steps: np.ndarray, walls: np.ndarray) -> list[int]:
+def pick_steps(slowest: Iterable[int], per_finding: Iterable[int], evidence: Iterable[Mapping[str, Any] | None],
+               known: Callable[[list[int]], Container[int]]) -> list[int]:
     """The steps that matter, as indexes in step order: the `slowest` steps (the SLOWEST_STEPS of longest wall
-    time), and per finding (its steps, its evidence) its first STEPS_PER_FINDING steps, its STEPS_PER_FINDING
-    slowest by wall time (the first of equal ones) and the steps its evidence names, among the steps that are:
-    `steps` (int64, ascending) with their wall times `walls` (`report.saved` applies it to the tables)."""
-    keep = set(slowest)
-    for named, evidence in findings:
-        got = np.fromiter(named, np.int64, len(named))
-        at = np.minimum(np.searchsorted(steps, got), max(len(steps) - 1, 0))
-        known = (steps[at] == got) if len(steps) else np.zeros(len(got), bool)
-        got, wall = got[known], walls[at[known]]
-        keep.update(got[:STEPS_PER_FINDING].tolist())
-        keep.update(got[np.argsort(-wall, kind="stable")[:STEPS_PER_FINDING]].tolist())
-        ev = evidence or {}
-        for k in EVIDENCE_STEPS:
-            v = ev.get(k)
-            if isinstance(v, int) and len(steps) and steps[min(int(np.searchsorted(steps, v)), len(steps) - 1)] == v:
-                keep.add(v)
+    time), per finding its first STEPS_PER_FINDING steps and its STEPS_PER_FINDING slowest by wall time among the
+    steps that are (`per_finding`: queries/finding_steps.sql picks them from the tables), and the steps each
+    finding's `evidence` names, those of them that are (`known(steps)`; `report.saved` applies it to the
+    tables)."""
+    keep = set(slowest) | set(per_finding)
+    named = [ev[k] for ev in evidence if ev for k in EVIDENCE_STEPS if isinstance(ev.get(k), int)]
+    if named:
+        found = known(named)
+        keep.update(i for i in named if i in found)
     return sorted(keep)
 
 
@@ -210,6 +204,8 @@ class _Walls:
     index when several share it), as an array and where each index is in it."""
 
     def __init__(self, c: StepColumns) -> None:
+        import numpy as np
+
         self.numbered = bool((c.index == np.arange(c.n)).all())  # step i at position i: as the pipeline numbers
         self.at: dict[int, int] = {} if self.numbered else dict(zip(c.index.tolist(), range(c.n), strict=True))
         keep = np.arange(c.n) if self.numbered else np.fromiter(self.at.values(), np.int64, len(self.at))
@@ -218,6 +214,8 @@ class _Walls:
 
     def positions(self, steps: Iterable[int]) -> np.ndarray:
         """Where each of these step indexes is (-1: no step has it)."""
+        import numpy as np
+
         if self.numbered:
             got = np.fromiter(steps, np.int64)
             return np.where((got >= 0) & (got < len(self.wall)), got, -1)
@@ -227,6 +225,8 @@ class _Walls:
 def _floor_total(findings: list[Any], walls: _Walls) -> int:
     """The steps' floors added up: `rootcause.step_floors` (each step's wall time less the most any root cause
     whose saving lies inside steps claims in it, `rootcause.step_claims`), on the walls as an array."""
+    import numpy as np
+
     from traceinsight.diagnose.rootcause import BASIS_STEPS, _claim, saving_basis
 
     wall = walls.wall
@@ -258,6 +258,8 @@ def _floor_total(findings: list[Any], walls: _Walls) -> int:
 def _between_steps(c: StepColumns) -> int:
     """The time between the steps' windows added up (`rootcause.budgets`' BASIS_SPAN): before each window (in
     start order) since the latest end of the windows before it, 0 for a pause of PAUSE_MIN_NS or more."""
+    import numpy as np
+
     from traceinsight.diagnose.rules.gpu_idle_gaps import PAUSE_MIN_NS
 
     if c.n < 2:

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from traceinsight.model.breakdown import components_ns
+
 # A split-KV state as a code: False, True, None (unknown).
 SPLIT_CODES = {False: 0, True: 1, None: 2}
 SPLIT_STATES: tuple[bool | None, ...] = (False, True, None)
@@ -27,7 +29,7 @@ _KERNEL = attrgetter("kernel_id", "name", "kernel", "family", "backend", "params
 # A breakdown's numbers as they lie in its trace's shared array, and the host range's value there for None.
 ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
 NO_RANGE = -(2**63)
-_ARENA = attrgetter("_data", "_at", "source", "host_gaps")
+_ARENA = attrgetter("_data", "_at", "source", "host_gaps", "_names")
 
 
 def _columns(getter: attrgetter[Any], objects: Sequence[Any], width: int) -> list[tuple[Any, ...]]:
@@ -102,6 +104,8 @@ class StepColumns:
     window_numbers: np.ndarray
     window_source: tuple[str, ...]
     host_gaps: tuple[tuple[tuple[int, int], ...], ...]
+    component_names: tuple[tuple[str, ...], ...]  # their components' names: one tuple shared per sequence
+    component_ns: np.ndarray  # their components' ns, one breakdown's after the other's
 
     @property
     def dur(self) -> np.ndarray:
@@ -109,25 +113,32 @@ class StepColumns:
         return dur
 
 
-def _window_fields(present: list[Any]) -> tuple[np.ndarray, tuple[str, ...], tuple[Any, ...]]:
-    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources and host gaps:
-    the numbers read from the int64 array the breakdowns of a trace share (`model.breakdown.StepBreakdown`: each
-    one's numbers at its `_at`, these first) when they share one and the first one's properties read the same from
-    it; else through the properties."""
+def _window_fields(present: list[Any]) -> tuple[np.ndarray, tuple[str, ...], tuple[Any, ...],
+                                                 tuple[tuple[str, ...], ...], np.ndarray]:
+    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources, host gaps,
+    component names and components' ns (all breakdowns' one after the other): the numbers read from the int64 array
+    the breakdowns of a trace share (`model.breakdown.StepBreakdown`: each one's numbers at its `_at`, these first,
+    then its components') when they share one and the first one's properties read the same from it; else through
+    the properties."""
     try:
-        data, at, source, host_gaps = _columns(_ARENA, present, 4)
+        data, at, source, host_gaps, names = _columns(_ARENA, present, 5)
         shared = len(set(map(id, data))) == 1
     except AttributeError:  # breakdowns that keep their numbers otherwise
         shared = False
     if shared:
         arena = np.frombuffer(data[0], np.int64)
-        rows = arena[np.fromiter(at, np.int64, len(at))[:, None] + np.arange(len(ARENA_FIELDS))]
+        first = np.fromiter(at, np.int64, len(at))
+        rows = arena[first[:, None] + np.arange(len(ARENA_FIELDS))]
+        lengths = np.fromiter(map(len, names), np.int64, len(names))
+        starts = first + len(ARENA_FIELDS) - (np.cumsum(lengths) - lengths)
+        ns = arena[np.repeat(starts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)]
         del arena  # the shared array may grow again once its buffer is released
-        if rows[0].tolist() == _numbers(present[0]):
-            return rows, source, host_gaps
-    fields = _columns(attrgetter(*ARENA_FIELDS, "source", "host_gaps"), present, len(ARENA_FIELDS) + 2)
+        b = present[0]
+        if rows[0].tolist() == _numbers(b) and ns[:len(names[0])].tolist() == list(b.component_ns()):
+            return rows, source, host_gaps, names, ns
+    fields = _columns(attrgetter("source", "host_gaps", "component_names"), present, 3)
     rows = np.array([_numbers(b) for b in present], np.int64).reshape(-1, len(ARENA_FIELDS))
-    return rows, fields[-2], fields[-1]
+    return rows, fields[0], fields[1], fields[2], components_ns(present)
 
 
 def _numbers(b: Any) -> list[int]:
@@ -169,7 +180,8 @@ def step_columns(steps: Sequence[Any]) -> StepColumns:
     starts, ends = _int64(start), _int64(end)
     windowed = np.fromiter((b is not None for b in breakdown), bool, n)
     w_start, w_end = starts.copy(), ends.copy()
-    window_numbers, window_source, host_gaps = _window_fields([b for b in breakdown if b is not None])
+    window_numbers, window_source, host_gaps, component_names, component_ns = _window_fields(
+        [b for b in breakdown if b is not None])
     w_start[windowed], w_end[windowed] = window_numbers[:, 0], window_numbers[:, 1]
     # A step's split_kv and phase: the one state its launches share (else None; a phase by `Step.phase`'s rule).
     first = np.cumsum(counts) - counts
@@ -183,13 +195,14 @@ def step_columns(steps: Sequence[Any]) -> StepColumns:
         phases = {p: i for i, p in enumerate(dict.fromkeys(l_phase))}
         codes = np.fromiter(map(phases.__getitem__, l_phase), np.int64, m)
         agree[has] = np.minimum.reduceat(codes, first[has]) == np.maximum.reduceat(codes, first[has])
-    step_phase = [l_phase[j] for j in last.tolist()] if m else ["unknown"] * n
+    step_phase = np.array(l_phase, object)[last].tolist() if m else ["unknown"] * n
     for i in np.flatnonzero(~agree).tolist():
         step_phase[i] = steps[i].phase
     return StepColumns(
         n=n, index=_int64(index), name=name, source=source, range_id=range_id, start=starts, end=ends,
         kernel_count=_int64(kernel_count), breakdown=breakdown, windowed=windowed, window_start=w_start,
         window_end=w_end, window_numbers=window_numbers, window_source=window_source, host_gaps=host_gaps,
+        component_names=component_names, component_ns=component_ns,
         wall=np.where(windowed, w_end - w_start, ends - starts),
         attention=_per_step(k_dur_a + merge_ns + prepare_ns, counts), phase=step_phase, split=step_split,
         launch_count=counts, m=m, step=np.repeat(np.arange(n, dtype=np.int64), counts),

@@ -49,6 +49,7 @@ def sweep_panels_of(c: StepColumns, thresholds: list[dict[str, Any]]) -> list[Sw
         if case is not None:
             key, dist, b = case
             cases[key][dist].setdefault(b, []).append(code)
+    kernel_of, backend_of = np.array(c.k_kernel, object), np.array(c.k_backend, object)
     panels = []
     for key in sorted(cases):
         series = []
@@ -61,8 +62,7 @@ def sweep_panels_of(c: StepColumns, thresholds: list[dict[str, Any]]) -> list[Sw
                 ser.batch.append(b)
                 ser.median_ns.append(int(statistics.median(c.attention[steps].tolist())))
                 ser.split_off.append(bool(len(launches)) and bool((c.l_split[launches] == SPLIT_CODES[False]).all()))
-                picked = launches.tolist()
-                for pair, n in Counter(zip([c.k_kernel[i] for i in picked], [c.k_backend[i] for i in picked],
+                for pair, n in Counter(zip(kernel_of[launches].tolist(), backend_of[launches].tolist(),
                                            strict=True)).items():
                     kernels[pair] += n
             series.append(ser)

@@ -5,7 +5,9 @@ numbers the JSON document holds, in rows (tests/test_tables.py holds the two tog
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -21,13 +23,11 @@ from traceinsight.ingest.arrow_numpy import (
     int_array,
     list_array,
     python_array,
-    string_array,
     text_array,
 )
 from traceinsight.ingest.schema import analysis_table_names
 from traceinsight.ingest.schema import mentions_analysis as mentions_analysis  # `sql` asks it without pyarrow
 from traceinsight.ingest.store import TraceDB
-from traceinsight.model.breakdown import components_ns
 from traceinsight.model.planners.types import gc_paused
 from traceinsight.report import json_doc
 from traceinsight.report.step_columns import ARENA_FIELDS, NO_RANGE, SPLIT_CODES, StepColumns, step_columns
@@ -36,7 +36,8 @@ from traceinsight.report.step_columns import ARENA_FIELDS, NO_RANGE, SPLIT_CODES
 ANALYSIS_TABLES = analysis_table_names()
 
 
-def _step_rows(a: TraceAnalysis, c: StepColumns) -> dict[str, pa.Array]:
+def _step_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, pa.Array]:
+    c = columns()
     n = c.n
     batches = a.schedule.batches if a.schedule is not None else {}
     windowed = c.windowed
@@ -52,8 +53,8 @@ def _step_rows(a: TraceAnalysis, c: StepColumns) -> dict[str, pa.Array]:
     sources[windowed] = c.window_source
     gap_counts = np.zeros(n, np.int64)
     gap_counts[windowed] = np.fromiter(map(len, host_gaps), np.int64, len(host_gaps))
-    gaps = [g for gs in host_gaps if gs for g in gs]
-    gap_ends = int_array((x for g in gaps for x in g), 2 * len(gaps), nullable=False)
+    gaps = list(chain.from_iterable(host_gaps))
+    gap_ends = int64_array(np.fromiter(chain.from_iterable(gaps), np.int64))
     return {
         "trace_id": _repeat(a.trace_id, n),
         "step": int64_array(c.index),
@@ -76,13 +77,13 @@ def _step_rows(a: TraceAnalysis, c: StepColumns) -> dict[str, pa.Array]:
         "idle_stretches": window("idle_stretches"),
         "host_gaps": list_array(gap_counts, list_array(np.fromiter(map(len, gaps), np.int64, len(gaps)), gap_ends),
                                 windowed),
-        "batch_json": _memo_json([batches.get(i) for i in c.index.tolist()]) if batches else pa.nulls(n, pa.string()),
+        "batch_json": _memo_json(list(map(batches.get, c.index.tolist()))) if batches else pa.nulls(n, pa.string()),
     }
 
 
-def _breakdown_rows(a: TraceAnalysis, c: StepColumns) -> dict[str, pa.Array]:
-    present = [b for b in c.breakdown if b is not None]
-    tuples = [b.component_names for b in present]
+def _breakdown_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, pa.Array]:
+    c = columns()
+    tuples = c.component_names
     ids = np.fromiter(map(id, tuples), np.int64, len(tuples))
     _, first, which = np.unique(ids, return_index=True, return_inverse=True)
     distinct = [tuples[i] for i in first.tolist()]  # the shared tuples of names, each once
@@ -99,10 +100,11 @@ def _breakdown_rows(a: TraceAnalysis, c: StepColumns) -> dict[str, pa.Array]:
     return {"trace_id": _repeat(a.trace_id, n),
             "step": int64_array(np.repeat(c.index[c.windowed], lengths)),
             "component": dictionary_array(words, component),
-            "ns": int64_array(components_ns(present))}
+            "ns": int64_array(c.component_ns)}
 
 
-def _launch_rows(a: TraceAnalysis, c: StepColumns) -> dict[str, pa.Array]:
+def _launch_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, pa.Array]:
+    c = columns()
     measured = a.schedule.measured if a.schedule is not None else {}
     n = c.m
     meas = [measured.get(k) for k in c.k_id.tolist()] if measured else None
@@ -134,7 +136,7 @@ def _launch_rows(a: TraceAnalysis, c: StepColumns) -> dict[str, pa.Array]:
         "merge_ns": int64_array(c.merge_ns),
         "prepare_kernel_ids": attached_ids(c.prepares),
         "prepare_ns": int64_array(c.prepare_ns),
-        "tile_padding_share": (pa.nulls(n) if tiles.count(None) == n
+        "tile_padding_share": (pa.nulls(n) if _nones(tiles) == n
                                else python_array([t["padding_share"] if t else None for t in tiles])),
         "launch": int64_array(c.launch),
         "name": text_array(c.k_name, n),
@@ -159,7 +161,7 @@ _MODEL = attrgetter("source", "work_items", "chunk_tokens", "split_kv", "predict
                     "balanced_ns", "grid_matches", "longest_item_tokens", "note")
 
 
-def _model_rows(a: TraceAnalysis, c: StepColumns) -> dict[str, pa.Array]:
+def _model_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, pa.Array]:
     sched = a.schedule
     models = sched.models if sched is not None else {}
     n = len(models)
@@ -190,7 +192,7 @@ def _model_rows(a: TraceAnalysis, c: StepColumns) -> dict[str, pa.Array]:
     }
 
 
-def _finding_rows(a: TraceAnalysis, _: StepColumns) -> dict[str, list[Any]]:
+def _finding_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {c: [] for c in (
         "trace_id", "finding", "rule_id", "severity", "steps", "summary", "cause", "saving_ns", "evidence_json",
         "remedy", "explanation", "ref", "supports", "related", "attributed_saving_ns", "saving_basis")}
@@ -206,7 +208,7 @@ def _finding_rows(a: TraceAnalysis, _: StepColumns) -> dict[str, list[Any]]:
     return cols
 
 
-def _check_rows(a: TraceAnalysis, _: StepColumns) -> dict[str, list[Any]]:
+def _check_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {c: [] for c in ("trace_id", "rule_id", "name", "status", "reason", "findings")}
     for c in a.checks:
         j = c.to_json()
@@ -216,12 +218,12 @@ def _check_rows(a: TraceAnalysis, _: StepColumns) -> dict[str, list[Any]]:
     return cols
 
 
-def _analysis_rows(a: TraceAnalysis, c: StepColumns) -> dict[str, list[Any]]:
+def _analysis_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, list[Any]]:
     """The document's trace-level sections (`json_doc.trace_sections`; the steps, findings and checks have their
     own tables)."""
     from traceinsight.report.gantt import stored_gantt
 
-    doc = json_doc.trace_sections(a, c)
+    doc = json_doc.trace_sections(a, columns())
     t = doc["trace"]
     row = {"trace_id": a.trace_id, "analyzer": doc["tool"]["version"], "path": t["path"], "format": t["format"],
            "format_version": t["format_version"], "tool_version": t["tool_version"], "gpu_json": _json(t["gpu"]),
@@ -245,9 +247,16 @@ _NO_VALUE = np.iinfo(np.int64).min
 
 def _ints(values: Sequence[int | None]) -> np.ndarray:
     """Integers (None as _NO_VALUE) as int64."""
-    if None not in values:
+    if _nones(values) == 0:
         return np.fromiter(values, np.int64, len(values))
-    return np.fromiter((_NO_VALUE if v is None else v for v in values), np.int64, len(values))
+    got = np.array(values, object)
+    got[got == None] = _NO_VALUE  # noqa: E711 (elementwise)
+    return got.astype(np.int64)
+
+
+def _nones(values: Sequence[Any]) -> int:
+    """How many of `values` are None (by identity: no __eq__ per value)."""
+    return list(map(id, values)).count(id(None))
 
 
 def _nullable(values: Sequence[int | None]) -> pa.Array:
@@ -268,10 +277,11 @@ def _python(values: Sequence[Any]) -> pa.Array:
     """`python_array(values)`, the usual columns (all None; integers without None) read without a scan per row in
     Python."""
     n = len(values)
-    if values.count(None) == n:
+    kinds = set(map(type, values)) - {type(None)}
+    if not kinds:
         return pa.nulls(n)
-    if set(map(type, values)) == {int}:
-        return int64_array(np.fromiter(values, np.int64, n))
+    if kinds == {int}:
+        return _nullable(values)
     return python_array(values)
 
 
@@ -286,7 +296,7 @@ def _distinct(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
 def _memo_json(values: Sequence[Any]) -> pa.Array:
     """Each value as JSON (None as NULL), written once per distinct object: a kernel's params dict is shared by its
     launches (parsed once per text, `model.steps`), a trace-side batch by the steps of one shape."""
-    if values.count(None) == len(values):
+    if _nones(values) == len(values):
         return pa.nulls(len(values), pa.string())
     objects, codes = _distinct(values)
     texts = [None if v is None else _json(v.to_json() if hasattr(v, "to_json") else v) for v in objects]
@@ -317,7 +327,10 @@ def _attached_json(groups: Sequence[Sequence[Any]]) -> pa.Array:
             parts.append(f"{head}{m.dur_ns}}}")
         return "[" + ",".join(parts) + "]"
 
-    return string_array([text(g) if g else "[]" for g in groups], len(groups))
+    full = [i for i, g in enumerate(groups) if g]  # most launches have none
+    codes = np.zeros(len(groups), np.int64)
+    codes[full] = np.arange(1, len(full) + 1)
+    return dictionary_array(["[]", *(text(groups[i]) for i in full)], codes)
 
 
 def _attached(kernels: Sequence[Any]) -> list[dict[str, Any]]:
@@ -330,7 +343,7 @@ def _json(v: Any) -> str:
 
 
 # Each table's columns: Arrow arrays, or Python values (a few rows) that `python_array` converts.
-BUILDERS: dict[str, Callable[[TraceAnalysis, StepColumns], dict[str, Any]]] = {
+BUILDERS: dict[str, Callable[[TraceAnalysis, Callable[[], StepColumns]], dict[str, Any]]] = {
     "steps": _step_rows, "step_breakdown": _breakdown_rows, "attention_launches": _launch_rows,
     "launch_models": _model_rows, "findings": _finding_rows, "rule_checks": _check_rows, "analyses": _analysis_rows}
 
@@ -364,7 +377,7 @@ def copy_tables(con: Any, trace_ids: Iterable[int], into: str) -> None:
 
 def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
     with gc_paused():  # the columns' temporary objects hold no cycle; a collection would walk the whole analysis
-        columns = step_columns(a.steps)
+        columns = functools.cache(lambda: step_columns(a.steps))  # once, for the tables that read the steps
         for name in ANALYSIS_TABLES:
             con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
             cols = BUILDERS[name](a, columns)
