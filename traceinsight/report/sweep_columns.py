@@ -1,7 +1,7 @@
 """The batch-size sweep's panels (`model.sweep.sweep_panels`) from the steps as columns (`report.step_columns`):
-each distinct step name parsed once, each case's steps and launches taken by numpy, instead of a tuple and a
-token parse per step (a long trace's 10^5-10^6 steps carry a few dozen names). The same panels, equal to
-`sweep_panels` of the steps (tests/test_sweep_panels.py holds the two together)."""
+each distinct step name parsed once, each case's steps and launches taken by numpy, and `sweep_panels` given one
+step per case that stands for its steps, instead of a tuple and a token parse per step (a long trace's 10^5-10^6
+steps carry a few dozen names). The same panels as `sweep_panels` of the steps (tests/test_sweep_panels.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.model.sweep import (
-    _BATCH_KEYS,
-    _REPEAT_KEYS,
-    SweepPanel,
-    SweepSeries,
-    _dist_order,
-    _int,
-    step_tokens,
-    threshold_for,
-)
+from traceinsight.model.sweep import _BATCH_KEYS, _REPEAT_KEYS, SweepPanel, _int, step_tokens, sweep_panels
 from traceinsight.report.step_columns import SPLIT_CODES, StepColumns
 
 
@@ -40,35 +31,24 @@ def _case(name: str) -> tuple[str, str, int] | None:
 
 
 def sweep_panels_of(c: StepColumns, thresholds: list[dict[str, Any]]) -> list[SweepPanel]:
-    """`sweep_panels` of the steps `c` holds."""
+    """`sweep_panels` of the steps `c` holds: given one step per case (key, distribution, batch size) that stands
+    for the case's steps, named as one of them, with their median attention time and the case's launches (one
+    (kernel, backend, split) per launch, each distinct pair's in the order they first ran: what `sweep_panels`
+    counts; every split False exactly when every launch of the case ran split-KV off)."""
     numbered: defaultdict[str, int] = defaultdict(count().__next__)
     name_code = np.fromiter(map(numbered.__getitem__, c.name), np.int64, c.n)
-    cases: dict[str, dict[str, dict[int, list[int]]]] = defaultdict(lambda: defaultdict(dict))
+    cases: dict[tuple[str, str, int], tuple[str, list[int]]] = {}
     for name, code in numbered.items():
         case = _case(name)
         if case is not None:
-            key, dist, b = case
-            cases[key][dist].setdefault(b, []).append(code)
+            cases.setdefault(case, (name, []))[1].append(code)
     kernel_of, backend_of = np.array(c.k_kernel, object), np.array(c.k_backend, object)
-    panels = []
-    for key in sorted(cases):
-        series = []
-        kernels: dict[tuple[str | None, str | None], int] = defaultdict(int)
-        for dist in sorted(cases[key], key=_dist_order):
-            ser = SweepSeries(dist)
-            for b in sorted(cases[key][dist]):
-                steps = np.flatnonzero(np.isin(name_code, cases[key][dist][b]))
-                launches = np.flatnonzero(np.isin(c.step, steps))
-                ser.batch.append(b)
-                ser.median_ns.append(int(statistics.median(c.attention[steps].tolist())))
-                ser.split_off.append(bool(len(launches)) and bool((c.l_split[launches] == SPLIT_CODES[False]).all()))
-                for pair, n in Counter(zip(kernel_of[launches].tolist(), backend_of[launches].tolist(),
-                                           strict=True)).items():
-                    kernels[pair] += n
-            series.append(ser)
-        if sum(len(s.batch) for s in series) < 2:
-            continue
-        kernel, backend = max(kernels, key=lambda k: kernels[k]) if kernels else (None, None)
-        b_th, src = threshold_for(thresholds, kernel, backend)
-        panels.append(SweepPanel(key or "sweep", kernel, backend, series, b_th, src))
-    return panels
+    standing = []
+    for name, codes in cases.values():
+        steps = np.flatnonzero(np.isin(name_code, codes))
+        launches = np.flatnonzero(np.isin(c.step, steps))
+        off = bool((c.l_split[launches] == SPLIT_CODES[False]).all())
+        pairs = Counter(zip(kernel_of[launches].tolist(), backend_of[launches].tolist(), strict=True))
+        ran = [x for (kernel, backend), n in pairs.items() for x in [(kernel, backend, False if off else None)] * n]
+        standing.append((name, int(statistics.median(c.attention[steps].tolist())), ran))
+    return sweep_panels(standing, thresholds)
