@@ -529,3 +529,30 @@ def test_device_activity_is_one_devices_kernels_and_memops_in_start_order() -> N
     x.memop(220, 260, device=1)
     assert x.rows("device_activity", trace=T, device=0) == [(50, 90, "memop"), (100, 200, "gemm"),
                                                              (300, 400, "attention")]
+
+
+def test_finding_steps_picks_each_findings_first_and_slowest_known_steps() -> None:
+    import duckdb
+
+    from traceinsight.ingest.schema import analysis_schema_sql
+
+    con = duckdb.connect()
+    con.execute(analysis_schema_sql())
+    walls = {0: 50, 1: 10, 2: 70, 3: 70, 4: 5, 5: 90}  # step -> wall_ns
+    for trace in (T, T + 1):  # the other trace's steps and findings must not show
+        for step, wall in walls.items():
+            con.execute("INSERT INTO steps (trace_id, step, name, source, phase, start_ns, dur_ns, attention_ns, "
+                        "kernel_count, wall_ns) VALUES (?, ?, 's', 'launch', 'decode', 0, 1, 1, 1, ?)",
+                        [trace, step, wall if trace == T else 1000 + step])
+    findings = {0: [4, 9, 1, 0, 1], 1: [3, 2, 5]}  # step 9 is no step of the trace; step 1 listed twice
+    for f, steps in findings.items():
+        con.execute("INSERT INTO findings (trace_id, finding, rule_id, severity, steps, summary) "
+                    "VALUES (?, ?, 'r', 'info', ?, 's')", [T, f, steps])
+    con.execute("INSERT INTO findings (trace_id, finding, rule_id, severity, steps, summary) "
+                "VALUES (?, 0, 'r', 'info', [5], 's')", [T + 1])
+    got = {i for (i,) in con.execute(sql("finding_steps"), {"trace": T, "per": 2}).fetchall()}
+    # finding 0: first two known [4, 1], slowest two [0 (50), 1 (10, the first listed)]; finding 1: first [3, 2],
+    # slowest [5 (90), 3 (70, listed before 2)]
+    assert got == {4, 1, 0, 3, 2, 5}
+    got = {i for (i,) in con.execute(sql("finding_steps"), {"trace": T, "per": 1}).fetchall()}
+    assert got == {4, 0, 3, 5}  # finding 0: first 4, slowest 0; finding 1: first 3, slowest 5

@@ -60,3 +60,30 @@ def test_an_analysis_saved_without_its_panels_gets_them_from_its_steps() -> None
     want = saved.document(src, a.trace_id, STEPS_ALL)["sweep"]
     src.con.execute("UPDATE analyses SET sweep_json = NULL")
     assert want and saved.document(src, a.trace_id, STEPS_SELECTED)["sweep"] == want
+
+
+def test_panels_from_the_steps_as_columns_are_the_panels_of_the_steps() -> None:
+    """`report.sweep_columns` (the analysis tables' panels, from the steps as columns) gives what `sweep_panels` of
+    the steps gives: on the sweep trace as it is, and with its cases spread over several names (`step=` tokens
+    that only repeat a case), one launch of a case off and the other on, and a case's medians of an even count."""
+    import copy
+
+    from traceinsight.report.step_columns import step_columns
+    from traceinsight.report.sweep_columns import sweep_panels_of
+
+    steps = copy.deepcopy(sweep(False).steps)  # (shared with other tests: changed below)
+
+    def of_steps() -> list[SweepPanel]:
+        return sweep_panels(((s.name, s.attention_ns, [(x.attention.kernel, x.attention.backend, x.split_kv)
+                                                      for x in s.launches]) for s in steps), THRESHOLDS)
+
+    want = of_steps()
+    assert want and sweep_panels_of(step_columns(steps), THRESHOLDS) == want
+    for i, s in enumerate(steps):
+        s.name = f"{s.name} step={i % 3}"
+        if i % 5 == 0:
+            for x in s.launches:
+                x.split_kv = not x.split_kv if x.split_kv is not None else None
+    steps = steps[1:]  # an even count somewhere
+    changed = of_steps()
+    assert changed != want and sweep_panels_of(step_columns(steps), THRESHOLDS) == changed

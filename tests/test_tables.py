@@ -150,7 +150,7 @@ def test_a_keeping_run_writes_each_table_once(fmt: str, traces: int, tmp_path: P
     monkeypatch.setenv("TRACEINSIGHT_CACHE_MIN_BYTES", "0")
     built: list[str] = []
     real = tables.BUILDERS["analyses"]
-    monkeypatch.setitem(tables.BUILDERS, "analyses", lambda a: built.append(a.path) or real(a))
+    monkeypatch.setitem(tables.BUILDERS, "analyses", lambda a, c: built.append(a.path) or real(a, c))
     paths = [TRACES / "h200/flashinfer_decode_small.pt.trace.json.gz", TRACES / "h200/flashinfer_decode.sqlite"]
     args = ["analyze", *map(str, paths[:traces]), "--format", fmt]
     alone = CliRunner().invoke(main, [*args, "--no-cache"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,11 +35,14 @@ def _percentile(values: list[int], q: float) -> int | None:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-def summary_row(a: TraceAnalysis) -> dict[str, Any]:
-    """One trace as a row of COLUMNS."""
-    durs = [s.dur_ns for s in a.steps]
-    split = Counter(s.split_kv for s in a.steps)  # once per step: each asks every launch of the step
-    slowest = max(a.steps, key=lambda s: s.dur_ns, default=None)
+def summary_row(a: TraceAnalysis, step_durs: Sequence[int] | None = None,
+                split: Counter[bool | None] | None = None) -> dict[str, Any]:
+    """One trace as a row of COLUMNS. `step_durs`, `split`: the steps' dur_ns and how many have each split_kv,
+    when the caller has them as columns (`report.step_columns`)."""
+    durs = [s.dur_ns for s in a.steps] if step_durs is None else list(step_durs)
+    if split is None:
+        split = Counter(s.split_kv for s in a.steps)  # once per step: each asks every launch of the step
+    slowest = a.steps[max(range(len(durs)), key=durs.__getitem__)] if durs else None
     severities = Counter(str(getattr(f, "severity", "")) for f in a.findings)
     top = a.findings[0] if a.findings else None
     return {

@@ -10,7 +10,8 @@ matter (`pick_steps`) and the streamed JSON writer (`write_streamed`)."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
@@ -19,9 +20,11 @@ from traceinsight import __version__
 from traceinsight.report.fleet import summary_row
 
 if TYPE_CHECKING:  # annotations only: a document rebuilt from saved tables (report/saved.py) needs no model
+    import numpy as np
+
     from traceinsight.diagnose.context import TraceAnalysis
     from traceinsight.model.schedule import Schedule
-    from traceinsight.model.steps import Step
+    from traceinsight.report.step_columns import StepColumns
 
 SCHEMA = "traceinsight.analysis/1"
 MULTI_SCHEMA = "traceinsight.analyses/1"
@@ -39,59 +42,65 @@ EVIDENCE_STEPS = ("first_step", "last_step", "threshold_step", "worst_step", "st
 StepFacts = tuple[int, int, list[tuple[str, str | None, bool | None]]]
 
 
-def _facts(s: Step) -> StepFacts:
-    return s.dur_ns, s.attention_ns, [(x.attention.kernel, x.attention.backend, x.split_kv) for x in s.launches]
-
-
 def step_summary(steps: Iterable[StepFacts]) -> dict[str, Any]:
     """What every step adds up to, so that a document holding only some steps still says it: count, GPU span
     total/median/max (ns), attention time (ns), and split-KV launch counts, overall and per (kernel, backend)."""
     durs: list[int] = []
     attention = 0
-    split = {"on": 0, "off": 0, "unknown": 0}
-    per: dict[tuple[str, str | None], dict[str, int]] = {}
-    for dur, att, launches in steps:
+    launches: list[tuple[str, str | None, bool | None]] = []
+    for dur, att, step_launches in steps:
         durs.append(dur)
         attention += att
-        for kernel, backend, kv in launches:
-            state = "on" if kv is True else "off" if kv is False else "unknown"
-            split[state] += 1
-            per.setdefault((kernel, backend), {"on": 0, "off": 0, "unknown": 0})[state] += 1
-    durs.sort()
+        launches.extend(step_launches)
+    return step_summary_of(durs, attention, launches)
+
+
+def step_summary_of(durs: Sequence[int] | np.ndarray, attention: int,
+                    launches: Iterable[tuple[str, str | None, bool | None]]) -> dict[str, Any]:
+    """`step_summary` of the steps' GPU spans, their attention time added up, and every launch's (kernel, backend,
+    split_kv) in step order (tuples, or columns zipped)."""
+    split = {"on": 0, "off": 0, "unknown": 0}
+    per: dict[tuple[str, str | None], dict[str, int]] = {}
+    for (kernel, backend, kv), count in Counter(launches).items():  # in first-seen order
+        state = "on" if kv is True else "off" if kv is False else "unknown"
+        split[state] += count
+        per.setdefault((kernel, backend), {"on": 0, "off": 0, "unknown": 0})[state] += count
+    ordered = sorted(durs.tolist() if not isinstance(durs, Sequence) else durs)
     return {
-        "count": len(durs),
-        "total_ns": sum(durs),
-        "attention_ns": attention,
-        "median_ns": int(statistics.median(durs)) if durs else None,
-        "max_ns": durs[-1] if durs else None,
+        "count": len(ordered),
+        "total_ns": sum(ordered),
+        "attention_ns": int(attention),
+        "median_ns": int(statistics.median(ordered)) if ordered else None,
+        "max_ns": ordered[-1] if ordered else None,
         "split_kv": split,
         "split_kv_by_kernel": [{"kernel": k, "backend": b, **v} for (k, b), v in per.items()],
     }
 
 
-def pick_steps(slowest: Iterable[int], findings: Iterable[tuple[Iterable[int], Mapping[str, Any] | None]],
-               wall: Callable[[int], int], known: Container[int]) -> list[int]:
+def pick_steps(slowest: Iterable[int], per_finding: Iterable[int], evidence: Iterable[Mapping[str, Any] | None],
+               known: Callable[[list[int]], Container[int]]) -> list[int]:
     """The steps that matter, as indexes in step order: the `slowest` steps (the SLOWEST_STEPS of longest wall
-    time), and per finding (its steps, its evidence) its first STEPS_PER_FINDING steps, its STEPS_PER_FINDING
-    slowest by `wall(step)` and the steps its evidence names, among the `known` steps (`report.saved` applies it
-    to the tables)."""
-    keep = set(slowest)
-    for steps, evidence in findings:
-        named = [i for i in steps if i in known]
-        keep.update(named[:STEPS_PER_FINDING])
-        keep.update(sorted(named, key=lambda i: -wall(i))[:STEPS_PER_FINDING])
-        ev = evidence or {}
-        keep.update(ev[k] for k in EVIDENCE_STEPS if isinstance(ev.get(k), int) and ev[k] in known)
+    time), per finding its first STEPS_PER_FINDING steps and its STEPS_PER_FINDING slowest by wall time among the
+    steps that are (`per_finding`: queries/finding_steps.sql picks them from the tables), and the steps each
+    finding's `evidence` names, those of them that are (`known(steps)`; `report.saved` applies it to the
+    tables)."""
+    keep = set(slowest) | set(per_finding)
+    named = [ev[k] for ev in evidence if ev for k in EVIDENCE_STEPS if isinstance(ev.get(k), int)]
+    if named:
+        found = known(named)
+        keep.update(i for i in named if i in found)
     return sorted(keep)
 
 
-def trace_sections(a: TraceAnalysis) -> dict[str, Any]:
+def trace_sections(a: TraceAnalysis, columns: StepColumns | None = None) -> dict[str, Any]:
     """The trace-level sections of `a`'s document (what the `analyses` table keeps; the steps, findings and checks
     have their own tables): schema, tool, trace, families, kernels, thresholds, summary, step_summary, savings,
     model and the batch-size sweep's panels (`model.sweep`); the analysis's extra sections are kept as they are
-    (`extra_json`)."""
-    from traceinsight.model.sweep import sweep_panels
+    (`extra_json`). `columns`: `a`'s steps as columns, when the caller has them (`report.step_columns`)."""
+    from traceinsight.report.step_columns import SPLIT_STATES, step_columns
+    from traceinsight.report.sweep_columns import sweep_panels_of
 
+    c = step_columns(a.steps) if columns is None else columns
     gpu = a.gpu
     sched = a.schedule
     thresholds = [t.to_json() for t in sched.thresholds.values()] if sched is not None else []
@@ -117,27 +126,34 @@ def trace_sections(a: TraceAnalysis) -> dict[str, Any]:
             "warnings": a.warnings,
         },
         "families": a.families,
-        "kernels": kernel_rows(a),
+        "kernels": kernel_rows(a, c),
         "thresholds": thresholds,
-        "summary": summary_row(a),
-        "step_summary": step_summary(_facts(s) for s in a.steps),
-        "savings": savings_summary(a),
+        "summary": summary_row(a, c.dur.tolist(), Counter(map(SPLIT_STATES.__getitem__, c.split.tolist()))),
+        "step_summary": step_summary_of(c.dur, int(c.attention.sum()), zip(c.k_kernel, c.k_backend, c.l_split_kv,
+                                                                            strict=True)),
+        "savings": savings_summary(a, c),
         "model": _schedule(sched),
-        "sweep": [p.to_json() for p in sweep_panels(
-            ((s.name, s.attention_ns, [(x.attention.kernel, x.attention.backend, x.split_kv) for x in s.launches])
-             for s in a.steps), thresholds)],
+        "sweep": [p.to_json() for p in sweep_panels_of(c, thresholds)],
     }
 
 
-def kernel_rows(a: TraceAnalysis) -> list[dict[str, Any]]:
+def kernel_rows(a: TraceAnalysis, columns: StepColumns | None = None) -> list[dict[str, Any]]:
     """The kernel table with each attention, merge and prepare kernel's phase taken from its launches (the phase
     the steps and findings use): one phase when every launch has it, `mixed` when they differ. The phase the
-    name alone gives stays as `name_phase`. Kernels no step launches keep the name's phase."""
+    name alone gives stays as `name_phase`. Kernels no step launches keep the name's phase. `columns`: `a`'s
+    steps as columns (`report.step_columns`)."""
+    from traceinsight.report.step_columns import step_columns
+
+    c = step_columns(a.steps) if columns is None else columns
+    # (kernel name, its launch's phase) of every attention, merge and prepare kernel, counted
+    uses = Counter(zip(c.k_name, c.l_phase, strict=True))
+    for groups in (c.merges, c.prepares):
+        uses.update((k.name, phase) for g, phase in zip(groups, c.l_phase, strict=True) if g for k in g)
     phases: dict[str, set[str]] = {}
-    for s in a.steps:
-        for x in s.launches:
-            for kern in (x.attention, *x.merges, *x.prepares):
-                phases.setdefault(kern.name, set()).add(x.phase or "unknown")
+    launched: Counter[str] = Counter()
+    for (name, phase), n in uses.items():
+        phases.setdefault(name, set()).add(phase or "unknown")
+        launched[name] += n
     rows = []
     for k in a.kernels:
         seen = {p for p in phases.get(k.get("name", ""), set()) if p != "unknown"}
@@ -147,8 +163,7 @@ def kernel_rows(a: TraceAnalysis) -> list[dict[str, Any]]:
         phase = seen.pop() if len(seen) == 1 else "mixed"
         row = {**k, "name_phase": k.get("phase"), "phase": phase}
         if phase != k.get("phase"):
-            n = sum(1 for s in a.steps for x in s.launches for y in (x.attention, *x.merges, *x.prepares)
-                    if y.name == k.get("name"))
+            n = launched[k.get("name", "")]
             row["phase_evidence"] = (f"from its {n} launches in steps" + (", in which prefill and decode both ran"
                                                                          if phase == "mixed" else "")
                                      + f" (the name alone: {k.get('phase')}"
@@ -157,28 +172,102 @@ def kernel_rows(a: TraceAnalysis) -> list[dict[str, Any]]:
     return rows
 
 
-def savings_summary(a: TraceAnalysis) -> dict[str, Any]:
+def savings_summary(a: TraceAnalysis, columns: StepColumns | None = None) -> dict[str, Any]:
     """What the listed savings are bounded by and add up to, over every step (ns): steps_wall_ns (the steps' wall
     time), steps_floor_ns (what the steps would still take with the remedies: each step's time under the remedy
     that saves it the most, `traceinsight.diagnose.rootcause.floors`), between_steps_ns (the time between steps'
-    windows, from the first step to the last), and the root causes' attributed savings on each basis
-    (listed_steps_ns <= steps_wall_ns - steps_floor_ns, listed_between_ns <= between_steps_ns)."""
-    from traceinsight.diagnose.rootcause import BASIS_SPAN, BASIS_STEPS, budgets, step_floors
+    windows, from the first step to the last: `rootcause.budgets`' BASIS_SPAN, added up from the steps' windows
+    as columns), and the root causes' attributed savings on each basis (listed_steps_ns <= steps_wall_ns -
+    steps_floor_ns, listed_between_ns <= between_steps_ns). `columns`: `a`'s steps as columns."""
+    from traceinsight.diagnose.rootcause import BASIS_SPAN, BASIS_STEPS
+    from traceinsight.report.step_columns import step_columns
 
-    b = budgets(a.steps)
+    c = step_columns(a.steps) if columns is None else columns
     listed = {BASIS_STEPS: 0, BASIS_SPAN: 0}
     for f in a.findings:
         if getattr(f, "supports", None) is None and getattr(f, "attributed_ns", None):
             basis = f.saving_basis if f.saving_basis in listed else BASIS_STEPS
             listed[basis] += int(f.attributed_ns)
-    return {"steps_wall_ns": sum(b[BASIS_STEPS].values()),
-            "steps_floor_ns": sum(step_floors(a.findings, a.steps).values()),
-            "between_steps_ns": sum(b[BASIS_SPAN].values()),
+    walls = _Walls(c)
+    return {"steps_wall_ns": int(walls.wall.sum()),
+            "steps_floor_ns": _floor_total(a.findings, walls),
+            "between_steps_ns": _between_steps(c),
             "listed_steps_ns": listed[BASIS_STEPS], "listed_between_ns": listed[BASIS_SPAN],
             "basis": "each root cause's saving is bounded, step by step, by the step's wall time minus its floor "
                      "(what the step would still take under the remedy that saves it the most: the balanced "
                      "split-on launch, the other path, the baseline step) for savings inside steps, or by the time "
                      "before the step since the previous one ended (gpu-idle-gaps)"}
+
+
+class _Walls:
+    """The steps' wall times by step index (`rootcause.budgets`' BASIS_STEPS: one per index, the last step of an
+    index when several share it), as an array and where each index is in it."""
+
+    def __init__(self, c: StepColumns) -> None:
+        import numpy as np
+
+        self.numbered = bool((c.index == np.arange(c.n)).all())  # step i at position i: as the pipeline numbers
+        self.at: dict[int, int] = {} if self.numbered else dict(zip(c.index.tolist(), range(c.n), strict=True))
+        keep = np.arange(c.n) if self.numbered else np.fromiter(self.at.values(), np.int64, len(self.at))
+        self.wall = np.zeros(c.n, np.int64)
+        self.wall[keep] = c.wall[keep]  # a position another step of its index overrides holds 0
+
+    def positions(self, steps: Iterable[int]) -> np.ndarray:
+        """Where each of these step indexes is (-1: no step has it)."""
+        import numpy as np
+
+        if self.numbered:
+            got = np.fromiter(steps, np.int64)
+            return np.where((got >= 0) & (got < len(self.wall)), got, -1)
+        return np.fromiter((self.at.get(s, -1) for s in steps), np.int64)
+
+
+def _floor_total(findings: list[Any], walls: _Walls) -> int:
+    """The steps' floors added up: `rootcause.step_floors` (each step's wall time less the most any root cause
+    whose saving lies inside steps claims in it, `rootcause.step_claims`), on the walls as an array."""
+    import numpy as np
+
+    from traceinsight.diagnose.rootcause import BASIS_STEPS, _claim, saving_basis
+
+    wall = walls.wall
+    best = np.zeros(len(wall), np.int64)
+    refs = {f.ref: j for j, f in enumerate(findings)}
+    roots = [refs.get(f.supports, j) if f.supports is not None else j for j, f in enumerate(findings)]
+    for j, f in enumerate(findings):
+        if roots[j] != j or saving_basis(f.id) != BASIS_STEPS:
+            continue
+        saving, per_step = _claim(j, findings, roots)
+        if saving is None:
+            continue
+        if per_step:  # where the rule placed its saving, at most each step's wall time
+            at = walls.positions(per_step)
+            claimed = np.fromiter((max(0, int(v)) for v in per_step.values()), np.int64, len(per_step))[at >= 0]
+            at = at[at >= 0]
+            claimed = np.minimum(claimed, wall[at])
+        else:  # spread over its steps in proportion to their wall time
+            at = walls.positions(dict.fromkeys(f.steps))
+            at = at[at >= 0]
+            total = int(wall[at].sum())
+            if not total:
+                continue
+            claimed = (wall[at] * min(1.0, max(0, int(saving)) / total)).astype(np.int64)
+        np.maximum.at(best, at, claimed)
+    return int((wall - np.minimum(wall, best)).sum())
+
+
+def _between_steps(c: StepColumns) -> int:
+    """The time between the steps' windows added up (`rootcause.budgets`' BASIS_SPAN): before each window (in
+    start order) since the latest end of the windows before it, 0 for a pause of PAUSE_MIN_NS or more."""
+    import numpy as np
+
+    from traceinsight.diagnose.rules.gpu_idle_gaps import PAUSE_MIN_NS
+
+    if c.n < 2:
+        return 0
+    order = np.lexsort((c.index, c.window_end, c.window_start))
+    start, end = c.window_start[order], c.window_end[order]
+    gaps = np.maximum(0, start[1:] - np.maximum.accumulate(end)[:-1])
+    return int(gaps[gaps < PAUSE_MIN_NS].sum())
 
 
 def _schedule(sched: Schedule | None) -> dict[str, Any] | None:

@@ -237,14 +237,22 @@ def _sweep(saved: Saved, trace_id: int) -> list[dict[str, Any]]:
 
 
 def _selected(saved: Saved, trace_id: int, doc: dict[str, Any]) -> list[int]:
-    """The steps that matter (`json_doc.selected_steps`' rule, `json_doc.pick_steps`)."""
+    """The steps that matter (`json_doc.pick_steps`), picked from the tables (queries/finding_steps.sql): no
+    Python value per step of the trace."""
+    from traceinsight.queries import sql
+
     con = saved.con
-    walls = dict(con.execute("SELECT step, wall_ns FROM steps WHERE trace_id = ?", [trace_id]).fetchall())
     slowest = [i for (i,) in con.execute(
         "SELECT step FROM steps WHERE trace_id = ? ORDER BY wall_ns DESC, step LIMIT ?",
         [trace_id, json_doc.SLOWEST_STEPS]).fetchall()]
-    return json_doc.pick_steps(slowest, ((f["steps"], f["evidence"]) for f in doc["findings"]), walls.__getitem__,
-                               walls)
+    per_finding = [i for (i,) in con.execute(sql("finding_steps"), {
+        "trace": trace_id, "per": json_doc.STEPS_PER_FINDING}).fetchall()]
+
+    def known(steps: list[int]) -> set[int]:
+        return {i for (i,) in con.execute("SELECT step FROM steps WHERE trace_id = ? AND step IN "
+                                          "(SELECT unnest(?::BIGINT[]))", [trace_id, steps]).fetchall()}
+
+    return json_doc.pick_steps(slowest, per_finding, (f["evidence"] for f in doc["findings"]), known)
 
 
 def _steps(saved: Saved, trace_id: int, only: list[int] | None) -> Iterator[dict[str, Any]]:

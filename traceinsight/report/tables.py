@@ -5,8 +5,10 @@ numbers the JSON document holds, in rows (tests/test_tables.py holds the two tog
 
 from __future__ import annotations
 
-import itertools
+import functools
 from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -15,150 +17,138 @@ import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.ingest.arrow_numpy import (
-    bool_array,
     dictionary_array,
     float_array,
     int64_array,
     int_array,
     list_array,
     python_array,
-    string_array,
     text_array,
 )
 from traceinsight.ingest.schema import analysis_table_names
 from traceinsight.ingest.schema import mentions_analysis as mentions_analysis  # `sql` asks it without pyarrow
 from traceinsight.ingest.store import TraceDB
-from traceinsight.model.breakdown import StepBreakdown, components_ns
 from traceinsight.model.planners.types import gc_paused
 from traceinsight.report import json_doc
+from traceinsight.report.step_columns import ARENA_FIELDS, NO_RANGE, SPLIT_CODES, StepColumns, step_columns
 
 # The tables this module fills (schema.sql's analysis tables), in the order they are written.
 ANALYSIS_TABLES = analysis_table_names()
 
 
-def _step_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
-    steps = a.steps
-    n = len(steps)
+def _step_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, pa.Array]:
+    c = columns()
+    n = c.n
     batches = a.schedule.batches if a.schedule is not None else {}
-    windows = [s.breakdown for s in steps]
-    with_window = np.fromiter((b is not None for b in windows), bool, n)
-    present = [b for b in windows if b is not None]
+    windowed = c.windowed
+    host_gaps = c.host_gaps
 
-    def window(values: Iterable[int | None]) -> pa.Array:
-        """A breakdown's number per step (NULL for a step without one)."""
-        got = np.zeros(n, np.int64)
-        got[with_window] = np.fromiter(values, np.int64, len(present))
-        return int64_array(got, with_window)
+    def window(field: str) -> pa.Array:
+        """A breakdown's number per step (NULL for a step without one, or for no host range)."""
+        got = np.full(n, NO_RANGE, np.int64)
+        got[windowed] = c.window_numbers[:, ARENA_FIELDS.index(field)]
+        return int64_array(got, got != NO_RANGE)
 
-    host_range = np.fromiter((_NO_VALUE if (v := b.host_range_ns) is None else v for b in present), np.int64,
-                             len(present))
-    host_range_all = np.full(n, _NO_VALUE, np.int64)
-    host_range_all[with_window] = host_range
-    gaps = [g for b in present for g in b.host_gaps]
+    sources = np.full(n, None, object)
+    sources[windowed] = c.window_source
     gap_counts = np.zeros(n, np.int64)
-    gap_counts[with_window] = np.fromiter((len(b.host_gaps) for b in present), np.int64, len(present))
-    gap_ends = int_array((x for g in gaps for x in g), 2 * len(gaps), nullable=False)
-    batch_json = _memo_json(batches.get(s.index) for s in steps)
+    gap_counts[windowed] = np.fromiter(map(len, host_gaps), np.int64, len(host_gaps))
+    gaps = list(chain.from_iterable(host_gaps))
+    gap_ends = int64_array(np.fromiter(chain.from_iterable(gaps), np.int64))
     return {
         "trace_id": _repeat(a.trace_id, n),
-        "step": int_array((s.index for s in steps), n, nullable=False),
-        "name": string_array((s.name for s in steps), n),
-        "source": text_array((s.source for s in steps), n),
-        "range_id": int_array((s.range_id for s in steps), n),
-        "phase": text_array((s.phase for s in steps), n),
-        "split_kv": bool_array((s.split_kv for s in steps), n),
-        "start_ns": int_array((s.start_ns for s in steps), n, nullable=False),
-        "dur_ns": int_array((s.dur_ns for s in steps), n, nullable=False),
-        "attention_ns": int_array((s.attention_ns for s in steps), n, nullable=False),
-        "kernel_count": int_array((s.kernel_count for s in steps), n, nullable=False),
-        "wall_ns": int_array((s.wall_ns for s in steps), n, nullable=False),
-        "window_start_ns": window(b.start_ns for b in present),
-        "window_end_ns": window(b.end_ns for b in present),
-        "window_source": text_array((b.source if b is not None else None for b in windows), n),
-        "host_gap_max_ns": window(b.host_gap_max_ns for b in present),
-        "host_long_ns": window(b.host_long_ns for b in present),
-        "host_range_ns": int64_array(host_range_all, host_range_all != _NO_VALUE),
-        "idle_stretches": window(b.idle_stretches for b in present),
-        "host_gaps": list_array(gap_counts, list_array(np.fromiter((len(g) for g in gaps), np.int64, len(gaps)),
-                                                       gap_ends), with_window),
-        "batch_json": batch_json,
+        "step": int64_array(c.index),
+        "name": text_array(c.name, n),
+        "source": text_array(c.source, n),
+        "range_id": _nullable(c.range_id),
+        "phase": text_array(c.phase, n),
+        "split_kv": _split_array(c.split),
+        "start_ns": int64_array(c.start),
+        "dur_ns": int64_array(c.dur),
+        "attention_ns": int64_array(c.attention),
+        "kernel_count": int64_array(c.kernel_count),
+        "wall_ns": int64_array(c.wall),
+        "window_start_ns": window("start_ns"),
+        "window_end_ns": window("end_ns"),
+        "window_source": text_array(sources.tolist(), n),
+        "host_gap_max_ns": window("host_gap_max_ns"),
+        "host_long_ns": window("host_long_ns"),
+        "host_range_ns": window("host_range_ns"),
+        "idle_stretches": window("idle_stretches"),
+        "host_gaps": list_array(gap_counts, list_array(np.fromiter(map(len, gaps), np.int64, len(gaps)), gap_ends),
+                                windowed),
+        "batch_json": _memo_json(list(map(batches.get, c.index.tolist()))) if batches else pa.nulls(n, pa.string()),
     }
 
 
-def _breakdown_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
-    windows = [(s.index, s.breakdown) for s in a.steps if s.breakdown is not None]
-    names: dict[int, tuple[tuple[str, ...], list[int]]] = {}  # id of a names tuple -> (it, each name's code)
-    words: dict[str, int] = {}
-
-    def codes_of(b: StepBreakdown) -> list[int]:
-        got = names.get(id(b.component_names))
-        if got is None:
-            got = names[id(b.component_names)] = (
-                b.component_names, [words.setdefault(w, len(words)) for w in b.component_names])
-        return got[1]
-
-    lengths = np.fromiter((len(b.component_names) for _, b in windows), np.int64, len(windows))
+def _breakdown_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, pa.Array]:
+    c = columns()
+    tuples = c.component_names
+    ids = np.fromiter(map(id, tuples), np.int64, len(tuples))
+    _, first, which = np.unique(ids, return_index=True, return_inverse=True)
+    distinct = [tuples[i] for i in first.tolist()]  # the shared tuples of names, each once
+    words = list(dict.fromkeys(w for names in distinct for w in names))
+    code = {w: i for i, w in enumerate(words)}
+    widths = np.fromiter(map(len, distinct), np.int64, len(distinct))
+    table = np.full((len(distinct), int(widths.max(initial=0))), -1, np.int64)  # each tuple's codes, padded
+    for i, names in enumerate(distinct):
+        table[i, :len(names)] = [code[w] for w in names]
+    rows = table[which.reshape(-1)]
+    component = rows[rows >= 0]  # row by row, in each tuple's order
+    lengths = widths[which.reshape(-1)]
     n = int(lengths.sum())
-    component = np.fromiter(itertools.chain.from_iterable(codes_of(b) for _, b in windows), np.int64, n)
     return {"trace_id": _repeat(a.trace_id, n),
-            "step": int64_array(np.repeat(np.fromiter((i for i, _ in windows), np.int64, len(windows)), lengths)),
-            "component": dictionary_array(list(words), component),
-            "ns": int64_array(components_ns([b for _, b in windows]))}
+            "step": int64_array(np.repeat(c.index[c.windowed], lengths)),
+            "component": dictionary_array(words, component),
+            "ns": int64_array(c.component_ns)}
 
 
-def _launch_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
+def _launch_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, pa.Array]:
+    c = columns()
     measured = a.schedule.measured if a.schedule is not None else {}
-    places = [(s.index, j, x) for s in a.steps for j, x in enumerate(s.launches)]
-    launches = [x for _, _, x in places]
-    kernels = [x.attention for x in launches]
-    n = len(launches)
-    merges = [x.merges for x in launches]
-    prepares = [x.prepares for x in launches]
-    tiles = [x.tiles for x in launches]
-    meas = [measured.get(k.kernel_id) for k in kernels] if measured else None
+    n = c.m
+    meas = [measured.get(k) for k in c.k_id.tolist()] if measured else None
 
     def per_measured(field: str, make: Callable[[Iterable[Any], int], pa.Array], kind: pa.DataType) -> pa.Array:
         if meas is None:
             return pa.nulls(n, kind)
         return make((None if m is None else getattr(m, field) for m in meas), n)
 
-    def attached_ids(groups: list[Sequence[Any]]) -> pa.Array:
+    def attached_ids(groups: tuple[Sequence[Any], ...]) -> pa.Array:
         lengths = np.fromiter(map(len, groups), np.int64, n)
-        ids = int_array((k.kernel_id for g in groups for k in g), int(lengths.sum()), nullable=False)
+        ids = int_array((k.kernel_id for g in groups if g for k in g), int(lengths.sum()), nullable=False)
         return list_array(lengths, ids)
 
-    def triples(values: Iterable[tuple[int, int, int]]) -> pa.Array:
-        """(x, y, z) per launch as a list column."""
-        return list_array(np.full(n, 3, np.int64), int_array((v for t in values for v in t), 3 * n, nullable=False))
-
+    tiles = c.tiles
     return {
         "trace_id": _repeat(a.trace_id, n),
-        "step": int_array((i for i, _, _ in places), n, nullable=False),
-        "kernel_id": int_array((k.kernel_id for k in kernels), n, nullable=False),
-        "kernel": text_array((k.kernel for k in kernels), n),
-        "backend": text_array((k.backend for k in kernels), n),
-        "phase": text_array((x.phase for x in launches), n),
-        "phase_evidence": text_array((x.phase_evidence for x in launches), n),
-        "split_kv": bool_array((x.split_kv for x in launches), n),
-        "split_evidence": text_array((x.split_evidence for x in launches), n),
-        "start_ns": int_array((k.start_ns for k in kernels), n, nullable=False),
-        "dur_ns": int_array((k.dur_ns for k in kernels), n, nullable=False),
-        "merge_kernel_ids": attached_ids(merges),
-        "merge_ns": int_array((sum(m.dur_ns for m in g) if g else 0 for g in merges), n),
-        "prepare_kernel_ids": attached_ids(prepares),
-        "prepare_ns": int_array((sum(p.dur_ns for p in g) if g else 0 for g in prepares), n),
-        "tile_padding_share": python_array([t["padding_share"] if t else None for t in tiles]),
-        "launch": int_array((j for _, j, _ in places), n, nullable=False),
-        "name": text_array((k.name for k in kernels), n),
-        "family": text_array((k.family for k in kernels), n),
-        "params_json": _memo_json(k.params for k in kernels),
-        "grid": triples(k.grid for k in kernels),
-        "block": triples(k.block for k in kernels),
-        "registers_per_thread": int_array((k.registers_per_thread for k in kernels), n),
-        "smem_bytes": int_array((k.smem_bytes for k in kernels), n),
-        "stream": int_array((k.stream_id for k in kernels), n),
-        "merges_json": _attached_json(merges),
-        "prepares_json": _attached_json(prepares),
+        "step": int64_array(c.index[c.step]),
+        "kernel_id": int64_array(c.k_id),
+        "kernel": text_array(c.k_kernel, n),
+        "backend": text_array(c.k_backend, n),
+        "phase": text_array(c.l_phase, n),
+        "phase_evidence": text_array(c.l_phase_evidence, n),
+        "split_kv": _split_array(c.l_split),
+        "split_evidence": text_array(c.l_split_evidence, n),
+        "start_ns": int64_array(c.k_start),
+        "dur_ns": int64_array(c.k_dur),
+        "merge_kernel_ids": attached_ids(c.merges),
+        "merge_ns": int64_array(c.merge_ns),
+        "prepare_kernel_ids": attached_ids(c.prepares),
+        "prepare_ns": int64_array(c.prepare_ns),
+        "tile_padding_share": (pa.nulls(n) if _nones(tiles) == n
+                               else python_array([t["padding_share"] if t else None for t in tiles])),
+        "launch": int64_array(c.launch),
+        "name": text_array(c.k_name, n),
+        "family": text_array(c.k_family, n),
+        "params_json": _memo_json(c.k_params),
+        "grid": _triples(c.k_grid),
+        "block": _triples(c.k_block),
+        "registers_per_thread": _nullable(c.k_registers),
+        "smem_bytes": _nullable(c.k_smem),
+        "stream": _nullable(c.k_stream),
+        "merges_json": _attached_json(c.merges),
+        "prepares_json": _attached_json(c.prepares),
         "tiles_json": _memo_json(tiles),
         "ncu_id": per_measured("ncu_id", int_array, pa.int64()),
         "sm_active_min": per_measured("sm_active_min", float_array, pa.float64()),
@@ -167,32 +157,42 @@ def _launch_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
     }
 
 
-def _model_rows(a: TraceAnalysis) -> dict[str, pa.Array]:
+_MODEL = attrgetter("source", "work_items", "chunk_tokens", "split_kv", "predicted_ns", "sm_idle", "tail_ns",
+                    "balanced_ns", "grid_matches", "longest_item_tokens", "note")
+
+
+def _model_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, pa.Array]:
     sched = a.schedule
-    models = sorted(sched.models.items()) if sched is not None else []
+    models = sched.models if sched is not None else {}
     n = len(models)
-    ms = [m for _, m in models]
-    meas = [sched.measured.get(kid) for kid, _ in models] if sched is not None and sched.measured else None
+    kids = np.fromiter(models.keys(), np.int64, n)
+    ms = list(models.values())
+    order = np.argsort(kids, kind="stable")
+    if n and (order[1:] < order[:-1]).any():  # not already in kernel_id order
+        kids, ms = kids[order], [ms[i] for i in order.tolist()]
+    (source, work_items, chunk_tokens, split_kv, predicted_ns, sm_idle, tail_ns, balanced_ns, grid_matches,
+     longest, note) = [()] * 11 if not n else zip(*map(_MODEL, ms), strict=True)
+    meas = [sched.measured.get(kid) for kid in kids.tolist()] if sched is not None and sched.measured else None
     return {
         "trace_id": _repeat(a.trace_id, n),
-        "kernel_id": int_array((kid for kid, _ in models), n, nullable=False),
-        "source": text_array((m.source for m in ms), n),
-        "work_items": python_array([m.work_items for m in ms]),
-        "chunk_tokens": python_array([m.chunk_tokens for m in ms]),
-        "split_kv": python_array([m.split_kv for m in ms]),
-        "predicted_ns": python_array([m.predicted_ns for m in ms]),
-        "sm_idle": python_array([m.sm_idle for m in ms]),
-        "tail_ns": python_array([m.tail_ns for m in ms]),
-        "balanced_ns": python_array([m.balanced_ns for m in ms]),
-        "grid_matches": python_array([m.grid_matches for m in ms]),
-        "longest_item_tokens": python_array([m.longest_item_tokens for m in ms]),
+        "kernel_id": int64_array(kids),
+        "source": text_array(source, n),
+        "work_items": _python(work_items),
+        "chunk_tokens": _python(chunk_tokens),
+        "split_kv": _python(split_kv),
+        "predicted_ns": _python(predicted_ns),
+        "sm_idle": _python(sm_idle),
+        "tail_ns": _python(tail_ns),
+        "balanced_ns": _python(balanced_ns),
+        "grid_matches": _python(grid_matches),
+        "longest_item_tokens": _python(longest),
         "measured_sm_idle": (pa.nulls(n) if meas is None else
                              python_array([x.sm_idle if x is not None else None for x in meas])),
-        "note": text_array((m.note for m in ms), n),
+        "note": text_array(note, n),
     }
 
 
-def _finding_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
+def _finding_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {c: [] for c in (
         "trace_id", "finding", "rule_id", "severity", "steps", "summary", "cause", "saving_ns", "evidence_json",
         "remedy", "explanation", "ref", "supports", "related", "attributed_saving_ns", "saving_basis")}
@@ -208,7 +208,7 @@ def _finding_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
     return cols
 
 
-def _check_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
+def _check_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {c: [] for c in ("trace_id", "rule_id", "name", "status", "reason", "findings")}
     for c in a.checks:
         j = c.to_json()
@@ -218,12 +218,12 @@ def _check_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
     return cols
 
 
-def _analysis_rows(a: TraceAnalysis) -> dict[str, list[Any]]:
+def _analysis_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, list[Any]]:
     """The document's trace-level sections (`json_doc.trace_sections`; the steps, findings and checks have their
     own tables)."""
     from traceinsight.report.gantt import stored_gantt
 
-    doc = json_doc.trace_sections(a)
+    doc = json_doc.trace_sections(a, columns())
     t = doc["trace"]
     row = {"trace_id": a.trace_id, "analyzer": doc["tool"]["version"], "path": t["path"], "format": t["format"],
            "format_version": t["format_version"], "tool_version": t["tool_version"], "gpu_json": _json(t["gpu"]),
@@ -245,24 +245,70 @@ def _repeat(value: int, n: int) -> pa.Array:
 _NO_VALUE = np.iinfo(np.int64).min
 
 
-def _memo_json(values: Iterable[Any]) -> pa.Array:
+def _ints(values: Sequence[int | None]) -> np.ndarray:
+    """Integers (None as _NO_VALUE) as int64."""
+    if _nones(values) == 0:
+        return np.fromiter(values, np.int64, len(values))
+    got = np.array(values, object)
+    got[got == None] = _NO_VALUE  # noqa: E711 (elementwise)
+    return got.astype(np.int64)
+
+
+def _nones(values: Sequence[Any]) -> int:
+    """How many of `values` are None (by identity: no __eq__ per value)."""
+    return list(map(id, values)).count(id(None))
+
+
+def _nullable(values: Sequence[int | None]) -> pa.Array:
+    """Integers or None as an int64 Arrow array with NULLs."""
+    got = _ints(values)
+    return int64_array(got, got != _NO_VALUE)
+
+
+def _split_array(codes: np.ndarray) -> pa.Array:
+    """Split-KV states (`step_columns.SPLIT_CODES`) as a bool Arrow array, None as NULL."""
+    valid = codes != SPLIT_CODES[None]
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    values = pa.py_buffer(np.packbits(codes == SPLIT_CODES[True], bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), len(codes), [validity, values])
+
+
+def _python(values: Sequence[Any]) -> pa.Array:
+    """`python_array(values)`, the usual columns (all None; integers without None) read without a scan per row in
+    Python."""
+    n = len(values)
+    kinds = set(map(type, values)) - {type(None)}
+    if not kinds:
+        return pa.nulls(n)
+    if kinds == {int}:
+        return _nullable(values)
+    return python_array(values)
+
+
+def _distinct(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
+    """The distinct objects of `values` (by identity: a kernel's params dict, grid tuple or a step's batch is shared
+    by the rows that have it) and each row's position among them."""
+    ids = np.fromiter(map(id, values), np.int64, len(values))
+    _, first, codes = np.unique(ids, return_index=True, return_inverse=True)
+    return [values[i] for i in first.tolist()], codes.reshape(-1)
+
+
+def _memo_json(values: Sequence[Any]) -> pa.Array:
     """Each value as JSON (None as NULL), written once per distinct object: a kernel's params dict is shared by its
     launches (parsed once per text, `model.steps`), a trace-side batch by the steps of one shape."""
-    values = list(values)
-    if all(v is None for v in values):
+    if _nones(values) == len(values):
         return pa.nulls(len(values), pa.string())
-    done: dict[int, tuple[Any, int]] = {}  # id -> (the object, kept alive so that its id is not reused; its code)
-    texts: list[str | None] = []
-
-    def code(v: Any) -> int:
-        got = done.get(id(v))
-        if got is None:
-            got = done[id(v)] = (v, len(texts))
-            texts.append(None if v is None else _json(v.to_json() if hasattr(v, "to_json") else v))
-        return got[1]
-
-    codes = np.fromiter(map(code, values), np.int64)
+    objects, codes = _distinct(values)
+    texts = [None if v is None else _json(v.to_json() if hasattr(v, "to_json") else v) for v in objects]
     return dictionary_array(texts, codes)
+
+
+def _triples(values: Sequence[tuple[int, int, int]]) -> pa.Array:
+    """(x, y, z) per launch as a list column (the tuples are shared: a few distinct grids)."""
+    n = len(values)
+    objects, codes = _distinct(values)
+    flat = np.array(objects, np.int64).reshape(-1, 3)[codes].reshape(-1) if n else np.zeros(0, np.int64)
+    return list_array(np.full(n, 3, np.int64), int64_array(flat))
 
 
 def _attached_json(groups: Sequence[Sequence[Any]]) -> pa.Array:
@@ -271,8 +317,6 @@ def _attached_json(groups: Sequence[Sequence[Any]]) -> pa.Array:
     heads: dict[tuple[str, tuple[int, ...]], str] = {}
 
     def text(group: Sequence[Any]) -> str:
-        if not group:
-            return "[]"
         parts = []
         for m in group:
             if type(m.dur_ns) is not int:  # a number orjson might write otherwise
@@ -283,7 +327,10 @@ def _attached_json(groups: Sequence[Sequence[Any]]) -> pa.Array:
             parts.append(f"{head}{m.dur_ns}}}")
         return "[" + ",".join(parts) + "]"
 
-    return string_array(map(text, groups), len(groups))
+    full = [i for i, g in enumerate(groups) if g]  # most launches have none
+    codes = np.zeros(len(groups), np.int64)
+    codes[full] = np.arange(1, len(full) + 1)
+    return dictionary_array(["[]", *(text(groups[i]) for i in full)], codes)
 
 
 def _attached(kernels: Sequence[Any]) -> list[dict[str, Any]]:
@@ -296,7 +343,7 @@ def _json(v: Any) -> str:
 
 
 # Each table's columns: Arrow arrays, or Python values (a few rows) that `python_array` converts.
-BUILDERS: dict[str, Callable[[TraceAnalysis], dict[str, Any]]] = {
+BUILDERS: dict[str, Callable[[TraceAnalysis, Callable[[], StepColumns]], dict[str, Any]]] = {
     "steps": _step_rows, "step_breakdown": _breakdown_rows, "attention_launches": _launch_rows,
     "launch_models": _model_rows, "findings": _finding_rows, "rule_checks": _check_rows, "analyses": _analysis_rows}
 
@@ -330,9 +377,10 @@ def copy_tables(con: Any, trace_ids: Iterable[int], into: str) -> None:
 
 def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
     with gc_paused():  # the columns' temporary objects hold no cycle; a collection would walk the whole analysis
+        columns = functools.cache(lambda: step_columns(a.steps))  # once, for the tables that read the steps
         for name in ANALYSIS_TABLES:
             con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
-            cols = BUILDERS[name](a)
+            cols = BUILDERS[name](a, columns)
             if not len(cols["trace_id"]):
                 continue
             rows = pa.table({c: v if isinstance(v, pa.Array) else python_array(v)  # noqa: F841 (scanned by name)
