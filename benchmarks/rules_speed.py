@@ -5,8 +5,9 @@ rules and this checkout's on the same analysis, and whether the two gave identic
     git worktree add /tmp/ref main   # or any checkout
     python -P benchmarks/rules_speed.py TRACE [--meta SIDECAR] [--ncu CSV] [--ref /tmp/ref] [--profile RULE]
 
-The trace is analyzed once, by this checkout, up to the rules. The reference's modules that differ from this
-checkout's stand in for ours while its rules run (as in benchmarks/tables_speed.py); each side starts from the
+The trace is analyzed once, by this checkout, up to the rules. The reference's modules of the rules stage (every
+module under traceinsight/diagnose, and any other that differs) stand in for ours while its rules run (as in
+benchmarks/tables_speed.py); each side starts from the
 analysis as the rules stage finds it (no findings, the pipeline's cache). `--profile RULE`: cProfile this
 checkout's RULE (cumulative time, top 40 lines) instead of comparing. Exits 1 when the findings differ.
 """
@@ -36,6 +37,7 @@ def _run(ctx: Any, cache: dict[str, Any], profile: str | None = None) -> tuple[d
     from traceinsight.diagnose.run import diagnose
     from traceinsight.tuning import gc_paused
 
+    print(f"rules from {Path(registry.__file__).parents[2]}", flush=True)
     times: dict[str, float] = {}
     originals = {r: r.apply for r in registry.RULES}
 
@@ -84,6 +86,12 @@ def main() -> int:
 
     tune()  # the process as the command's entry tunes it
     swap = Swap(args.ref)
+    # Every module of the rules stage from the reference, not only those whose text differs: one that is the same
+    # still holds the modules it imported (registry.RULES, run.consolidate), which would be this checkout's.
+    stage = sorted(".".join(p.relative_to(args.ref).with_suffix("").parts).removesuffix(".__init__")
+                   for p in (args.ref / "traceinsight" / "diagnose").rglob("*.py"))
+    swap.names = sorted(set(swap.names) | set(stage))
+    swap.finder.names = set(swap.names)
     import traceinsight.pipeline as pipeline
 
     held: list[Any] = []
