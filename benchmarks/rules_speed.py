@@ -43,7 +43,7 @@ def _run(ctx: Any, cache: dict[str, Any], profile: str | None = None) -> tuple[d
 
     def timed(rid: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(*a: Any, **k: Any) -> Any:
-            prof = cProfile.Profile() if profile and rid in profile.split(",") else None
+            prof = cProfile.Profile(time.process_time) if profile and rid in profile.split(",") else None
             c0 = time.process_time()
             if prof is not None:
                 prof.enable()

@@ -27,9 +27,10 @@ cause, each cause from the attention findings and the component that grew) is wo
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, cast
@@ -318,16 +319,31 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     flat = np.fromiter((i for inc in found for i in inc.steps), np.int64, sum(len(inc.steps) for inc in found))
     wall, base = table.gather(flat)
     excess_of: list[float] = (wall.astype(float) - base).tolist()
-    worst_of: dict[int, StepAttribution] = {}
+    wall_of: list[int] = wall.tolist()
+    base_of_step: list[float] = base.tolist()
+    worst_at: dict[int, int] = {}  # the incident's worst step (the most excess), by its place among them all
     sum_of: dict[int, float] = {}
     step_excess: dict[int, dict[int, int]] = {}
     at = 0
     for inc in found:
         ex = excess_of[at:at + len(inc.steps)]
-        worst_of[id(inc)] = table[inc.steps[max(range(len(ex)), key=ex.__getitem__)]]
+        worst_at[id(inc)] = at + max(range(len(ex)), key=ex.__getitem__)
         sum_of[id(inc)] = sum(ex)
         step_excess[id(inc)] = {i: max(0, round(e)) for i, e in zip(inc.steps, ex, strict=True)}
         at += len(ex)
+
+    def ratio(k: int) -> float:  # StepAttribution.ratio of the k-th step among them all
+        return wall_of[k] / base_of_step[k] if base_of_step[k] else 0.0
+
+    made: dict[int, StepAttribution] = {}
+
+    def worst_att(inc: Incident) -> StepAttribution:
+        got = made.get(id(inc))
+        if got is None:
+            got = made[id(inc)] = table[int(flat[worst_at[id(inc)]])]
+        return got
+
+    worst_of = _Lazy(worst_att, {id(inc): inc for inc in found})
     # Host causes: what the host did meanwhile, read once for the incidents reported one by one.
     host_incidents = sorted((inc for inc in found if inc.cause in HOST_CAUSES),
                             key=lambda inc: -sum_of[id(inc)])[:MAX_INCIDENTS]
@@ -400,9 +416,10 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
 
     records = []
     for inc in found:
-        worst = worst_of[id(inc)]
-        records.append(_Record(inc, worst, round(sum_of[id(inc)]), tuple(inc.onset + inc.steps),
-                               Severity.CRITICAL if worst.ratio >= crit else Severity.WARNING,
+        k = worst_at[id(inc)]
+        records.append(_Record(inc, functools.partial(worst_att, inc), int(flat[k]), ratio(k),
+                               round(sum_of[id(inc)]), tuple(inc.onset + inc.steps),
+                               Severity.CRITICAL if ratio(k) >= crit else Severity.WARNING,
                                step_excess[id(inc)]))
     out = _fold(records, int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)), build)
     return out + _groups(records, out)
@@ -414,11 +431,33 @@ class _Record:
     one by one, and the first of each folded cause, are: a long trace has thousands)."""
 
     inc: Incident
-    worst: StepAttribution
+    worst_made: Callable[[], StepAttribution]  # (made for the incidents a finding names: a trace has 10^4)
+    worst_step: int
+    worst_ratio: float
     excess_ns: int
     steps: tuple[int, ...]
     severity: Severity
     step_excess: dict[int, int]
+
+    @property
+    def worst(self) -> StepAttribution:
+        return self.worst_made()
+
+
+class _Lazy(Mapping[int, StepAttribution]):
+    """Each incident's worst step's attribution by id(incident), made when first asked."""
+
+    def __init__(self, make: Callable[[Incident], StepAttribution], incidents: dict[int, Incident]) -> None:
+        self.make, self.incidents = make, incidents
+
+    def __getitem__(self, key: int) -> StepAttribution:
+        return self.make(self.incidents[key])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.incidents)
+
+    def __len__(self) -> int:
+        return len(self.incidents)
 
 
 def _fold(records: list[_Record], keep: int, build: Callable[[Incident], Finding]) -> list[Finding]:
@@ -435,7 +474,7 @@ def _fold(records: list[_Record], keep: int, build: Callable[[Incident], Finding
     for cid, members in folded.items():
         steps = sorted(s for i in members for s in records[i].steps)
         excess = sum(records[i].excess_ns for i in members)
-        worst = records[max(members, key=lambda i: round(records[i].worst.ratio, 2))].worst
+        worst = records[max(members, key=lambda i: round(records[i].worst_ratio, 2))].worst
         severity = min((records[i].severity for i in members), key=lambda x: x.rank)
         first = build(records[members[0]].inc)
         out.append(Finding(
@@ -484,7 +523,7 @@ def _groups(records: list[_Record], listed: list[Finding]) -> list[Finding]:
             continue
         steps = sorted(s for r in members for s in r.steps)
         excess = sum(r.excess_ns for r in members)
-        worst = max(members, key=lambda r: (round(r.worst.ratio, 2), -r.worst.step)).worst
+        worst = max(members, key=lambda r: (round(r.worst_ratio, 2), -r.worst_step)).worst
         severity = min((r.severity for r in members), key=lambda x: x.rank)
         biggest = sorted(members, key=lambda r: -r.excess_ns)[:MAX_INCIDENTS]
         out.append(Finding(

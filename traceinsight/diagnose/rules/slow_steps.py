@@ -20,6 +20,7 @@ cause, `evidence.group`), the MAX_INCIDENTS costliest listed one by one as its e
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -140,8 +141,8 @@ class _Incident:
     finding: Finding | None
     members: list[_Slow]
 
-    @property
-    def cost_ns(self) -> float:
+    @functools.cached_property
+    def cost_ns(self) -> float:  # (asked once the members are all in)
         return sum(m.cost_ns for m in self.members)
 
     @property
