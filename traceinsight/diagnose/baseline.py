@@ -121,9 +121,13 @@ def rolling_quantiles(values: Sequence[float] | np.ndarray, half_window: int,
     full_hi = min(full_lo + 1, width - 1)
     kth: int | list[int] = full_lo if full_hi == full_lo or full_pos == full_lo else [full_lo, full_hi]
     empty = np.zeros(n, bool)
+    # The used values in each window, from a running count (not a pass over every window's values).
+    count = np.zeros(n + 2 * h + 1, np.int64)
+    np.cumsum(np.isfinite(padded), out=count[1:])
+    counts = count[width:] - count[:-width]
     for first in range(0, n, _ROWS_PER_BLOCK):
         block = windows[first : first + _ROWS_PER_BLOCK]
-        k = np.isfinite(block).sum(axis=1)
+        k = counts[first : first + len(block)]
         full = k == width
         at = out[first : first + len(block)]
         if full.all():
@@ -142,7 +146,8 @@ def rolling_quantiles(values: Sequence[float] | np.ndarray, half_window: int,
         some = (k > 0) & ~full
         if not some.any():
             continue
-        rows = np.sort(block[some], axis=1)
+        rows = block[some]  # a copy, sorted in place
+        rows.sort(axis=1)
         ks = k[some]
         pos = (ks - 1) * q
         lo = pos.astype(np.int64)
