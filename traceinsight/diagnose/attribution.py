@@ -18,7 +18,7 @@ Pure computation over the analysis; `table()` caches its result on the analysis.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -195,31 +195,40 @@ def component_cause(component: str, att: StepAttribution) -> str:
 
 def decode_signature(step: Step) -> tuple[str, ...]:
     """The decode attention kernels of a step (sorted distinct names): steps are compared within one mix."""
-    return tuple(sorted({x.attention.name for x in step.launches if x.phase not in PREFILL_PHASES}))
+    launches = step.launches
+    if len(launches) == 1:  # most steps: one launch, no set to sort
+        x = launches[0]
+        return () if x.phase in PREFILL_PHASES else (x.attention.name,)
+    return tuple(sorted({x.attention.name for x in launches if x.phase not in PREFILL_PHASES}))
 
 
-def series(steps: Sequence[Step]) -> list[list[Step]]:
-    """The step series of a trace, each in time order: steps with the same decode attention kernels; a step
-    with no decode launch (prefill only) joins the series of the step before it (or after it, at the start)."""
-    ordered = sorted(steps, key=lambda s: (s.start_ns, s.index))
-    keys: list[tuple[str, ...] | None] = [decode_signature(s) or None for s in ordered]
-    last = None
-    for i, k in enumerate(keys):
-        if k is None:
-            keys[i] = last
-        else:
-            last = k
-    first = next((k for k in keys if k is not None), ())
-    groups: dict[tuple[str, ...], list[Step]] = defaultdict(list)
-    for s, k in zip(ordered, keys, strict=True):
-        groups[k if k is not None else first].append(s)
-    return [g for g in groups.values() if any(s.launches for s in g)]
-
-
-def _tokens(ctx: TraceAnalysis, step: Step) -> int | None:
-    s = ctx.schedule
-    b = s.batches.get(step.index) if s else None
-    return b.total_kv_tokens if b is not None and b.source == "sidecar" else None
+def series(steps: Sequence[Step]) -> list[np.ndarray]:
+    """The step series of a trace, each as the positions in `steps` of its steps in time order: steps with the same
+    decode attention kernels; a step with no decode launch (prefill only) joins the series of the step before it
+    (or after it, at the start). Series in the order they first appear; those without a launch are left out.
+    Arrays, not a list of steps per series: a long trace has 10^5-10^6 steps."""
+    n = len(steps)
+    if not n:
+        return []
+    order = np.lexsort((np.fromiter((s.index for s in steps), np.int64, n),
+                        np.fromiter((s.start_ns for s in steps), np.int64, n)))
+    codes: dict[tuple[str, ...], int] = {}
+    key = np.fromiter((codes.setdefault(k, len(codes)) if (k := decode_signature(steps[i])) else -1
+                       for i in order.tolist()), np.int64, n)
+    if (key < 0).all():
+        key[:] = 0  # no decode launch at all: one series (of the empty signature)
+    else:
+        # A step without a decode launch takes the key of the last one before it (the first key at the start).
+        at = np.maximum.accumulate(np.where(key >= 0, np.arange(n), -1))
+        key = np.where(at >= 0, key[np.maximum(at, 0)], key[int(np.argmax(key >= 0))])
+    launched = np.fromiter((bool(steps[i].launches) for i in order.tolist()), bool, n)
+    distinct, first = np.unique(key, return_index=True)
+    out = []
+    for k in distinct[np.argsort(first, kind="stable")].tolist():
+        members = key == k
+        if launched[members].any():
+            out.append(order[members])
+    return out
 
 
 def _component_baselines(values: np.ndarray, use: Sequence[bool], half: int, tokens: Sequence[int] | None,
@@ -253,23 +262,167 @@ def _component_matrix(comps: list[tuple[Sequence[str], Sequence[float]]]) -> tup
     return values, names
 
 
-def _attribute(series_steps: list[Step], gi: int, ctx: TraceAnalysis, known_slow: set[int], *, ratio: float,
-               min_excess_ns: float, half: int, min_fit: int) -> dict[int, StepAttribution]:
-    out: dict[int, StepAttribution] = {}
-    position = {s.index: i for i, s in enumerate(series_steps)}
-    step_tokens = [_tokens(ctx, s) for s in series_steps]
-    with_tokens = [s for s, t in zip(series_steps, step_tokens, strict=True) if t is not None]
-    without = [s for s, t in zip(series_steps, step_tokens, strict=True) if t is None]
-    parts: list[tuple[list[Step], list[int] | None]] = []
-    if with_tokens:
-        parts.append((with_tokens, [t or 0 for t in step_tokens if t is not None]))
-    if without:
-        parts.append((without, None))
-    for steps, tokens in parts:
+def _ran_prefill(step: Step) -> bool:
+    launches = step.launches
+    if len(launches) == 1:
+        return launches[0].phase in PREFILL_PHASES
+    return any(x.phase in PREFILL_PHASES for x in launches)
+
+
+@dataclass(frozen=True)
+class SeriesPart:
+    """One part of a series as arrays in series order (its steps whose KV tokens are known, or those without: each
+    part has its own fit); row i of every array, and of `data`, is one step. Its rows' StepAttributions are made
+    when asked for (`at`): a long trace has 10^5-10^6 steps, and the rules read these arrays."""
+
+    series: int
+    method: str
+    data: _Series
+    steps: np.ndarray  # step indexes (int64)
+    positions: np.ndarray  # each step's index in its series (int64)
+    wall: np.ndarray  # wall time (int64 ns)
+    baseline: np.ndarray  # baseline wall time (float ns)
+    spike: np.ndarray  # bool
+    long_delta: np.ndarray  # idle-host time in long stretches against its baseline (float ns)
+    prefill: np.ndarray  # the step holds a prefill or mixed launch (bool)
+
+    def at(self, row: int) -> StepAttribution:
+        return StepAttribution(step=int(self.steps[row]), series=self.series, position=int(self.positions[row]),
+                               wall_ns=int(self.wall[row]), baseline_ns=float(self.baseline[row]),
+                               spike=bool(self.spike[row]), method=self.method,
+                               host_long_delta_ns=float(self.long_delta[row]), data=self.data, row=row,
+                               ran_prefill=bool(self.prefill[row]))
+
+    def components(self) -> list[str | None]:
+        """Every row's `StepAttribution.component` (what grew the most), computed for all rows at once."""
+        d = self.data
+        n = len(self.steps)
+        names = d.names
+        if not names:
+            return [None] * n
+        delta = d.values - d.bases
+        labels: list[str | None] = [*names, PREFILL, None]  # code -1: None
+        codes = np.argmax(delta, axis=1)
+        codes = np.where(delta[np.arange(n), codes] > 0, codes, -1)
+        if PREFILL in names:
+            jp = names.index(PREFILL)
+            case = self.prefill & (d.values[:, jp] > d.bases[:, jp])
+            if case.any():  # the step's GPU work and the host time it waited for are one group, `prefill`
+                apart = [j for j, c in enumerate(names) if c in IDLE and c != IDLE_HOST]
+                v = np.zeros(int(case.sum()))
+                b = np.zeros(len(v))
+                for j in range(len(names)):  # summed in the order StepAttribution._groups sums
+                    if j not in apart:
+                        v = v + d.values[case, j]
+                        b = b + d.bases[case, j]
+                groups = np.column_stack([delta[case][:, apart], v - b])
+                best = np.argmax(groups, axis=1)
+                col = np.array([*apart, len(names)], np.int64)[best]
+                codes[case] = np.where(groups[np.arange(len(v)), best] > 0, col, -1)
+        out: list[str | None] = np.array(labels, dtype=object)[codes].tolist()
+        return out
+
+    def jumped(self, row: int, component: str, ratio: float, min_excess_ns: float) -> bool:
+        """`StepAttribution.jumped` of one row."""
+        d = self.data
+        if component not in d.names:
+            return False
+        j = d.names.index(component)
+        v, b = float(d.values[row, j]), float(d.bases[row, j])
+        return v - b >= min_excess_ns and v >= ratio * b
+
+
+class Table(Mapping[int, StepAttribution]):
+    """Every step's attribution by step index, held as arrays per series part (`parts`, in series order, each
+    series' parts in turn); a StepAttribution is made when a step is asked for."""
+
+    def __init__(self, parts: list[SeriesPart]) -> None:
+        self.parts = parts
+        steps = np.concatenate([p.steps for p in parts]) if parts else np.zeros(0, np.int64)
+        self._n = len(steps)
+        self._lo = int(steps.min()) if len(steps) else 0
+        size = int(steps.max()) - self._lo + 1 if len(steps) else 0
+        self._part = np.full(size, -1, np.int64)
+        self._row = np.zeros(size, np.int64)
+        for k, p in enumerate(parts):
+            self._part[p.steps - self._lo] = k
+            self._row[p.steps - self._lo] = np.arange(len(p.steps))
+
+    def locate(self, step: object) -> tuple[int, int] | None:
+        """(part number, row) of a step, None when the table has no such step."""
+        if not isinstance(step, int | np.integer):
+            return None
+        k = int(step) - self._lo
+        if not 0 <= k < len(self._part) or self._part[k] < 0:
+            return None
+        return int(self._part[k]), int(self._row[k])
+
+    def span(self) -> tuple[int, int]:
+        """The least step index and how many indexes from it the table spans (some may be missing)."""
+        return self._lo, len(self._part)
+
+    def __getitem__(self, step: int) -> StepAttribution:
+        got = self.locate(step)
+        if got is None:
+            raise KeyError(step)
+        return self.parts[got[0]].at(got[1])
+
+    def __contains__(self, step: object) -> bool:
+        return self.locate(step) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        for p in self.parts:
+            yield from p.steps.tolist()
+
+    def __len__(self) -> int:
+        return self._n
+
+    def gather(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The wall times (int64) and baselines (float) of `steps` (all in the table)."""
+        k = steps - self._lo
+        parts, rows = self._part[k], self._row[k]
+        wall = np.zeros(len(steps), np.int64)
+        base = np.zeros(len(steps))
+        for i, p in enumerate(self.parts):
+            mine = parts == i
+            if mine.any():
+                wall[mine] = p.wall[rows[mine]]
+                base[mine] = p.baseline[rows[mine]]
+        return wall, base
+
+    def series_rows(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per series: the part number and row of each of its steps, in series order."""
+        by: dict[int, list[int]] = defaultdict(list)
+        for k, p in enumerate(self.parts):
+            by[p.series].append(k)
+        out = {}
+        for gi, ks in by.items():
+            part = np.concatenate([np.full(len(self.parts[k].steps), k, np.int64) for k in ks])
+            row = np.concatenate([np.arange(len(self.parts[k].steps)) for k in ks])
+            order = np.argsort(np.concatenate([self.parts[k].positions for k in ks]), kind="stable")
+            out[gi] = (part[order], row[order])
+        return out
+
+
+def _attribute(series_steps: list[Step], gi: int, tokens_of: Mapping[int, int], known_slow: set[int], *,
+               ratio: float, min_excess_ns: float, half: int, min_fit: int) -> list[SeriesPart]:
+    n = len(series_steps)
+    step_tokens = [tokens_of.get(s.index) for s in series_steps] if tokens_of else [None] * n
+    known = np.fromiter((t is not None for t in step_tokens), bool, n)
+    positions = np.arange(n)
+    split: list[tuple[np.ndarray, list[int] | None]] = []
+    if known.any():
+        split.append((positions[known], [t or 0 for t in step_tokens if t is not None]))
+    if not known.all():
+        split.append((positions[~known], None))
+    out = []
+    for rows, tokens in split:
+        steps = [series_steps[i] for i in rows.tolist()] if len(rows) < n else series_steps
         walls = [s.wall_ns for s in steps]
+        slow = [s.index in known_slow for s in steps] if known_slow else [False] * len(steps)
         fit = fit_spikes(walls, tokens, ratio=ratio, min_excess_ns=min_excess_ns, half_window=half,
-                         exclude=[s.index in known_slow for s in steps], min_fit_points=min_fit)
-        use = [not (f or s.index in known_slow) for s, f in zip(steps, fit.spikes, strict=True)]
+                         exclude=slow, min_fit_points=min_fit)
+        use = [not (f or k) for f, k in zip(fit.spikes, slow, strict=True)]
         if sum(use) < min_fit:
             use = [not f for f in fit.spikes]
         values, names = _component_matrix([(b.component_names, b.component_ns()) if (b := s.breakdown) else _NONE
@@ -279,29 +432,32 @@ def _attribute(series_steps: list[Step], gi: int, ctx: TraceAnalysis, known_slow
             bases[:, j] = _component_baselines(values[:, j], use, half, tokens, c == ATTENTION)
         longs = [s.breakdown.host_long_ns if s.breakdown else 0 for s in steps]
         long_base = rolling_quantile(longs, half, use, COMPONENT_QUANTILE)
-        data = _Series(names, values, bases, np.asarray(walls, float) - np.asarray(fit.baseline_ns, float))
-        baselines = np.asarray(fit.baseline_ns, float).tolist()
-        long_deltas = (np.asarray(longs, float) - np.asarray(long_base, float)).tolist()
-        for i, (s, wall) in enumerate(zip(steps, walls, strict=True)):
-            at = position[s.index]
-            out[s.index] = StepAttribution(
-                step=s.index, series=gi, position=at, wall_ns=wall, baseline_ns=baselines[i],
-                spike=fit.spikes[i], method=fit.method, host_long_delta_ns=long_deltas[i], data=data,
-                row=at if at == i else i,  # one int object for both when equal (unless tokens split the series)
-                ran_prefill=any(x.phase in PREFILL_PHASES for x in s.launches))
+        wall = np.asarray(walls, np.int64)
+        baseline = np.asarray(fit.baseline_ns, float)
+        data = _Series(names, values, bases, np.asarray(walls, float) - baseline)
+        out.append(SeriesPart(
+            series=gi, method=fit.method, data=data, steps=np.fromiter((s.index for s in steps), np.int64, len(steps)),
+            positions=rows.astype(np.int64), wall=wall, baseline=baseline, spike=np.asarray(fit.spikes, bool),
+            long_delta=np.asarray(longs, float) - np.asarray(long_base, float),
+            prefill=np.fromiter(map(_ran_prefill, steps), bool, len(steps))))
     return out
 
 
 def table(ctx: TraceAnalysis, *, ratio: float, min_excess_ns: float, half_window: int, min_fit: int,
-          known_slow: set[int]) -> dict[int, StepAttribution]:
+          known_slow: set[int]) -> Table:
     """Every step's attribution (by step index), computed once per analysis and set of parameters."""
     key = ("attribution", ratio, min_excess_ns, half_window, min_fit, frozenset(known_slow))
     got = ctx.cache.get("attribution")
     if isinstance(got, tuple) and got[0] == key:
         return got[1]  # type: ignore[no-any-return]
-    out: dict[int, StepAttribution] = {}
-    for gi, group in enumerate(series(ctx.steps)):
-        out.update(_attribute(group, gi, ctx, known_slow, ratio=ratio, min_excess_ns=min_excess_ns,
-                              half=half_window, min_fit=min_fit))
+    s = ctx.schedule
+    tokens_of = ({i: t for i, b in s.batches.items() if b.source == "sidecar" and (t := b.total_kv_tokens) is not None}
+                 if s else {})
+    parts: list[SeriesPart] = []
+    steps = ctx.steps
+    for gi, members in enumerate(series(steps)):
+        parts.extend(_attribute([steps[i] for i in members.tolist()], gi, tokens_of, known_slow, ratio=ratio,
+                                min_excess_ns=min_excess_ns, half=half_window, min_fit=min_fit))
+    out = Table(parts)
     ctx.cache["attribution"] = (key, out)
     return out

@@ -85,46 +85,69 @@ def quantile(values: Sequence[float], q: float) -> float:
 _ROWS_PER_BLOCK = 16_384
 
 
-def rolling_quantile(values: Sequence[float], half_window: int, use: Sequence[bool] | None = None,
-                     q: float = 0.5) -> list[float]:
+def rolling_quantile(values: Sequence[float] | np.ndarray, half_window: int,
+                     use: Sequence[bool] | np.ndarray | None = None, q: float = 0.5) -> list[float]:
     """The q-quantile of the used values within [i - half_window, i + half_window] for every i (the window is
     cut at the ends). Points with use False are left out of every window; a window with no used value falls
     back to the quantile of all used values (or of all values)."""
-    n = len(values)
-    use = list(use) if use is not None else [True] * n
-    kept = [v for v, u in zip(values, use, strict=True) if u] or list(values)
-    fallback = quantile(kept, q) if kept else 0.0
+    out: list[float] = rolling_quantiles(values, half_window, use, q).tolist()
+    return out
+
+
+def rolling_quantiles(values: Sequence[float] | np.ndarray, half_window: int,
+                      use: Sequence[bool] | np.ndarray | None = None, q: float = 0.5) -> np.ndarray:
+    """`rolling_quantile` as a float64 array, from a list or an array (no Python float per point)."""
+    y = np.asarray(values, float)
+    n = len(y)
     if n == 0:
-        return []
+        return np.zeros(0)
+    used = np.ones(n, bool) if use is None else np.asarray(use, bool)
+    if len(used) != n:
+        raise ValueError("rolling_quantile: values and use differ in length")
     # Vectorised (a long trace has 10^5 steps): unused points and the cut ends are +inf in a padded copy, each
     # row of a sliding view is one window, sorted in C a block of rows at a time; the used values of a row are
     # its first k, interpolated exactly as `quantile` does.
     h = max(int(half_window), 0)
     padded = np.full(n + 2 * h, np.inf)
-    padded[h : h + n] = np.where(np.asarray(use, bool), np.asarray(values, float), np.inf)
+    padded[h : h + n] = np.where(used, y, np.inf)
     windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * h + 1)
     q = min(max(q, 0.0), 1.0)
-    out = np.full(n, fallback, float)
+    out = np.empty(n)
     width = 2 * h + 1
     # A window whose every value is used (most of them) needs only the two order statistics at fixed positions:
     # a partial partition of the row, not a sort (the same values, so the same interpolation).
     full_pos = (width - 1) * q
     full_lo = int(full_pos)
     full_hi = min(full_lo + 1, width - 1)
+    kth: int | list[int] = full_lo if full_hi == full_lo or full_pos == full_lo else [full_lo, full_hi]
+    empty = np.zeros(n, bool)
+    # The used values in each window, from a running count (not a pass over every window's values).
+    count = np.zeros(n + 2 * h + 1, np.int64)
+    np.cumsum(np.isfinite(padded), out=count[1:])
+    counts = count[width:] - count[:-width]
     for first in range(0, n, _ROWS_PER_BLOCK):
         block = windows[first : first + _ROWS_PER_BLOCK]
-        k = np.isfinite(block).sum(axis=1)
+        k = counts[first : first + len(block)]
         full = k == width
         at = out[first : first + len(block)]
+        if full.all():
+            part = np.partition(block, kth, axis=1)  # a copy, partitioned
+        elif full.any():
+            part = np.partition(block[full], kth, axis=1)
         if full.any():
-            part = np.partition(block[full], sorted({full_lo, full_hi}), axis=1)
             xlo = part[:, full_lo]
-            xhi = part[:, full_hi]
-            at[full] = xlo + (xhi - xlo) * (np.float64(full_pos) - full_lo)
+            xhi = part[:, full_hi] if full_hi != full_lo and full_pos != full_lo else xlo
+            got = xlo + (xhi - xlo) * (np.float64(full_pos) - full_lo)
+            if full.all():
+                at[:] = got
+                continue
+            at[full] = got
+        empty[first : first + len(block)] = k == 0
         some = (k > 0) & ~full
         if not some.any():
             continue
-        rows = np.sort(block[some], axis=1)
+        rows = block[some]  # a copy, sorted in place
+        rows.sort(axis=1)
         ks = k[some]
         pos = (ks - 1) * q
         lo = pos.astype(np.int64)
@@ -132,7 +155,18 @@ def rolling_quantile(values: Sequence[float], half_window: int, use: Sequence[bo
         xlo = np.take_along_axis(rows, lo[:, None], axis=1)[:, 0]
         xhi = np.take_along_axis(rows, hi[:, None], axis=1)[:, 0]
         at[some] = xlo + (xhi - xlo) * (pos - lo)
-    return out.tolist()
+    if empty.any():  # windows with no used value: the quantile of all used values (of all values when none is)
+        kept = y[used] if used.any() else y
+        out[empty] = _sorted_quantile(np.sort(kept).tolist(), q)
+    return out
+
+
+def _sorted_quantile(xs: list[float], q: float) -> float:
+    """`quantile` of values already sorted."""
+    pos = (len(xs) - 1) * min(max(q, 0.0), 1.0)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
 
 
 def _flags(y: Sequence[float], base: Sequence[float], ratio: float, min_excess_ns: float) -> list[bool]:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+
 from traceinsight.errors import TraceInsightError
 
 # Exit code of `traceinsight analyze --fail-on SEVERITY` when a finding at or above SEVERITY was reported.
@@ -87,12 +89,11 @@ class Finding:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "severity", Severity(self.severity))
-        object.__setattr__(self, "steps", tuple(sorted({int(s) for s in self.steps})))
+        object.__setattr__(self, "steps", _step_indexes(self.steps))
         object.__setattr__(self, "evidence", dict(self.evidence))
         if self.saving_ns is not None:
             object.__setattr__(self, "saving_ns", max(0, int(round(self.saving_ns))))
-        object.__setattr__(self, "step_saving_ns",
-                           {int(k): max(0, int(round(v))) for k, v in self.step_saving_ns.items()})
+        object.__setattr__(self, "step_saving_ns", _step_savings(self.step_saving_ns))
 
     def to_json(self) -> dict[str, Any]:
         """The finding as schema `traceinsight.analysis/1` writes it (docs/JSON.md)."""
@@ -112,6 +113,30 @@ class Finding:
             "saving_basis": self.saving_basis,
             **saving_split(self.attributed_ns, self.saving_basis),
         }
+
+
+# From this many steps a finding's steps and step savings are normalized by numpy (a finding may name 10^5 steps).
+_MANY = 256
+
+
+def _step_indexes(steps: Iterable[Any]) -> tuple[int, ...]:
+    """Distinct step indexes as ints, ascending."""
+    if isinstance(steps, tuple | list) and len(steps) >= _MANY and all(type(s) is int for s in steps[:_MANY]):
+        got = np.fromiter(steps, np.int64, len(steps))
+        if (got[1:] > got[:-1]).all():  # already ascending and distinct (most are)
+            return tuple(got.tolist())
+        return tuple(np.unique(got).tolist())
+    return tuple(sorted({int(s) for s in steps}))
+
+
+def _step_savings(savings: Mapping[Any, Any]) -> dict[int, int]:
+    """{step: ns} with int steps and ns rounded to the nearest int (halves to even, as `round`), at least 0."""
+    if len(savings) >= _MANY and all(type(k) is int for k in savings) and all(
+            type(v) is int or type(v) is float for v in savings.values()):
+        ns = np.fromiter(savings.values(), np.float64, len(savings))
+        if np.isfinite(ns).all() and (np.abs(ns) < 2.0**52).all():  # exact as float64, rounded as `round` does
+            return dict(zip(savings.keys(), np.maximum(np.rint(ns), 0).astype(np.int64).tolist(), strict=True))
+    return {int(k): max(0, int(round(v))) for k, v in savings.items()}
 
 
 def _plain(v: Any) -> Any:

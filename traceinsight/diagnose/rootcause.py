@@ -27,9 +27,11 @@ steps' time minus their floor plus the time between them, and each basis is boun
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+import copy
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from traceinsight.diagnose.finding import BASIS_SPAN as BASIS_SPAN  # (defined beside the JSON that splits by them)
 from traceinsight.diagnose.finding import BASIS_STEPS as BASIS_STEPS
@@ -108,9 +110,9 @@ def attribute(claims: Sequence[tuple[int | None, Sequence[int]] | tuple[int | No
     step min(its saving there, what is left of the step); one without takes min(claim, what is left over its
     steps), spread in proportion to what is left of each step. A claim without steps draws on `total_budget`
     (what the steps' budgets add up to when None). None claims stay None. Pure; the returned list matches
-    `claims`."""
-    left = {k: max(0, int(v)) for k, v in budget.items()}
-    pool = sum(left.values()) if total_budget is None else max(0, int(total_budget))
+    `claims`. What is left of each step is an array over the budget's steps (a long trace has 10^5-10^6)."""
+    left = _Budget(budget)
+    pool = int(left.left.sum()) if total_budget is None else max(0, int(total_budget))
     out: list[int | None] = []
     for claim in claims:
         saving, steps = claim[0], claim[1]
@@ -120,40 +122,65 @@ def attribute(claims: Sequence[tuple[int | None, Sequence[int]] | tuple[int | No
             continue
         want = max(0, int(saving))
         if per_step:
-            got = 0
-            for s, v in per_step.items():
-                if s in left:
-                    take = min(max(0, int(v)), left[s], pool - got, want - got)
-                    left[s] -= take
-                    got += take
+            pos, wanted = left.where(per_step.keys(), per_step.values())
+            # In the claim's order, each step gives min(its saving there, what is left of it) until the claim
+            # (or the pool) is met: what the steps before it gave bounds what it may give.
+            can = np.minimum(wanted, left.left[pos])
+            before = np.cumsum(can) - can
+            take = np.minimum(can, np.maximum(0, min(pool, want) - before))
+            left.left[pos] -= take
+            got = int(take.sum())
             pool -= got
             out.append(got)
             continue
-        mine = [s for s in dict.fromkeys(steps) if s in left]
-        if not mine:
+        pos, _ = left.where(dict.fromkeys(steps))
+        if not len(pos):
             got = min(want, pool)
             pool -= got
             out.append(got)
             continue
-        avail = sum(left[s] for s in mine)
+        have: list[int] = left.left[pos].tolist()
+        avail = sum(have)
         got = min(want, avail, pool)
         if avail:
-            taken = 0
-            for s in mine:
-                share = left[s] * got // avail
-                left[s] -= share
-                taken += share
+            shares = [h * got // avail for h in have]  # Python ints: h * got overflows int64
+            taken = sum(shares)
+            have = [h - x for h, x in zip(have, shares, strict=True)]
             # Rounding leaves at most len(mine) ns: take it from the first steps that still have some.
-            for s in mine:
+            for k, h in enumerate(have):
                 if taken >= got:
                     break
-                extra = min(left[s], got - taken)
-                left[s] -= extra
+                extra = min(h, got - taken)
+                have[k] = h - extra
                 taken += extra
+            left.left[pos] = have
             got = taken
         pool -= got
         out.append(got)
     return out
+
+
+class _Budget:
+    """A budget ({step: ns}) as arrays: the steps and what is left of each (at least 0)."""
+
+    def __init__(self, budget: Mapping[int, int]) -> None:
+        n = len(budget)
+        self.keys = np.fromiter(budget.keys(), np.int64, n)
+        self.left = np.maximum(np.fromiter(map(int, budget.values()), np.int64, n), 0)
+        self.order = np.argsort(self.keys, kind="stable")
+        self.sorted = self.keys[self.order]
+
+    def where(self, steps: Iterable[int], values: Iterable[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The positions of those of `steps` (distinct) that the budget holds, in their order, and their `values`
+        (as ints, at least 0; zeros when None)."""
+        got = np.fromiter(steps, np.int64)
+        vals = (np.maximum(np.fromiter(map(int, values), np.int64, len(got)), 0) if values is not None
+                else np.zeros(len(got), np.int64))
+        if not len(self.sorted):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        at = np.minimum(np.searchsorted(self.sorted, got), len(self.sorted) - 1)
+        held = self.sorted[at] == got
+        return self.order[at[held]], vals[held]
 
 
 def budgets(steps: Sequence[Any]) -> dict[str, dict[int, int]]:
@@ -162,21 +189,20 @@ def budgets(steps: Sequence[Any]) -> dict[str, dict[int, int]]:
     the workload, a gap of gpu-idle-gaps' PAUSE_MIN_NS or more, which that rule leaves out too)."""
     from traceinsight.diagnose.rules.gpu_idle_gaps import PAUSE_MIN_NS
 
-    walls: dict[int, int] = {}
-    gaps: dict[int, int] = {}
-    windows = []
-    for s in steps:
-        b = getattr(s, "breakdown", None)
-        start = b.start_ns if b is not None else s.start_ns
-        end = b.end_ns if b is not None else s.end_ns
-        walls[s.index] = int(s.wall_ns)
-        windows.append((start, end, s.index))
-    windows.sort()
-    reach: int | None = None
-    for start, end, i in windows:
-        gap = 0 if reach is None else max(0, start - reach)
-        gaps[i] = gap if gap < PAUSE_MIN_NS else 0
-        reach = end if reach is None else max(reach, end)
+    n = len(steps)
+    index = [s.index for s in steps]
+    windows = [b if (b := getattr(s, "breakdown", None)) is not None else s for s in steps]
+    start = np.fromiter((w.start_ns for w in windows), np.int64, n)
+    end = np.fromiter((w.end_ns for w in windows), np.int64, n)
+    walls = dict(zip(index, map(int, (s.wall_ns for s in steps)), strict=True))
+    # The windows in (start, end, index) order; each gap from the furthest end of the windows before it.
+    order = np.lexsort((np.asarray(index, np.int64), end, start))
+    reach = np.maximum.accumulate(end[order])
+    gap = np.zeros(n, np.int64)
+    if n > 1:
+        gap[1:] = np.maximum(0, start[order][1:] - reach[:-1])
+    gap[gap >= PAUSE_MIN_NS] = 0
+    gaps = dict(zip(np.asarray(index, np.int64)[order].tolist(), gap.tolist(), strict=True))
     return {BASIS_STEPS: walls, BASIS_SPAN: gaps}
 
 
@@ -222,9 +248,18 @@ def consolidate(findings: Sequence[Finding], steps: Sequence[Any]) -> list[Findi
     out = []
     for i, f in enumerate(ordered):
         is_root = roots[i] == i
-        out.append(replace(f, ref=refs[i], supports=None if is_root else refs[roots[i]],
+        out.append(_linked(f, ref=refs[i], supports=None if is_root else refs[roots[i]],
                            related=tuple(related.get(i, ())), attributed_ns=attributed.get(i) if is_root else None,
                            saving_basis=saving_basis(f.id)))
+    return out
+
+
+def _linked(f: Finding, **links: Any) -> Finding:
+    """`dataclasses.replace(f, **links)` for the fields consolidation fills in, without normalizing the finding's
+    steps and step savings again (`Finding.__post_init__`: they already are; a finding may name 10^5 steps)."""
+    out = copy.copy(f)
+    for name, value in {**links, "evidence": dict(f.evidence), "step_saving_ns": dict(f.step_saving_ns)}.items():
+        object.__setattr__(out, name, value)
     return out
 
 
@@ -271,13 +306,26 @@ def floors(walls: Mapping[int, int], claims: Sequence[tuple[int | None, Sequence
            ) -> dict[int, int]:
     """Each step's floor (ns): the least it would still take with a remedy applied, its wall time minus the
     largest saving any root cause claims in it (a step no root names keeps its wall time). Remedies are not
-    stacked: each claim's reference is the whole step with that one remedy. Pure."""
-    best: dict[int, int] = {}
+    stacked: each claim's reference is the whole step with that one remedy. Pure; over arrays of the steps
+    (`step_claims` one step at a time)."""
+    table = _Budget(walls)
+    wall = np.fromiter(map(int, walls.values()), np.int64, len(walls))
+    best = np.zeros(len(wall), np.int64)
     for saving, steps, per_step in claims:
-        for s, v in step_claims(saving, steps, per_step, walls).items():
-            if v > best.get(s, 0):
-                best[s] = v
-    return {s: w - min(w, best.get(s, 0)) for s, w in walls.items()}
+        if saving is None:
+            continue
+        if per_step:
+            pos, wanted = table.where(per_step.keys(), per_step.values())
+            claim = np.minimum(wanted, wall[pos])
+        else:
+            pos, _ = table.where(dict.fromkeys(steps))
+            total = int(wall[pos].sum())
+            if not total:
+                continue
+            rate = min(1.0, max(0, int(saving)) / total)
+            claim = (wall[pos] * rate).astype(np.int64)
+        best[pos] = np.maximum(best[pos], claim)
+    return dict(zip(walls.keys(), (wall - np.minimum(wall, best)).tolist(), strict=True))
 
 
 def step_floors(findings: Sequence[Finding], steps: Sequence[Any]) -> dict[int, int]:
@@ -293,11 +341,3 @@ def step_floors(findings: Sequence[Finding], steps: Sequence[Any]) -> dict[int, 
             saving, per_step = _claim(j, ordered, roots)
             claims.append((saving, f.steps, per_step))
     return floors(walls, claims)
-
-
-def root_findings(findings: Sequence[Any]) -> list[Any]:
-    """The findings that are root causes (JSON dicts or `Finding`s), in the order given."""
-    def sup(f: Any) -> Any:
-        return f.get("supports") if isinstance(f, dict) else getattr(f, "supports", None)
-
-    return [f for f in findings if sup(f) is None]

@@ -27,9 +27,10 @@ cause, each cause from the attention findings and the component that grew) is wo
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, cast
@@ -38,7 +39,7 @@ import numpy as np
 
 from traceinsight.components import IDLE, IDLE_HOST
 from traceinsight.diagnose import attribution, remedies
-from traceinsight.diagnose.attribution import StepAttribution
+from traceinsight.diagnose.attribution import SeriesPart, StepAttribution, Table
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.host import describe, host_evidence, read_ops
@@ -93,7 +94,7 @@ GROUP_MIN_INCIDENTS = 2
 HOST_BASELINE_STEPS = 10
 
 
-def attributions(ctx: TraceAnalysis) -> dict[int, StepAttribution]:
+def attributions(ctx: TraceAnalysis) -> Table:
     """Every step judged against its series with this rule's thresholds (also what `explain` shows)."""
     known_slow = {s for f in ctx.findings if f.id in KNOWN_SLOW for s in f.steps}
     return attribution.table(
@@ -121,6 +122,49 @@ def cause_of(att: StepAttribution, component: str | None,
     return attribution.component_cause(component, att), None
 
 
+class Causes:
+    """`cause_of` for many steps at once: the attention finding that explains each step (ATTENTION_CAUSES, most
+    specific first; of one rule, the first finding), looked up in an array over the table's step indexes."""
+
+    def __init__(self, findings: list[Finding], table: Table) -> None:
+        self.findings = [f for f in findings if f.id in ATTENTION_CAUSES]
+        self.lo, size = table.span()
+        self.best = np.full(size, -1, np.int64)
+        rank = {cid: i for i, cid in enumerate(ATTENTION_CAUSES)}
+        # The least specific first, so that the most specific (then the first) finding is written last.
+        for i in sorted(range(len(self.findings)), key=lambda i: (-rank[self.findings[i].id], -i)):
+            at = np.asarray(self.findings[i].steps, np.int64) - self.lo
+            self.best[at[(at >= 0) & (at < size)]] = i
+
+    def of(self, part: SeriesPart, rows: np.ndarray, components: list[str | None]
+           ) -> tuple[list[str], list[Finding | None]]:
+        """The cause id of each row of `part` whose `components` grew the most, and the finding behind it."""
+        n = len(rows)
+        cause = np.empty(n, object)
+        finding = np.full(n, None, object)
+        index: dict[str | None, int] = {}
+        codes = np.fromiter((index.setdefault(c, len(index)) for c in components), np.int64, n)
+        d = part.data
+        for c, k in index.items():
+            mine = codes == k
+            if c is None:
+                cause[mine] = "unexplained"
+            elif c == ATTENTION:
+                fi = self.best[part.steps[rows[mine]] - self.lo]
+                ids = np.array([f.id for f in self.findings] + ["attention"], object)
+                cause[mine] = ids[fi]
+                finding[mine] = np.array([*self.findings, None], object)[fi]
+            elif c == IDLE_HOST:
+                j = d.names.index(c)
+                r = rows[mine]
+                grew = d.values[r, j] - d.bases[r, j]
+                stall = (grew > 0) & (part.long_delta[r] >= attribution.STALL_SHARE * grew)
+                cause[mine] = np.where(stall, attribution.HOST_STALL, attribution.HOST_LAUNCH_BOUND)
+            else:
+                cause[mine] = attribution.COMPONENT_CAUSES.get(c, f"kernels:{c}")
+        return cause.tolist(), finding.tolist()
+
+
 @dataclass
 class Incident:
     cause: str
@@ -130,32 +174,46 @@ class Incident:
     onset: list[int] = field(default_factory=list)  # steps before them where the component already jumped
 
 
-def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], dict[int, StepAttribution]]:
+def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], Table]:
     """The trace's incidents (runs of spikes with one cause, with their onset steps) and every step's
-    attribution."""
+    attribution. Over the table's arrays: only the spikes' causes are named, a run at a time."""
     table = attributions(ctx)
     ratio = limit(ctx, ID, "SPIKE_RATIO", SPIKE_RATIO)
     excess_min = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
-    by_step, by_series = by_step_and_series(ctx, table)
+    causes = Causes(ctx.findings, table)
+    # Per part, its spikes' components, causes and findings (by row).
+    named: list[dict[int, tuple[str | None, str, Finding | None]]] = []
+    for p in table.parts:
+        rows = np.flatnonzero(p.spike)
+        every = p.components() if len(rows) else []
+        comps = [every[r] for r in rows.tolist()]
+        cause, finding = causes.of(p, rows, comps)
+        named.append(dict(zip(rows.tolist(), zip(comps, cause, finding, strict=True), strict=True)))
     out: list[Incident] = []
-    for gi in sorted(by_series):
-        order = sorted(by_series[gi], key=lambda a: a.position)
+    for _, (part, row) in sorted(table.series_rows().items(), key=lambda kv: kv[0]):
+        spike = np.zeros(len(part), bool)
+        for k, p in enumerate(table.parts):
+            mine = part == k
+            if mine.any():
+                spike[mine] = p.spike[row[mine]]
+        parts, rows = part.tolist(), row.tolist()
         current: Incident | None = None
-        for pos, att in enumerate(order):
-            if not att.spike:
-                current = None
+        last = -2
+        for pos in np.flatnonzero(spike).tolist():
+            k, r = parts[pos], rows[pos]
+            component, cause, finding = named[k][r]
+            step = int(table.parts[k].steps[r])
+            if current is not None and last == pos - 1 and current.cause == cause:
+                current.steps.append(step)
+                last = pos
                 continue
-            component = att.component
-            cause, finding = cause_of(att, component, by_step)
-            if current is not None and current.cause == cause:
-                current.steps.append(att.step)
-                continue
-            current = Incident(cause, component, finding, [att.step])
+            last = pos
+            current = Incident(cause, component, finding, [step])
             if component is not None:
-                k = pos - 1
-                while k >= 0 and not order[k].spike and order[k].jumped(component, ratio, excess_min):
-                    current.onset.insert(0, order[k].step)
-                    k -= 1
+                j = pos - 1
+                while j >= 0 and not spike[j] and table.parts[parts[j]].jumped(rows[j], component, ratio, excess_min):
+                    current.onset.insert(0, int(table.parts[parts[j]].steps[rows[j]]))
+                    j -= 1
             out.append(current)
     return out, table
 
@@ -221,7 +279,7 @@ def _remedy(inc: Incident, ctx: TraceAnalysis, worst: StepAttribution, host_text
     return remedies.remedy(inc.cause, facts, ops=ops, step_phase=phase)
 
 
-def neighbours(ctx: TraceAnalysis, table: dict[int, StepAttribution], step: int, n: int) -> list[int]:
+def neighbours(ctx: TraceAnalysis, table: Table, step: int, n: int) -> list[int]:
     """Up to `n` non-spike steps of `step`'s series nearest to it (its baseline steps, for per-op comparisons)."""
     me = table.get(step)
     if me is None:
@@ -234,33 +292,61 @@ def neighbours(ctx: TraceAnalysis, table: dict[int, StepAttribution], step: int,
     return [s for _, s in same[:n]]
 
 
-def _calm_series(ctx: TraceAnalysis, table: dict[int, StepAttribution]) -> dict[Any, tuple[np.ndarray, np.ndarray]]:
+def _calm_series(ctx: TraceAnalysis, table: Table) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Per series, the positions and steps of its non-spike steps in position order, as int64 arrays (built once
-    per table; as a list of tuples, 0.1 KB a step)."""
+    per table, from its arrays)."""
     got = ctx.cache.get("latency-spike.calm-series")
     if got is None or got[0] is not table:
-        by: dict[Any, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-        for a in table.values():
-            if not a.spike:
-                pos, st = by[a.series]
-                pos.append(a.position)
-                st.append(a.step)
+        by: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+        for p in table.parts:
+            calm = ~p.spike
+            by[p.series].append((p.positions[calm], p.steps[calm]))
         arrays = {}
-        for key, (pos, st) in by.items():
-            order = np.lexsort((np.asarray(st, np.int64), np.asarray(pos, np.int64)))
-            arrays[key] = (np.asarray(pos, np.int64)[order], np.asarray(st, np.int64)[order])
+        for key, chunks in by.items():
+            pos = np.concatenate([c[0] for c in chunks])
+            st = np.concatenate([c[1] for c in chunks])
+            order = np.lexsort((st, pos))
+            arrays[key] = (pos[order], st[order])
         got = ctx.cache["latency-spike.calm-series"] = (table, arrays)
-    return cast(dict[Any, tuple[np.ndarray, np.ndarray]], got[1])
+    return cast(dict[int, tuple[np.ndarray, np.ndarray]], got[1])
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
     found, table = incidents(ctx)
     crit = limit(ctx, ID, "CRITICAL_RATIO", CRITICAL_RATIO)
     by_index = ctx.steps_by_index()
-    worst_of = {id(inc): max((table[i] for i in inc.steps), key=lambda a: a.excess_ns) for inc in found}
+    # Every spike's excess over its baseline, the incidents' steps one after another (a long trace has 10^5).
+    flat = np.fromiter((i for inc in found for i in inc.steps), np.int64, sum(len(inc.steps) for inc in found))
+    wall, base = table.gather(flat)
+    excess_of: list[float] = (wall.astype(float) - base).tolist()
+    wall_of: list[int] = wall.tolist()
+    base_of_step: list[float] = base.tolist()
+    worst_at: dict[int, int] = {}  # the incident's worst step (the most excess), by its place among them all
+    sum_of: dict[int, float] = {}
+    step_excess: dict[int, dict[int, int]] = {}
+    at = 0
+    for inc in found:
+        ex = excess_of[at:at + len(inc.steps)]
+        worst_at[id(inc)] = at + max(range(len(ex)), key=ex.__getitem__)
+        sum_of[id(inc)] = sum(ex)
+        step_excess[id(inc)] = {i: max(0, round(e)) for i, e in zip(inc.steps, ex, strict=True)}
+        at += len(ex)
+
+    def ratio(k: int) -> float:  # StepAttribution.ratio of the k-th step among them all
+        return wall_of[k] / base_of_step[k] if base_of_step[k] else 0.0
+
+    made: dict[int, StepAttribution] = {}
+
+    def worst_att(inc: Incident) -> StepAttribution:
+        got = made.get(id(inc))
+        if got is None:
+            got = made[id(inc)] = table[int(flat[worst_at[id(inc)]])]
+        return got
+
+    worst_of = _Lazy(worst_att, {id(inc): inc for inc in found})
     # Host causes: what the host did meanwhile, read once for the incidents reported one by one.
     host_incidents = sorted((inc for inc in found if inc.cause in HOST_CAUSES),
-                            key=lambda inc: -sum(table[i].excess_ns for i in inc.steps))[:MAX_INCIDENTS]
+                            key=lambda inc: -sum_of[id(inc)])[:MAX_INCIDENTS]
     base_of = {id(inc): neighbours(ctx, table, worst_of[id(inc)].step, HOST_BASELINE_STEPS) for inc in host_incidents}
     host_ops = read_ops(ctx, {s for inc in host_incidents for s in (worst_of[id(inc)].step, *base_of[id(inc)])}) \
         if host_incidents else None
@@ -330,11 +416,11 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
 
     records = []
     for inc in found:
-        worst = worst_of[id(inc)]
-        records.append(_Record(inc, worst, round(sum(table[i].excess_ns for i in inc.steps)),
-                               tuple(inc.onset + inc.steps),
-                               Severity.CRITICAL if worst.ratio >= crit else Severity.WARNING,
-                               {i: max(0, round(table[i].excess_ns)) for i in inc.steps}))
+        k = worst_at[id(inc)]
+        records.append(_Record(inc, functools.partial(worst_att, inc), int(flat[k]), ratio(k),
+                               round(sum_of[id(inc)]), tuple(inc.onset + inc.steps),
+                               Severity.CRITICAL if ratio(k) >= crit else Severity.WARNING,
+                               step_excess[id(inc)]))
     out = _fold(records, int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)), build)
     return out + _groups(records, out)
 
@@ -345,11 +431,33 @@ class _Record:
     one by one, and the first of each folded cause, are: a long trace has thousands)."""
 
     inc: Incident
-    worst: StepAttribution
+    worst_made: Callable[[], StepAttribution]  # (made for the incidents a finding names: a trace has 10^4)
+    worst_step: int
+    worst_ratio: float
     excess_ns: int
     steps: tuple[int, ...]
     severity: Severity
     step_excess: dict[int, int]
+
+    @property
+    def worst(self) -> StepAttribution:
+        return self.worst_made()
+
+
+class _Lazy(Mapping[int, StepAttribution]):
+    """Each incident's worst step's attribution by id(incident), made when first asked."""
+
+    def __init__(self, make: Callable[[Incident], StepAttribution], incidents: dict[int, Incident]) -> None:
+        self.make, self.incidents = make, incidents
+
+    def __getitem__(self, key: int) -> StepAttribution:
+        return self.make(self.incidents[key])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.incidents)
+
+    def __len__(self) -> int:
+        return len(self.incidents)
 
 
 def _fold(records: list[_Record], keep: int, build: Callable[[Incident], Finding]) -> list[Finding]:
@@ -366,7 +474,7 @@ def _fold(records: list[_Record], keep: int, build: Callable[[Incident], Finding
     for cid, members in folded.items():
         steps = sorted(s for i in members for s in records[i].steps)
         excess = sum(records[i].excess_ns for i in members)
-        worst = records[max(members, key=lambda i: round(records[i].worst.ratio, 2))].worst
+        worst = records[max(members, key=lambda i: round(records[i].worst_ratio, 2))].worst
         severity = min((records[i].severity for i in members), key=lambda x: x.rank)
         first = build(records[members[0]].inc)
         out.append(Finding(
@@ -415,7 +523,7 @@ def _groups(records: list[_Record], listed: list[Finding]) -> list[Finding]:
             continue
         steps = sorted(s for r in members for s in r.steps)
         excess = sum(r.excess_ns for r in members)
-        worst = max(members, key=lambda r: (round(r.worst.ratio, 2), -r.worst.step)).worst
+        worst = max(members, key=lambda r: (round(r.worst_ratio, 2), -r.worst_step)).worst
         severity = min((r.severity for r in members), key=lambda x: x.rank)
         biggest = sorted(members, key=lambda r: -r.excess_ns)[:MAX_INCIDENTS]
         out.append(Finding(
@@ -448,17 +556,3 @@ def _groups(records: list[_Record], listed: list[Finding]) -> list[Finding]:
             step_saving_ns={s: v for r in members for s, v in r.step_excess.items()},
         ))
     return out
-
-
-def by_step_and_series(ctx: TraceAnalysis, table: dict[int, StepAttribution]
-                       ) -> tuple[dict[int, list[Finding]], dict[int, list[StepAttribution]]]:
-    """The findings so far by the steps they name, and the steps' attributions by series (the slow-steps rule groups
-    its runs the same way)."""
-    by_step: dict[int, list[Finding]] = defaultdict(list)
-    for f in ctx.findings:
-        for s in f.steps:
-            by_step[s].append(f)
-    by_series: dict[int, list[StepAttribution]] = defaultdict(list)
-    for att in table.values():
-        by_series[att.series].append(att)
-    return by_step, by_series

@@ -20,13 +20,14 @@ cause, `evidence.group`), the MAX_INCIDENTS costliest listed one by one as its e
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from traceinsight.diagnose.attribution import StepAttribution
+from traceinsight.diagnose.attribution import SeriesPart, StepAttribution, Table
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
@@ -84,38 +85,52 @@ class _Slow:
     whole: bool  # the step as a whole rose (else one component did)
 
 
-def slow_steps(ctx: TraceAnalysis, table: dict[int, StepAttribution]) -> dict[int, _Slow]:
-    """The slow steps (not spikes) of every series, by step index."""
+@dataclass
+class _Found:
+    """The slow steps of one series part, as its rows (ascending) and what rose in each."""
+
+    part: SeriesPart
+    rows: list[int]
+    components: list[str | None]
+    cost_ns: list[float]
+    ratio: list[float]
+    whole: list[bool]
+
+
+def slow_steps(ctx: TraceAnalysis, table: Table) -> list[_Found]:
+    """The slow steps (not spikes) of every series part, over the table's arrays."""
     ratio = limit(ctx, ID, "SLOW_RATIO", SLOW_RATIO)
     excess_min = limit(ctx, ID, "EXCESS_MIN_NS", EXCESS_MIN_NS)
     share = limit(ctx, ID, "COMPONENT_MIN_SHARE", COMPONENT_MIN_SHARE)
     sigmas = limit(ctx, ID, "NOISE_SIGMAS_MIN", NOISE_SIGMAS_MIN)
-    by_data: dict[int, list[StepAttribution]] = defaultdict(list)
-    for att in table.values():
-        by_data[id(att.data)].append(att)
-    out: dict[int, _Slow] = {}
-    for atts in by_data.values():  # one series (part) at a time, its steps as arrays: a long trace has 10^5
-        d = atts[0].data
-        rows = np.array([a.row for a in atts], np.int64)
-        wall = np.array([a.wall_ns for a in atts], float)
-        base = np.array([a.baseline_ns for a in atts], float)
-        spike = np.array([a.spike for a in atts], bool)
+    out: list[_Found] = []
+    for p in table.parts:  # one series (part) at a time, its steps as arrays: a long trace has 10^5
+        d = p.data
+        n = len(p.steps)
+        wall = p.wall.astype(float)
+        base, spike = p.baseline, p.spike
         band = noise_band((wall - base)[~spike], sigmas)
         whole = ~spike & (base > 0) & (wall >= ratio * base) & (wall - base >= max(excess_min, band))
-        values, bases = d.values[rows], d.bases[rows]
+        values, bases = d.values, d.bases
         deltas = values - bases
         bands = np.array([noise_band(deltas[~spike, j], sigmas) for j in range(len(d.names))], float)
         need = np.maximum(np.maximum(bands[None, :], excess_min), share * base[:, None])
         ok = (bases > 0) & (values >= ratio * bases) & (deltas >= need)
-        part = ~spike & ~whole & ok.any(axis=1) if len(d.names) else np.zeros(len(atts), bool)
-        best = np.argmax(np.where(ok, deltas, -np.inf), axis=1) if len(d.names) else np.zeros(len(atts), np.int64)
-        for k in np.flatnonzero(whole | part).tolist():
-            a = atts[k]
-            if whole[k]:
-                out[a.step] = _Slow(a, a.component, float(wall[k] - base[k]), float(wall[k] / base[k]), True)
-            else:
-                j = int(best[k])
-                out[a.step] = _Slow(a, d.names[j], float(deltas[k, j]), float(values[k, j] / bases[k, j]), False)
+        part = ~spike & ~whole & ok.any(axis=1) if len(d.names) else np.zeros(n, bool)
+        best = np.argmax(np.where(ok, deltas, -np.inf), axis=1) if len(d.names) else np.zeros(n, np.int64)
+        rows = np.flatnonzero(whole | part)
+        if not len(rows):
+            continue
+        w = whole[rows]
+        j = best[rows]
+        comps = p.components() if w.any() else []
+        out.append(_Found(
+            p, rows.tolist(),
+            [comps[r] if wr else d.names[jr] for r, wr, jr in zip(rows.tolist(), w.tolist(), j.tolist(), strict=True)],
+            np.where(w, wall[rows] - base[rows], deltas[rows, j]).tolist(),
+            np.where(w, wall[rows] / np.where(w, base[rows], 1.0),
+                     values[rows, j] / np.where(w, 1.0, bases[rows, j])).tolist(),
+            w.tolist()))
     return out
 
 
@@ -126,8 +141,8 @@ class _Incident:
     finding: Finding | None
     members: list[_Slow]
 
-    @property
-    def cost_ns(self) -> float:
+    @functools.cached_property
+    def cost_ns(self) -> float:  # (asked once the members are all in)
         return sum(m.cost_ns for m in self.members)
 
     @property
@@ -143,22 +158,30 @@ def incidents(ctx: TraceAnalysis) -> list[_Incident]:
     """Runs of slow steps of one series with one cause, in series order."""
     table = latency_spike.attributions(ctx)
     told = {s for f in ctx.findings if f.id == latency_spike.ID for s in f.steps}
-    slow = {k: v for k, v in slow_steps(ctx, table).items() if k not in told}
-    by_step, by_series = latency_spike.by_step_and_series(ctx, table)
+    causes = latency_spike.Causes(ctx.findings, table)
+    # (series, position, step) -> (part, row, component, cost, ratio, whole, cause, finding) of each slow step
+    slow: list[tuple[int, int, int, SeriesPart, int, str | None, float, float, bool, str, Finding | None]] = []
+    for f in slow_steps(ctx, table):
+        p = f.part
+        rows = np.asarray(f.rows, np.int64)
+        cause, finding = causes.of(p, rows, f.components)
+        for r, c, cost, ratio, whole, cid, fnd, step, pos in zip(
+                f.rows, f.components, f.cost_ns, f.ratio, f.whole, cause, finding, p.steps[rows].tolist(),
+                p.positions[rows].tolist(), strict=True):
+            if step not in told:
+                slow.append((p.series, pos, step, p, r, c, cost, ratio, whole, cid, fnd))
+    slow.sort(key=lambda t: (t[0], t[1]))
     out: list[_Incident] = []
-    for gi in sorted(by_series):
-        current: _Incident | None = None
-        for att in sorted(by_series[gi], key=lambda a: a.position):
-            m = slow.get(att.step)
-            if m is None:
-                current = None
-                continue
-            cause, finding = latency_spike.cause_of(att, m.component, by_step)
-            if current is not None and current.cause == cause:
-                current.members.append(m)
-                continue
-            current = _Incident(cause, m.component, finding, [m])
+    current: _Incident | None = None
+    last = (-1, -2)
+    for series, pos, _step, p, r, c, cost, ratio, whole, cid, fnd in slow:
+        m = _Slow(p.at(r), c, cost, ratio, whole)
+        if current is not None and last == (series, pos - 1) and current.cause == cid:
+            current.members.append(m)
+        else:
+            current = _Incident(cid, c, fnd, [m])
             out.append(current)
+        last = (series, pos)
     return out
 
 

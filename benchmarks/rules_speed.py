@@ -1,0 +1,134 @@
+"""The rules stage (`diagnose`) against a reference checkout's, in one run: CPU-s per rule of the reference's
+rules and this checkout's on the same analysis, and whether the two gave identical findings and rule outcomes
+(every finding's JSON, in order, and every check).
+
+    git worktree add /tmp/ref main   # or any checkout
+    python -P benchmarks/rules_speed.py TRACE [--meta SIDECAR] [--ncu CSV] [--ref /tmp/ref] [--profile RULE]
+
+The trace is analyzed once, by this checkout, up to the rules. The reference's modules of the rules stage (every
+module under traceinsight/diagnose, and any other that differs) stand in for ours while its rules run (as in
+benchmarks/tables_speed.py); each side starts from the
+analysis as the rules stage finds it (no findings, the pipeline's cache). `--profile RULE`: cProfile this
+checkout's RULE (cumulative time, top 40 lines) instead of comparing. Exits 1 when the findings differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tables_speed import Swap  # noqa: E402  (the same module swap)
+
+
+def _run(ctx: Any, cache: dict[str, Any], profile: str | None = None) -> tuple[dict[str, float], list[Any], list[Any]]:
+    """Run the current traceinsight.diagnose on `ctx` from `cache`: CPU-s per rule (and 'all'), findings, checks."""
+    from traceinsight.diagnose import registry
+    from traceinsight.diagnose.run import diagnose
+    from traceinsight.tuning import gc_paused
+
+    print(f"rules from {Path(registry.__file__).parents[2]}", flush=True)
+    times: dict[str, float] = {}
+    originals = {r: r.apply for r in registry.RULES}
+
+    def timed(rid: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*a: Any, **k: Any) -> Any:
+            prof = cProfile.Profile(time.process_time) if profile and rid in profile.split(",") else None
+            c0 = time.process_time()
+            if prof is not None:
+                prof.enable()
+            out = fn(*a, **k)
+            if prof is not None:
+                prof.disable()
+                buf = io.StringIO()
+                pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40)
+                print(f"== {rid}", buf.getvalue(), flush=True)
+            times[rid] = time.process_time() - c0
+            return out
+        return run
+
+    for r in registry.RULES:
+        r.apply = timed(r.ID, r.apply)
+    ctx.cache = dict(cache)
+    if ctx.schedule is not None:  # what the schedule caches for the rules (launch views) is made again
+        ctx.schedule.cache.clear()
+    ctx.findings, ctx.checks = [], []
+    try:
+        c0 = time.process_time()
+        with gc_paused():  # as the pipeline runs the rules
+            found = diagnose(ctx)
+        times["all"] = time.process_time() - c0
+    finally:
+        for r, fn in originals.items():
+            r.apply = fn
+    return times, [f.to_json() for f in found], [asdict(c) for c in ctx.checks]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--meta", type=Path, action="append", default=[])
+    ap.add_argument("--ncu", type=Path, action="append", default=[])
+    ap.add_argument("--ref", type=Path, default=Path("/tmp/ref"))
+    ap.add_argument("--profile", help="cProfile these rules (comma-separated) of this checkout (no reference run)")
+    args = ap.parse_args()
+    from traceinsight.tuning import tune
+
+    tune()  # the process as the command's entry tunes it
+    swap = Swap(args.ref)
+    # Every module of the rules stage from the reference, not only those whose text differs: one that is the same
+    # still holds the modules it imported (registry.RULES, run.consolidate), which would be this checkout's.
+    stage = sorted(".".join(p.relative_to(args.ref).with_suffix("").parts).removesuffix(".__init__")
+                   for p in (args.ref / "traceinsight" / "diagnose").rglob("*.py"))
+    swap.names = sorted(set(swap.names) | set(stage))
+    swap.finder.names = set(swap.names)
+    import traceinsight.pipeline as pipeline
+
+    held: list[Any] = []
+
+    def capture(ctx: Any) -> list[Any]:  # the analysis as the rules stage gets it
+        held.append((ctx, dict(ctx.cache)))
+        return []
+
+    pipeline.diagnose = capture
+    t0 = time.process_time()
+    db, _ = pipeline.analyze([args.trace], meta=args.meta, ncu=args.ncu, cache=False)
+    ctx, cache = held[0]
+    print(f"{args.trace.name}: analyzed up to the rules in {time.process_time() - t0:.1f} CPU-s; reference "
+          f"modules: {', '.join(swap.names) or 'none differ'}", flush=True)
+    if args.profile:
+        times, _, _ = _run(ctx, cache, args.profile)
+        print(", ".join(f"{r}: {t:.2f}" for r, t in sorted(times.items(), key=lambda rt: -rt[1])) + " CPU-s")
+        os._exit(0)
+    with swap.reference():
+        old, old_found, old_checks = _run(ctx, cache)
+    new, new_found, new_checks = _run(ctx, cache)
+    print(f"{'rule':26} {'old':>7} {'new':>7} {'new/old':>7}")
+    for rid in sorted(old, key=lambda r: -old[r]):
+        ratio = new.get(rid, 0.0) / old[rid] if old[rid] else float("nan")
+        print(f"{rid:26} {old[rid]:7.2f} {new.get(rid, 0.0):7.2f} {ratio:7.2f}")
+    same_findings = json.dumps(old_found, sort_keys=True) == json.dumps(new_found, sort_keys=True)
+    same_checks = old_checks == new_checks
+    print(f"findings: {len(new_found)} (reference {len(old_found)}), identical: {same_findings}; "
+          f"checks identical: {same_checks}", flush=True)
+    if not same_findings:
+        for i, (a, b) in enumerate(zip(old_found, new_found, strict=False)):
+            if a != b:
+                diff = {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
+                print(f"first difference: finding {i} ({a['id']}): {str(diff)[:2000]}")
+                break
+    os._exit(0 if same_findings and same_checks else 1)
+
+
+if __name__ == "__main__":
+    main()
