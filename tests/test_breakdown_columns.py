@@ -1,4 +1,4 @@
-"""`breakdown.components_ns` (every breakdown's components' ns at once, gathered from the array the breakdowns of
+"""`step_breakdown.components_ns` (every breakdown's components' ns at once, gathered from the array the breakdowns of
 a trace share) against each breakdown's own `component_ns`, on a real trace and on breakdowns holding their own."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from traceinsight.diagnose.attribution import StepAttribution
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.host import host_evidence
 from traceinsight.diagnose.rules import latency_spike
-from traceinsight.model.breakdown import component_of_family, prefill_kernels
+from traceinsight.model.gpu_work import component_of_family, prefill_kernels
 from traceinsight.model.steps import Kernel, Step
 
 SCHEMA = "traceinsight.explain/1"

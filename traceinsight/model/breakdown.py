@@ -32,13 +32,8 @@ import numpy as np
 
 from traceinsight.components import IDLE_UNKNOWN
 from traceinsight.ingest.store import TraceDB
-from traceinsight.model.gpu_work import component_of_family as component_of_family
 from traceinsight.model.gpu_work import gpu_work
-from traceinsight.model.gpu_work import prefill_kernels as prefill_kernels
-from traceinsight.model.split_definition import LONG_HOST_GAP_NS as LONG_HOST_GAP_NS
-from traceinsight.model.step_breakdown import COMPONENT_NAMES, FIXED, NO_RANGE
-from traceinsight.model.step_breakdown import StepBreakdown as StepBreakdown
-from traceinsight.model.step_breakdown import components_ns as components_ns
+from traceinsight.model.step_breakdown import COMPONENT_NAMES, FIXED, NO_RANGE, StepBreakdown
 from traceinsight.model.step_windows import NO_DEVICE, SOURCES, Windows, window_arrays
 from traceinsight.model.steps import Step
 from traceinsight.model.window_split import IDLE_BY_CLASS, Rows, overlap_pairs, round_rows, split_rows

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.model.breakdown import components_ns
+from traceinsight.model.step_breakdown import components_ns
 
 # A split-KV state as a code: False, True, None (unknown).
 SPLIT_CODES = {False: 0, True: 1, None: 2}
