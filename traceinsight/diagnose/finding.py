@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import numpy as np
-
 from traceinsight.errors import TraceInsightError
 
 # Exit code of `traceinsight analyze --fail-on SEVERITY` when a finding at or above SEVERITY was reported.
@@ -122,6 +120,8 @@ _MANY = 256
 def _step_indexes(steps: Iterable[Any]) -> tuple[int, ...]:
     """Distinct step indexes as ints, ascending."""
     if isinstance(steps, tuple | list) and len(steps) >= _MANY and all(type(s) is int for s in steps[:_MANY]):
+        import numpy as np  # here: a kept analysis renders findings without loading numpy
+
         got = np.fromiter(steps, np.int64, len(steps))
         if (got[1:] > got[:-1]).all():  # already ascending and distinct (most are)
             return tuple(got.tolist())
@@ -133,6 +133,8 @@ def _step_savings(savings: Mapping[Any, Any]) -> dict[int, int]:
     """{step: ns} with int steps and ns rounded to the nearest int (halves to even, as `round`), at least 0."""
     if len(savings) >= _MANY and all(type(k) is int for k in savings) and all(
             type(v) is int or type(v) is float for v in savings.values()):
+        import numpy as np
+
         ns = np.fromiter(savings.values(), np.float64, len(savings))
         if np.isfinite(ns).all() and (np.abs(ns) < 2.0**52).all():  # exact as float64, rounded as `round` does
             return dict(zip(savings.keys(), np.maximum(np.rint(ns), 0).astype(np.int64).tolist(), strict=True))
