@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceinsight.diagnose.finding import severity_rank
-from traceinsight.diagnose.rootcause import BASIS_SPAN, saving_basis
+from traceinsight.diagnose.finding import BASIS_SPAN, severity_rank
 from traceinsight.report.finding_order import SPIKE_ID, sorted_findings
 
 
@@ -40,8 +39,10 @@ def saving_share(doc: dict[str, Any], rule_id: str, saving_ns: float, evidence: 
     reads as its summary does); '' when that time is unknown. The totals are `saving_totals`' (every step, not
     only the steps a document holds). `basis`: the finding's `saving_basis` as its document gives it; without one
     (documents written before findings carried it), the rule's own, from the rule registry."""
-    if basis is None:
-        basis = saving_basis(rule_id)  # (the rule registry: every rule and the model, 0.16 s of a fresh process)
+    if basis is None:  # (the rule registry: every rule and the model, 0.16 s of a fresh process; so only here)
+        from traceinsight.diagnose.rootcause import saving_basis
+
+        basis = saving_basis(rule_id)
     totals = saving_totals(doc)
     if basis == BASIS_SPAN:
         span = (evidence or {}).get("span_ns") or totals["steps_wall_ns"] + totals["between_steps_ns"]
