@@ -74,16 +74,21 @@ def browser(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield page
 
 
-def _render(browser: DevTools, url: str, done: str, name: str) -> tuple[str, bytes, str]:
-    """Open `url`, wait until the page shows `done` (or an error), and keep a screenshot and the DOM as
-    test-artifacts/`name`.png|.dom.html. Returns the page's text, the screenshot and the DOM."""
+def _render(browser: DevTools, url: str, done: str, name: str, in_dom: tuple[str, ...] = ()) -> tuple[str, bytes, str]:
+    """Open `url`, wait until the page shows `done` and its DOM holds every string of `in_dom` (the data grids fill
+    their hidden tables after the text is up: seconds later on a loaded machine), or an error; keep a screenshot
+    and the DOM as test-artifacts/`name`.png|.dom.html. Returns the page's text, the screenshot and the DOM."""
     browser.open(url)
     deadline = time.monotonic() + RENDER_TIMEOUT_S
     text = ""
     while time.monotonic() < deadline:
         text = browser.text()
-        if done in text and "Running..." not in text or any(m in text for m in ERROR_MARKS):
+        if any(m in text for m in ERROR_MARKS):
             break
+        if done in text and "Running..." not in text:
+            html = str(browser.evaluate("document.documentElement.outerHTML")) if in_dom else ""
+            if all(m in html for m in in_dom):
+                break
         time.sleep(0.5)
     time.sleep(1.5)  # let the charts (Vega) finish drawing before the screenshot
     text = browser.text()
@@ -114,7 +119,8 @@ def test_dashboard_renders_findings_in_chromium(dashboard: str, browser: DevTool
 
 def test_dashboard_fleet_page_in_chromium(fleet_dashboard: str, browser: DevTools) -> None:
     """`traceinsight dashboard --fleet DIR` opens on the fleet report of the dataset (conftest's fleet_dataset)."""
-    text, _, dom = _render(browser, fleet_dashboard, "Not analyzed", "dashboard_fleet")
+    text, _, dom = _render(browser, fleet_dashboard, "Not analyzed", "dashboard_fleet",
+                           in_dom=("sweep_q64kv8d128_nsys", "split-kv-off", "broken"))
     assert not any(m in text for m in ERROR_MARKS), text[:2000]
     assert "Not analyzed" in text, f"the fleet page did not finish rendering:\n{text[:2000]}"
     for part in ("traceinsight fleet", "Root causes", "Traces", "Worst steps", "Outliers"):
