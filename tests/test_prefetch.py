@@ -76,12 +76,13 @@ def test_reading_ahead_is_bounded_and_stops_with_the_caller() -> None:
     assert a.read <= 4  # one handed over, one waiting, one being read: never the whole table
     slices.close()  # the caller stops (an insert failed)
     assert _wait_for(lambda: a.closed_early)
+    assert _wait_for(lambda: not ahead.worker.is_alive())
     assert b.read == 0
 
 
 def test_a_caller_that_never_asks_stops_the_worker() -> None:
     a = _Table(100)
-    Prefetched({"a": iter(a)})  # dropped at once
+    worker = Prefetched({"a": iter(a)}).worker  # dropped at once
     gc.collect()
     assert _wait_for(lambda: a.closed_early)
-    assert _wait_for(lambda: not any(t.name == "nsys-slices" and t.is_alive() for t in threading.enumerate()))
+    assert _wait_for(lambda: not worker.is_alive())

@@ -37,8 +37,9 @@ class Prefetched:
         # The worker holds the queues and the event, not this object: once the caller drops it (and the slices
         # it handed out), it is collected and the worker told to stop, even where no slice was ever asked for.
         weakref.finalize(self, self._stop.set)
-        threading.Thread(target=_read, args=(tables, self._queues, self._stop), name="nsys-slices",
-                         daemon=True).start()
+        self.worker = threading.Thread(target=_read, args=(tables, self._queues, self._stop), name="nsys-slices",
+                                       daemon=True)
+        self.worker.start()
 
     def slices(self, name: str) -> Iterator[Columns]:
         """The slices of table `name`, as they are read; closed before its end (an error while inserting),

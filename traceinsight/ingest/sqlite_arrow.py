@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceinsight.ingest.arrow_numpy import numbers
+from traceinsight.ingest.arrow_numpy import int64_array, ints, numbers, string_array, valid
 
 I64_MAX = 2**63 - 1
 
@@ -177,8 +177,8 @@ def within(values: pa.Array, bounds: tuple[int, int]) -> pa.Array:
     low, high = span["min"].as_py(), span["max"].as_py()
     if low is None or (lo <= low and high <= hi):
         return values
-    ok = pc.and_(pc.greater_equal(values, lo), pc.less_equal(values, hi))
-    return pc.if_else(ok, values, pa.scalar(None, pa.int64()))
+    v = ints(values, lo)
+    return int64_array(v, valid(values) & (v >= lo) & (v <= hi))
 
 
 def span_ok(start: pa.Array, end: pa.Array) -> pa.Array | None:
@@ -189,18 +189,19 @@ def span_ok(start: pa.Array, end: pa.Array) -> pa.Array | None:
         s, e = numbers(start), numbers(end)
         if s.min() >= 0 and bool(np.all(e >= s)):  # a start >= 0: any end fits the duration
             return None
-    ordered = pc.greater_equal(end, start)  # null where either is null
-    # end - start <= I64_MAX; only a negative start can break it, then end <= I64_MAX + start does not overflow.
-    fits = pc.or_(pc.greater_equal(start, 0), pc.less_equal(end, pc.add(start, I64_MAX)))
-    ok = pc.fill_null(pc.and_(ordered, fits), False)
-    if pc.all(ok).as_py():
+    s, e = ints(start, 0), ints(end, 0)
+    # end - start <= I64_MAX; only a negative start can break it, then end <= I64_MAX + start does not overflow (a
+    # start >= 0 wraps that sum around, but needs no such check).
+    with np.errstate(over="ignore"):
+        ok = valid(start) & valid(end) & (e >= s) & ((s >= 0) | (e <= s + I64_MAX))
+    if ok.all():
         return None
-    return ok
+    return pa.Array.from_buffers(pa.bool_(), len(ok), [None, pa.py_buffer(np.packbits(ok, bitorder="little"))])
 
 
 def dictionary(codes: pa.Array, labels: list[Any]) -> pa.DictionaryArray:
     """A dictionary-encoded string column: row i is labels[codes[i]] (a null code: a null row)."""
-    return pa.DictionaryArray.from_arrays(codes.cast(pa.int32()), pa.array(labels, pa.string()))
+    return pa.DictionaryArray.from_arrays(codes.cast(pa.int32()), string_array(labels, len(labels)))
 
 
 def lookup(ids: pa.Array, values: dict[int, Any], missing: Any = None) -> pa.DictionaryArray:
@@ -213,7 +214,10 @@ def lookup(ids: pa.Array, values: dict[int, Any], missing: Any = None) -> pa.Dic
 
 def count_codes(codes: pa.Array, wanted: Iterable[int]) -> int:
     """How many entries of `codes` are one of `wanted`."""
-    chosen = pa.array(sorted(set(wanted)), codes.type)
-    if len(chosen) == 0:
+    chosen = sorted({int(w) for w in wanted if w >= 0})
+    if not chosen or not len(codes):
         return 0
-    return int(pc.sum(pc.is_in(codes, value_set=chosen)).as_py() or 0)
+    table = np.zeros(chosen[-1] + 2, bool)  # code -> chosen; the last entry for codes past the largest chosen
+    table[chosen] = True
+    c = np.minimum(ints(codes, -1), chosen[-1] + 1)
+    return int(np.count_nonzero(table[c] & (c >= 0)))
