@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceinsight.ingest import sqlite_arrow
+from traceinsight.ingest.arrow_numpy import int64_array, int_array, ints, valid
 from traceinsight.ingest.base import Columns
 from traceinsight.ingest.nsys_export import (
     API_VERSION_SUFFIX,
@@ -89,8 +91,10 @@ def kernel_slices(reader: ExportReader, rows: int | None) -> Iterator[Columns]:
         cols["correlation_id"] = got["correlation_id"]
         cols["graph_node_id"] = got["graph_node_id"]
         graph = got["graph_id"]  # CUPTI writes 0 for a kernel not launched from a graph
-        cols["graph_id"] = pc.if_else(pc.equal(graph, 0), pa.scalar(None, pa.int64()), graph) if (
-            graph.null_count < len(graph)) else graph
+        if graph.null_count < len(graph):
+            ids = ints(graph, 0)
+            graph = int64_array(ids, valid(graph) & (ids != 0))
+        cols["graph_id"] = graph
         cols["process_id"] = global_ids(got["_pid"])["process_id"]
         demangled, short, mangled = got["_demangled"], got["_short"], got["_mangled"]
         names = strings.of(pc.unique(pa.concat_arrays([demangled, short, mangled])).to_pylist())
@@ -102,9 +106,9 @@ def kernel_slices(reader: ExportReader, rows: int | None) -> Iterator[Columns]:
         def codes(ids: pa.Array, names: dict[int, str] = names, index: dict[str, int] = index) -> pa.Array:
             distinct = pc.unique(ids)
             per = [index.get(names.get(i, "")) if i is not None else None for i in distinct.to_pylist()]
-            return pc.take(pa.array(per, pa.int32()), pc.index_in(ids, value_set=distinct))
+            return pc.take(int_array(per, len(per)), pc.index_in(ids, value_set=distinct))
 
-        chosen = pc.coalesce(codes(demangled), codes(short), codes(mangled), pa.scalar(0, pa.int32()))
+        chosen = pc.coalesce(codes(demangled), codes(short), codes(mangled), int64_array(np.zeros(len(demangled))))
         cols["name"], n = clip_codes(sqlite_arrow.dictionary(chosen, labels))
         clipped["kernel"] += n
         cols["mangled_name"], n = clip_codes(sqlite_arrow.lookup(mangled, names))
@@ -164,18 +168,23 @@ def memop_slices(reader: ExportReader, rows: int | None, texts: dict[str, int]) 
         }
         for cols in reader.checked_slices(table, spec, f"{kind} operations", "", rows):
             copy = cols["_copy"]
-            part = {"kind": pa.repeat(pa.scalar(MEMOP_KINDS.index(kind), pa.int32()), len(copy))}
+            part = {"kind": _int32s(np.full(len(copy), MEMOP_KINDS.index(kind)))}
             if kind == "memset":
                 code = texts.setdefault("[CUDA memset]", len(texts))
-                part["name"] = pa.repeat(pa.scalar(code, pa.int32()), len(copy))
+                part["name"] = _int32s(np.full(len(copy), code))
             else:
                 distinct = pc.unique(copy)
                 per = [
                     texts.setdefault(f"[CUDA memcpy {labels.get(k, f'kind {k}')}]", len(texts))
                     for k in distinct.to_pylist()
                 ]
-                part["name"] = pc.take(pa.array(per, pa.int32()), pc.index_in(copy, value_set=distinct))
+                part["name"] = pc.take(_int32s(np.array(per)), pc.index_in(copy, value_set=distinct))
             yield {**part, **{n: cols[n] for n in names}}
+
+
+def _int32s(values: np.ndarray) -> pa.Array:
+    """Integers as an int32 Arrow array, from their buffer (`pa.array` and `pa.scalar` import pandas)."""
+    return pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values.astype(np.int32))])
 
 
 def launches(reader: ExportReader) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceinsight.ingest.arrow_numpy import int64_array, string_array
 from traceinsight.ingest.base import Columns, Ingest
 from traceinsight.ingest.graphs import GraphRecord, HostCall, Work, is_graph_launch, replay_columns
 from traceinsight.ingest.nsys_export import GRAPH_TRACE_TABLE
@@ -79,11 +81,12 @@ def _graph_launches(la: dict[str, Any]) -> tuple[dict[str, pa.Array], pa.Array |
     names = la["name"]
     if isinstance(names, pa.DictionaryArray):  # as `launches` reads them: one entry per distinct name
         codes = [i for i, n in enumerate(names.dictionary.to_pylist()) if is_graph_launch(n)]
-        mask = pc.is_in(names.indices, value_set=pa.array(codes, names.indices.type)) if codes else None
+        mask = pc.is_in(names.indices, value_set=int64_array(np.array(codes)).cast(names.indices.type)) if codes \
+            else None
         la["name"] = names.cast(pa.string()) if codes else names
     else:
         found = [n for n in pc.unique(names).to_pylist() if is_graph_launch(n)]
-        mask = pc.is_in(names, value_set=pa.array(found, names.type)) if found else None
+        mask = pc.is_in(names, value_set=string_array(found, len(found)).cast(names.type)) if found else None
     return la, mask
 
 
@@ -100,7 +103,7 @@ def _graph_kernels(k: dict[str, pa.Array], corrs: set[int]) -> pa.Array | None:
         return None
     mask = pc.is_valid(k["graph_node_id"])
     if corrs:
-        mask = pc.or_(mask, pc.is_in(k["correlation_id"], value_set=pa.array(sorted(corrs), pa.int64())))
+        mask = pc.or_(mask, pc.is_in(k["correlation_id"], value_set=int64_array(np.array(sorted(corrs), np.int64))))
     return mask
 
 

@@ -13,11 +13,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceinsight.ingest import sqlite_arrow
+from traceinsight.ingest.arrow_numpy import int64_array
 from traceinsight.ingest.base import Columns, Ingest
 from traceinsight.ingest.limits import clip_names
 from traceinsight.ingest.nsys_sql import I64, SQL_PARAMS, int_sql, is_damage, quote, text_sql, valid_span
@@ -162,7 +164,7 @@ class ExportReader:
             any_slice = True
             yield cols
         if not any_slice and rows is None:
-            yield {n: pa.array([], pa.int64()) for n in names}
+            yield {n: pa.nulls(0, pa.int64()) for n in names}
         self.warn_skipped(skipped, table, label)
 
     def int_slices(
@@ -184,10 +186,10 @@ class ExportReader:
             for n, v in part.items():
                 held[n].extend(v)
             if rows is not None and len(held[names[0]]) >= rows:
-                yield {n: pa.array(v, pa.int64()) for n, v in held.items()}
+                yield {n: _int64s(v) for n, v in held.items()}
                 held = {n: [] for n in names}
         if held[names[0]]:
-            yield {n: pa.array(v, pa.int64()) for n, v in held.items()}
+            yield {n: _int64s(v) for n, v in held.items()}
 
     def int_arrays(self, table: str, exprs: list[str], names: list[str], where: str = "") -> dict[str, pa.Array]:
         """`exprs` over the rows of `table` matching `where`, in rowid order, as int64 arrays (values that are not
@@ -199,7 +201,7 @@ class ExportReader:
             except sqlite_arrow.Unreadable:
                 self.arrow_path = None  # the same file again would fail the same way
         lists = self.fetch(table, [int_sql(e) for e in exprs], names, where)
-        return {n: pa.array(v, pa.int64()) for n, v in lists.items()}
+        return {n: _int64s(v) for n, v in lists.items()}
 
     def strings(self, ids: Iterable[Any]) -> dict[int, str]:
         """StringIds values of `ids` (None, unknown ids and values that are not text are left out)."""
@@ -244,6 +246,14 @@ class ExportReader:
             self.ingest.warnings.append(
                 f"{n} {what} names longer than the limit were cut (TRACEINSIGHT_MAX_NAME_CHARS)"
             )
+
+
+def _int64s(values: list[Any]) -> pa.Array:
+    """Integers or None (any int64, its least one too) as an int64 Arrow array, from numpy buffers (`pa.array`
+    imports pandas)."""
+    n = len(values)
+    present = np.fromiter((v is not None for v in values), bool, n)
+    return int64_array(np.fromiter((0 if v is None else v for v in values), np.int64, n), present)
 
 
 def clip_codes(names: pa.DictionaryArray) -> tuple[pa.DictionaryArray, int]:

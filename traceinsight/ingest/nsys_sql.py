@@ -10,9 +10,9 @@ from __future__ import annotations
 import sqlite3
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from traceinsight.ingest import sqlite_arrow
+from traceinsight.ingest.arrow_numpy import int64_array, ints, valid
 
 # Bound parameters per statement (SQLite before 3.32 allows 999).
 SQL_PARAMS = 900
@@ -67,11 +67,10 @@ def valid_span(start: str = '"start"', end: str = '"end"') -> str:
 
 
 def global_ids(ids: pa.Array) -> dict[str, pa.Array]:
-    """process_id and thread_id of serialized GlobalIds (null stays null)."""
-    return {
-        "process_id": pc.bit_wise_and(pc.shift_right(ids, 24), 16777215),
-        "thread_id": pc.bit_wise_and(ids, 16777215),
-    }
+    """process_id and thread_id of serialized GlobalIds (null stays null), in numpy (`pc` with a Python int imports
+    pandas: see `arrow_numpy`)."""
+    v, ok = ints(ids, 0), (valid(ids) if ids.null_count else None)
+    return {"process_id": int64_array((v >> 24) & 16777215, ok), "thread_id": int64_array(v & 16777215, ok)}
 
 
 def id_list(ids: set[int]) -> str:

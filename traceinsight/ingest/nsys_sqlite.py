@@ -57,6 +57,7 @@ from traceinsight.ingest.nsys_export import (
 )
 from traceinsight.ingest.nsys_query import ExportReader
 from traceinsight.ingest.nsys_sql import first_line, is_damage, quote, text_sql
+from traceinsight.ingest.prefetch import Prefetched
 
 FORMAT = "nsys-sqlite"
 # Tables whose absence from a salvaged export the warning names (optional ones like MEMSET are left out).
@@ -210,7 +211,11 @@ def _read(
 
 
 def _longer_than(con: sqlite3.Connection, table: str, rows: int) -> bool:
-    """Whether `table` has more than `rows` rows (SQLite steps over `rows` of them, not the whole table)."""
+    """Whether `table` has more than `rows` rows: not where its rowids span at most `rows` (two b-tree seeks), else
+    SQLite steps over `rows` of them (not the whole table)."""
+    span = con.execute(f"SELECT max(rowid) - min(rowid) FROM {table}").fetchone()
+    if span is None or span[0] is None or span[0] < rows:
+        return False
     return con.execute(f"SELECT 1 FROM {table} LIMIT 1 OFFSET {int(rows)}").fetchone() is not None
 
 
@@ -230,35 +235,50 @@ def _read_sliced(
         segments.append(ingest.warnings[mark:])
         mark = len(ingest.warnings)
 
-    def later(name: str, slices_of: Callable[[ExportReader], Iterator[Columns]]) -> None:
-        cut()
-        segments.append([])
-        streams[name] = _streamed(opener, reader, arrow_path, slices_of, segments[-1])
-
-    streams: dict[str, Iterator[Columns]] = {}
-    sliced_kernels = KERNEL_TABLE in long
-    if sliced_kernels:
-        later("kernels", lambda r: nsys_activity.kernel_slices(r, rows))
-    else:
-        nsys_activity.kernels(reader)
+    # The sliced tables' slices, each table on a connection of its own, read ahead from now on (one worker thread,
+    # `Prefetched`), in the order the store inserts them: the reads overlap the tables read here and the inserts.
+    slicers: dict[str, Callable[[ExportReader], Iterator[Columns]]] = {}
+    if RUNTIME_TABLE in long:
+        slicers["launches"] = lambda r: nsys_activity.launch_slices(r, rows)
     if long & {MEMCPY_TABLE, MEMSET_TABLE}:
         texts: dict[str, int] = {}
-        later("memops", lambda r: (nsys_activity.memop_dictionaries(p, texts)
-                                   for p in nsys_activity.memop_slices(r, rows, texts)))
-    else:
-        nsys_activity.memops(reader)
-    if RUNTIME_TABLE in long:
-        later("launches", lambda r: nsys_activity.launch_slices(r, rows))
-    else:
-        nsys_activity.launches(reader)
-    nsys_nvtx.ranges(reader)
-    nsys_devices.devices(reader)
-    records = nsys_graph_replays.graph_records(reader)
-    cut()
+        slicers["memops"] = lambda r: (nsys_activity.memop_dictionaries(p, texts)
+                                       for p in nsys_activity.memop_slices(r, rows, texts))
+    if KERNEL_TABLE in long:
+        slicers["kernels"] = lambda r: nsys_activity.kernel_slices(r, rows)
+    warned: dict[str, list[str]] = {name: [] for name in slicers}  # filled once a table's last slice is read
+    ahead = Prefetched({name: _streamed(opener, reader, arrow_path, of, warned[name]) for name, of in slicers.items()})
+    streams = {name: ahead.slices(name) for name in slicers}
+
+    def later(name: str) -> None:
+        cut()
+        segments.append(warned[name])
+
+    sliced_kernels = "kernels" in slicers
     graph_warnings: list[str] = []
-    segments.append(graph_warnings)
-    nsys_nvtx.run_context(reader)
-    cut()
+    try:
+        if sliced_kernels:
+            later("kernels")
+        else:
+            nsys_activity.kernels(reader)
+        if "memops" in slicers:
+            later("memops")
+        else:
+            nsys_activity.memops(reader)
+        if "launches" in slicers:
+            later("launches")
+        else:
+            nsys_activity.launches(reader)
+        nsys_nvtx.ranges(reader)
+        nsys_devices.devices(reader)
+        records = nsys_graph_replays.graph_records(reader)
+        cut()
+        segments.append(graph_warnings)
+        nsys_nvtx.run_context(reader)
+        cut()
+    except BaseException:
+        ahead.close()  # the salvage reads the file again, or the error ends the read
+        raise
     # Graph launches and graph kernels, kept from the slices as they pass (the launches' first: their
     # correlation ids pick the kernels).
     kept: dict[str, list[dict[str, pa.Array]]] = {"launches": [], "kernels": []}
@@ -278,7 +298,7 @@ def _read_sliced(
 
     if "launches" not in streams:
         keep_launches(ingest.tables.get("launches", {}))
-    ordered = {n: streams[n] for n in ("launches", "memops", "kernels") if n in streams}
+    ordered = dict(streams)
     if "launches" in ordered:
         ordered["launches"] = _tapped(ordered["launches"], keep_launches)
     if "kernels" in ordered:

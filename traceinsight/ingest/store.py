@@ -303,6 +303,10 @@ class TraceDB:
                     held = 0
         if table in _ID_COLUMNS and not ordered:
             self._renumber(trace_id, table, first)
+        elif held:
+            # The rest compressed now, not with the other tables once all are in (`compress`): while the reader
+            # reads the next table's slices (nsys_sqlite's worker), and its memory reused for them.
+            self.con.execute("CHECKPOINT")
 
     def _renumber(self, trace_id: int, table: str, first: int) -> None:
         """Put the rows of `trace_id` in the id table `table` in start order and number them from `first` in that
