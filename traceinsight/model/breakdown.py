@@ -33,15 +33,16 @@ import numpy as np
 from traceinsight.components import IDLE_UNKNOWN
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.gpu_work import component_of_family as component_of_family
-from traceinsight.model.gpu_work import gpu_work
 from traceinsight.model.gpu_work import prefill_kernels as prefill_kernels
+from traceinsight.model.gpu_work import work_devices, work_names, work_pieces
 from traceinsight.model.split_definition import LONG_HOST_GAP_NS as LONG_HOST_GAP_NS
 from traceinsight.model.step_breakdown import COMPONENT_NAMES, FIXED, NO_RANGE
 from traceinsight.model.step_breakdown import StepBreakdown as StepBreakdown
 from traceinsight.model.step_breakdown import components_ns as components_ns
 from traceinsight.model.step_windows import NO_DEVICE, SOURCES, Windows, window_arrays
 from traceinsight.model.steps import Step
-from traceinsight.model.window_split import IDLE_BY_CLASS, Rows, overlap_pairs, round_rows, split_rows
+from traceinsight.model.window_split import IDLE_BY_CLASS, Rows, round_rows
+from traceinsight.model.work_buffer import streamed_rows
 
 # Windows split and made StepBreakdowns at a time (`breakdowns`).
 SPLIT_CHUNK = 65_536
@@ -140,34 +141,32 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
     """The breakdown of every step (by step index, in window order); each step's `breakdown` is set too."""
     if not steps:
         return {}
-    work = gpu_work(db, trace_id, steps)
+    names = work_names(db)
+    devices = work_devices(db, trace_id)
     w = window_arrays(steps, NO_RANGE)
     n = len(w.at)
     host = w.source == 1  # a CPU range: idle at its end is the host's
     # Each window's GPU work: its device's, or the only device's when the step's is not known.
-    keys = {NO_DEVICE if d is None else d: d for d in work}
+    keys = {NO_DEVICE if d is None else d: d for d in devices}
     sized = w.w1 > w.w0
     by_device: dict[Any, np.ndarray] = {}
     known = np.isin(w.device, np.array(list(keys), np.int64))
-    if len(work) == 1:
-        by_device[next(iter(work))] = np.flatnonzero(sized)
+    if len(devices) == 1:
+        by_device[devices[0]] = np.flatnonzero(sized)
     else:
         distinct, first = np.unique(w.device[known & sized], return_index=True)
         for d in distinct[np.argsort(first)].tolist():  # in the order the devices first occur
             by_device[keys[d]] = np.flatnonzero(sized & (w.device == d))
-    names = next(iter(work.values())).names if work else []
     labels = names + list(IDLE_BY_CLASS)
     made: list[StepBreakdown | None] = [None] * n
     arena: array[int] = array("q")  # every step's numbers, one after the other
     done = np.zeros(n, bool)
-    for dev, js in by_device.items():
-        wk = work[dev]
-        pairs = overlap_pairs(wk)
-        # SPLIT_CHUNK windows at a time, each made a StepBreakdown at once (bounds the rows held).
-        for at in range(0, len(js), SPLIT_CHUNK):
-            p = js[at:at + SPLIT_CHUNK]
-            done[p] = True
-            _emit(split_rows(wk, w.w0[p], w.w1[p], host[p], pairs), p, steps, w, labels, arena, made)
+    # Each device's work streamed in time order, its windows split (SPLIT_CHUNK at most at once, each made a
+    # StepBreakdown at once) as soon as the work they need has come: the work held is bounded by the windows.
+    pieces = work_pieces(db, trace_id, steps, names)
+    for p, rows in streamed_rows(pieces, names, by_device, w.w0, w.w1, host, SPLIT_CHUNK):
+        done[p] = True
+        _emit(rows, p, steps, w, labels, arena, made)
     rest = np.flatnonzero(~done)  # windows of no device's work (all idle-unknown), or empty
     if len(rest):
         r0, r1 = w.w0[rest], w.w1[rest]
