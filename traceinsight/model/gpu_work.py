@@ -19,7 +19,7 @@ from traceinsight.queries import sql
 
 # Families whose kernels count as attention time (the kernels that belong to an attention launch).
 ATTENTION_FAMILIES = (ATTENTION, MERGE, PREPARE)
-# Rows of the step_gpu_* queries read at a time (as Arrow record batches).
+# Rows of gpu_work_ordered.sql read at a time (as Arrow record batches).
 GPU_WORK_BATCH_ROWS = 1 << 20
 
 

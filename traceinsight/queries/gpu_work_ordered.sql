@@ -4,7 +4,7 @@
 -- caller holds a record batch at a time, never every interval of a long trace (26M at 10M kernels).
 -- The launch call: a kernel's is the earliest call of its (correlation id, process), a NULL process matching a NULL
 -- one, else for a kernel of NULL process the earliest of its correlation id whatever the process; a memory
--- operation's the earliest of its correlation id; -1 when none (model/launch_calls.py defines the same on arrays).
+-- operation's the earliest of its correlation id; -1 when none.
 -- Columns: device_id (-1 where not known); start_ns, end_ns (on the GPU); launch_ns (-1: not known); family;
 --          kernel_id (-1 for a memory operation).
 WITH pair AS (
