@@ -185,7 +185,8 @@ def test_breakdowns_round_each_window_as_the_plain_definition(trace: str, monkey
 
     path = Path(__file__).resolve().parents[1] / trace
     db, (a,) = analyze([path], cache=False, diagnostics=False)
-    got = breakdown.breakdowns(db, a.trace_id, a.steps)
+    breakdown.breakdowns(db, a.trace_id, a.steps)
+    got = {s.index: s.breakdown for s in a.steps}
     (wk,) = gpu_work(db, a.trace_id, a.steps).values()
     for s, w0, w1, src in step_windows(a.steps):
         sp = from_split(*split(wk, w0, w1, src == "cpu-range"))
@@ -311,10 +312,12 @@ def test_breakdowns_from_work_streamed_in_small_batches_equal_the_whole(trace: s
 
     path = Path(__file__).resolve().parents[1] / trace
     db, (a,) = analyze([path], cache=False, diagnostics=False)
-    whole = breakdown.breakdowns(db, a.trace_id, a.steps)
+    breakdown.breakdowns(db, a.trace_id, a.steps)
+    whole = [s.breakdown for s in a.steps]
     monkeypatch.setattr(gpu_work, "GPU_WORK_BATCH_ROWS", 5)
     monkeypatch.setattr(breakdown, "SPLIT_CHUNK", 4)
-    streamed = breakdown.breakdowns(db, a.trace_id, a.steps)
-    assert len(whole) > 4 and list(streamed) == list(whole)
-    for i, b in whole.items():
-        assert streamed[i] == b and list(streamed[i].components) == list(b.components), i
+    breakdown.breakdowns(db, a.trace_id, a.steps)
+    streamed = [s.breakdown for s in a.steps]
+    assert len(whole) > 4 and all(b is not None for b in whole)
+    for i, (b, got) in enumerate(zip(whole, streamed, strict=True)):
+        assert got is not b and got == b and list(got.components) == list(b.components), i

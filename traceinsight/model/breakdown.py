@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -74,12 +74,12 @@ def _names(grid: np.ndarray, labels: list[str]) -> list[tuple[str, ...]]:
     return got
 
 
-def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labels: list[str], arena: array[int],
-          made: list[StepBreakdown | None]) -> None:
+def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labels: list[str],
+          arena: array[int]) -> None:
     """The StepBreakdowns of the windows at `which` in `w` (their rows: `rows`, windows numbered by position in
-    `which`), their numbers appended to `arena`, each set as its step's `breakdown` and at its window's place in
-    `made`: each window's components rounded to integer ns adding up to its length (`round_to`: largest
-    remainders first, ties in component order; zeros dropped), on arrays."""
+    `which`), their numbers appended to `arena`, each set as its step's `breakdown`: each window's components
+    rounded to integer ns adding up to its length (`round_to`: largest remainders first, ties in component order;
+    zeros dropped), on arrays."""
     n = len(which)
     w0, w1 = w.w0[which], w.w1[which]
     final = round_rows(rows.win, rows.value, w1 - w0)
@@ -122,8 +122,6 @@ def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labe
     has = np.flatnonzero(counts)
     for j, o, c in zip(has.tolist(), (np.cumsum(counts) - counts)[has].tolist(), counts[has].tolist(), strict=True):
         objs[j].host_gaps = tuple(pairs[o:o + c])
-    for j, b in zip(which.tolist(), objs, strict=True):
-        made[j] = b
 
 
 _SOURCE_OF = np.array(SOURCES, object)
@@ -137,10 +135,10 @@ def _pick(items: Sequence[Any], at: np.ndarray) -> Sequence[Any]:
     return [items[i] for i in at.tolist()]
 
 
-def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepBreakdown]:
-    """The breakdown of every step (by step index, in window order); each step's `breakdown` is set too."""
+def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> None:
+    """Set every step's `breakdown` (no map of them by step: 2.3M entries at 10M kernels, which nothing read)."""
     if not steps:
-        return {}
+        return
     names = work_names(db)
     devices = work_devices(db, trace_id)
     w = window_arrays(steps, NO_RANGE)
@@ -158,7 +156,6 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
         for d in distinct[np.argsort(first)].tolist():  # in the order the devices first occur
             by_device[keys[d]] = np.flatnonzero(sized & (w.device == d))
     labels = names + list(IDLE_BY_CLASS)
-    made: list[StepBreakdown | None] = [None] * n
     arena: array[int] = array("q")  # every step's numbers, one after the other
     done = np.zeros(n, bool)
     # Each device's work streamed in time order, its windows split (SPLIT_CHUNK at most at once, each made a
@@ -166,7 +163,7 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
     pieces = work_pieces(db, trace_id, steps, names)
     for p, rows in streamed_rows(pieces, names, by_device, w.w0, w.w1, host, SPLIT_CHUNK):
         done[p] = True
-        _emit(rows, p, steps, w, labels, arena, made)
+        _emit(rows, p, steps, w, labels, arena)
     rest = np.flatnonzero(~done)  # windows of no device's work (all idle-unknown), or empty
     if len(rest):
         r0, r1 = w.w0[rest], w.w1[rest]
@@ -174,5 +171,4 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
         zero, none = np.zeros(len(rest), np.int64), np.zeros(0, np.int64)
         rows = Rows(has, np.full(len(has), labels.index(IDLE_UNKNOWN), np.int64), (r1 - r0)[has].astype(np.float64),
                     zero, zero, zero, none, none, none)
-        _emit(rows, rest, steps, w, labels, arena, made)
-    return dict(zip(map(attrgetter("index"), _pick(steps, w.at)), made, strict=True))
+        _emit(rows, rest, steps, w, labels, arena)
