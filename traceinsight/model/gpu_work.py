@@ -8,11 +8,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from traceinsight.components import PREFILL
-from traceinsight.ingest.arrow_numpy import encode, numbers
+from traceinsight.ingest.arrow_numpy import encode, ints, numbers, sorted_distinct
 from traceinsight.ingest.store import TraceDB
+from traceinsight.model.launch_calls import NULL_ID, launch_calls, launch_starts
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.steps import ATTENTION, MERGE, PREPARE, Step, labels_of
 from traceinsight.queries import sql
@@ -21,6 +23,8 @@ from traceinsight.queries import sql
 ATTENTION_FAMILIES = (ATTENTION, MERGE, PREPARE)
 # Rows of gpu_work_ordered.sql read at a time (as Arrow record batches).
 GPU_WORK_BATCH_ROWS = 1 << 20
+# A gap between two correlation ids of a batch's work past which their launch calls are read as two ranges.
+CALL_RANGE_GAP = 1 << 16
 
 
 def component_of_family(family: str | None) -> str:
@@ -84,21 +88,55 @@ def work_pieces(db: TraceDB, trace_id: int, steps: list[Step], names: list[str])
     special_ids = np.sort(np.fromiter(special, np.int64, len(special)))
     prefill = names.index(PREFILL)
     codes: dict[str, int] = {}
+    # The calls are read while the work's result is open: on a cursor of their own, in the connection's database.
+    catalog = db.con.execute("SELECT current_database()").fetchall()[0][0]
+    calls_cursor = db.con.cursor()
+    calls_cursor.execute(f'USE "{catalog}"')
     result = db.con.sql(sql("gpu_work_ordered"), params={"trace": trace_id})
-    for batch in db.stream(result, GPU_WORK_BATCH_ROWS):
-        if not batch.num_rows:
-            continue
-        col = dict(zip(batch.schema.names, batch.columns, strict=True))
-        words, index = encode(col["family"])  # NOT NULL (kernel_labels; 'memory')
-        comp = np.array([codes.setdefault(w, names.index(component_of_family(w))) for w in words], np.int32)[index]
-        if len(special_ids):
-            comp[np.isin(numbers(col["kernel_id"]), special_ids)] = prefill
-        device = numbers(col["device_id"])
-        start, end, launch = (np.array(numbers(col[c]), np.int64) for c in ("start_ns", "end_ns", "launch_ns"))
-        cuts = [0, *(np.flatnonzero(device[1:] != device[:-1]) + 1).tolist(), len(device)]
-        for a, b in itertools.pairwise(cuts):
-            d = int(device[a])
-            yield Piece(None if d < 0 else d, start[a:b], end[a:b], launch[a:b], comp[a:b])
+    try:
+        for batch in db.stream(result, GPU_WORK_BATCH_ROWS):
+            if not batch.num_rows:
+                continue
+            col = dict(zip(batch.schema.names, batch.columns, strict=True))
+            words, index = encode(col["family"])  # NOT NULL (kernel_labels; 'memory')
+            comp = np.array([codes.setdefault(w, names.index(component_of_family(w))) for w in words],
+                            np.int32)[index]
+            kernel_id = numbers(col["kernel_id"])
+            if len(special_ids):
+                comp[np.isin(kernel_id, special_ids)] = prefill
+            device = numbers(col["device_id"])
+            start, end = (np.array(numbers(col[c]), np.int64) for c in ("start_ns", "end_ns"))
+            launch = _launch_starts(calls_cursor, trace_id, ints(col["correlation_id"], NULL_ID),
+                                    ints(col["process_id"], NULL_ID), kernel_id >= 0)
+            del batch, col
+            cuts = [0, *(np.flatnonzero(device[1:] != device[:-1]) + 1).tolist(), len(device)]
+            for a, b in itertools.pairwise(cuts):
+                d = int(device[a])
+                yield Piece(None if d < 0 else d, start[a:b], end[a:b], launch[a:b], comp[a:b])
+    finally:
+        calls_cursor.close()
+
+
+def _launch_starts(cursor: duckdb.DuckDBPyConnection, trace_id: int, corr: np.ndarray, pid: np.ndarray,
+                   kernel: np.ndarray) -> np.ndarray:
+    """Each row's launch start (`launch_calls.launch_starts`: a kernel's by its process, a memory operation's
+    whatever the process), among the calls of the rows' correlation ids only: read (gpu_work_calls.sql) a range of
+    ids at a time, the ranges cut where the rows' distinct ids leave a gap of more than CALL_RANGE_GAP (a batch of
+    work in time order holds ids launched close together, and a few stragglers)."""
+    ids = sorted_distinct(corr[corr != NULL_ID])
+    parts: dict[str, list[np.ndarray]] = {"correlation_id": [], "process_id": [], "start_ns": []}
+    if len(ids):
+        cut = np.flatnonzero(np.diff(ids) > CALL_RANGE_GAP)
+        for lo, hi in zip(ids[np.concatenate(([0], cut + 1))].tolist(), ids[np.append(cut, len(ids) - 1)].tolist(),
+                          strict=True):
+            rows = cursor.sql(sql("gpu_work_calls"), params={"trace": trace_id, "lo": lo, "hi": hi}).to_arrow_table()
+            for c, got in parts.items():
+                got.append(np.array(ints(rows.column(c).combine_chunks(), NULL_ID), np.int64))
+    calls = launch_calls(*(np.concatenate(v) if v else np.zeros(0, np.int64) for v in parts.values()))
+    out = np.empty(len(corr), np.int64)
+    out[kernel] = launch_starts(calls, corr[kernel], pid[kernel])
+    out[~kernel] = launch_starts(calls, corr[~kernel])
+    return out
 
 
 def gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, Work]:
