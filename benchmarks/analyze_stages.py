@@ -119,6 +119,8 @@ def main() -> None:
     ap.add_argument("--tracemalloc", action="store_true",
                     help="trace Python's allocations: what it holds after each stage and where (slower)")
     ap.add_argument("--rules", action="store_true", help="also a row for each rule (within the rules stage)")
+    ap.add_argument("--no-all-steps", action="store_true",
+                    help="skip the --steps all JSON document (every step's row: ~20 GB at 10M kernels)")
     args = ap.parse_args()
     try:  # the process tuned as the command's entry tunes it (older refs tuned in the library)
         from traceinsight.tuning import tune
@@ -166,8 +168,9 @@ def main() -> None:
     rows.append({"stage": "analysis tables", "wall_s": round(time.perf_counter() - t0, 3),
                  "cpu_s": round(time.process_time() - c0, 3), "stage_peak_rss_mb": sampler.mb(), **_memory()})
     _show(rows[-1])
-    for label, steps in (("JSON document (default: the steps that matter)", "selected"),
-                         ("JSON document (--steps all, streamed)", "all")):
+    documents = [("JSON document (default: the steps that matter)", "selected"),
+                 ("JSON document (--steps all, streamed)", "all")]
+    for label, steps in documents[:1] if args.no_all_steps else documents:
         sampler.restart()
         t0, c0 = time.perf_counter(), time.process_time()
         sink = _Counting()

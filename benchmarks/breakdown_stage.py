@@ -6,8 +6,10 @@ the same run is the number to quote on a loaded machine. Every step's breakdown 
 
     .venv/bin/python benchmarks/breakdown_stage.py TRACE --ref /tmp/ref [--repeat 3] [--profile] [--out FILE.json]
 
-The reference's breakdown module (REF/traceinsight/model/breakdown.py, a single file) is loaded by its path beside
-this checkout's package, which gives it everything it imports but its named queries (read from REF).
+The reference's breakdown and gpu_work modules (REF/traceinsight/model/{breakdown,gpu_work}.py) are loaded by
+their paths beside this checkout's package, which gives them everything else they import but their named queries
+(read from REF). Each side's breakdowns are read off the steps after it runs (`Step.breakdown`; a reference that
+returns them by step index too is read the same way).
 `--profile`: cProfile of this checkout's stage once, its top functions by cumulative time on stderr.
 """
 
@@ -29,14 +31,21 @@ from traceinsight.model import breakdown as this
 from traceinsight.tuning import gc_paused, tune
 
 
-def _load_ref(root: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("ref_breakdown", root / "traceinsight/model/breakdown.py")
+def _load(root: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"ref_{name}", root / f"traceinsight/model/{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["ref_breakdown"] = module
+    sys.modules[f"ref_{name}"] = module
     spec.loader.exec_module(module)
     # Its named queries from the reference too (a query it reads may be gone from this checkout).
     module.sql = lambda name: (root / "traceinsight/queries" / f"{name}.sql").read_text()
+    return module
+
+
+def _load_ref(root: Path) -> Any:
+    module = _load(root, "breakdown")
+    if hasattr(module, "gpu_work"):  # the reference's own reading of the GPU work, not this checkout's
+        module.gpu_work = _load(root, "gpu_work").gpu_work
     return module
 
 
@@ -56,21 +65,21 @@ def main() -> None:
     (db, trace_id, steps), = got
     print(f"{len(steps)} steps", file=sys.stderr, flush=True)
     runs: dict[str, list[dict[str, float]]] = {"main": [], "this": []}
-    outs: dict[str, dict[int, Any]] = {}
+    outs: dict[str, list[Any]] = {}
     for i in range(args.repeat):
         for name, fn in (("main", ref.breakdowns), ("this", this.breakdowns)):
             with gc_paused():
                 t0, c0 = time.perf_counter(), time.process_time()
-                out = fn(db, trace_id, steps)
+                fn(db, trace_id, steps)
                 runs[name].append({"wall_s": round(time.perf_counter() - t0, 3),
                                    "cpu_s": round(time.process_time() - c0, 3)})
             print(f"run {i + 1}: {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
             if i == 0:
-                outs[name] = out
-            del out
+                outs[name] = [s.breakdown.to_json() if s.breakdown is not None else None for s in steps]
+            for s in steps:
+                s.breakdown = None
         if i == 0:
-            same = list(outs["main"]) == list(outs["this"]) and all(
-                outs["main"][k].to_json() == b.to_json() for k, b in outs["this"].items())
+            same = outs["main"] == outs["this"] and any(b is not None for b in outs["this"])
             outs.clear()
             if not same:
                 raise SystemExit("the breakdowns differ from the reference's")

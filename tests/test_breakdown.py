@@ -185,7 +185,8 @@ def test_breakdowns_round_each_window_as_the_plain_definition(trace: str, monkey
 
     path = Path(__file__).resolve().parents[1] / trace
     db, (a,) = analyze([path], cache=False, diagnostics=False)
-    got = breakdown.breakdowns(db, a.trace_id, a.steps)
+    breakdown.breakdowns(db, a.trace_id, a.steps)
+    got = {s.index: s.breakdown for s in a.steps}
     (wk,) = gpu_work(db, a.trace_id, a.steps).values()
     for s, w0, w1, src in step_windows(a.steps):
         sp = from_split(*split(wk, w0, w1, src == "cpu-range"))
@@ -294,3 +295,29 @@ def test_step_breakdown_holds_its_components_in_order() -> None:
     assert b == StepBreakdown(10, 110, "cpu-range", {"attention": 60, IDLE_HOST: 30, "gemm": 10}, 90, 30, 0, 1,
                               ((20, 50),))
     assert b.to_json()["components"] == {"attention": 60, IDLE_HOST: 30, "gemm": 10}
+
+
+@pytest.mark.parametrize("trace", [
+    "../shared/traces/h200/flashinfer_decode_sweep.pt.trace.json.gz",
+    "examples/loop/loop_core_graph_nsys.sqlite",
+    "examples/fa3/sweep_q32kv4d128_fa3_nsys.sqlite",
+])
+def test_breakdowns_from_work_streamed_in_small_batches_equal_the_whole(trace: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step breakdown holds only the GPU work its waiting windows need (model/work_buffer.py): with the work
+    streamed 5 intervals at a time (windows split as the work after them comes, most intervals dropped on the
+    way) every step's breakdown is the one split over the device's whole work at once."""
+    from traceinsight.model import breakdown, gpu_work
+    from traceinsight.pipeline import analyze
+
+    path = Path(__file__).resolve().parents[1] / trace
+    db, (a,) = analyze([path], cache=False, diagnostics=False)
+    breakdown.breakdowns(db, a.trace_id, a.steps)
+    whole = [s.breakdown for s in a.steps]
+    monkeypatch.setattr(gpu_work, "GPU_WORK_BATCH_ROWS", 5)
+    monkeypatch.setattr(breakdown, "SPLIT_CHUNK", 4)
+    breakdown.breakdowns(db, a.trace_id, a.steps)
+    streamed = [s.breakdown for s in a.steps]
+    assert len(whole) > 4 and all(b is not None for b in whole)
+    for i, (b, got) in enumerate(zip(whole, streamed, strict=True)):
+        assert got is not b and got == b and list(got.components) == list(b.components), i

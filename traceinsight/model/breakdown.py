@@ -25,18 +25,19 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from traceinsight.components import IDLE_UNKNOWN
 from traceinsight.ingest.store import TraceDB
-from traceinsight.model.gpu_work import gpu_work
+from traceinsight.model.gpu_work import work_devices, work_names, work_pieces
 from traceinsight.model.step_breakdown import COMPONENT_NAMES, FIXED, NO_RANGE, StepBreakdown
 from traceinsight.model.step_windows import NO_DEVICE, SOURCES, Windows, window_arrays
 from traceinsight.model.steps import Step
-from traceinsight.model.window_split import IDLE_BY_CLASS, Rows, overlap_pairs, round_rows, split_rows
+from traceinsight.model.window_split import IDLE_BY_CLASS, Rows, round_rows
+from traceinsight.model.work_buffer import streamed_rows
 
 # Windows split and made StepBreakdowns at a time (`breakdowns`).
 SPLIT_CHUNK = 65_536
@@ -68,12 +69,12 @@ def _names(grid: np.ndarray, labels: list[str]) -> list[tuple[str, ...]]:
     return got
 
 
-def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labels: list[str], arena: array[int],
-          made: list[StepBreakdown | None]) -> None:
+def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labels: list[str],
+          arena: array[int]) -> None:
     """The StepBreakdowns of the windows at `which` in `w` (their rows: `rows`, windows numbered by position in
-    `which`), their numbers appended to `arena`, each set as its step's `breakdown` and at its window's place in
-    `made`: each window's components rounded to integer ns adding up to its length (`round_to`: largest
-    remainders first, ties in component order; zeros dropped), on arrays."""
+    `which`), their numbers appended to `arena`, each set as its step's `breakdown`: each window's components
+    rounded to integer ns adding up to its length (`round_to`: largest remainders first, ties in component order;
+    zeros dropped), on arrays."""
     n = len(which)
     w0, w1 = w.w0[which], w.w1[which]
     final = round_rows(rows.win, rows.value, w1 - w0)
@@ -116,8 +117,6 @@ def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labe
     has = np.flatnonzero(counts)
     for j, o, c in zip(has.tolist(), (np.cumsum(counts) - counts)[has].tolist(), counts[has].tolist(), strict=True):
         objs[j].host_gaps = tuple(pairs[o:o + c])
-    for j, b in zip(which.tolist(), objs, strict=True):
-        made[j] = b
 
 
 _SOURCE_OF = np.array(SOURCES, object)
@@ -131,38 +130,35 @@ def _pick(items: Sequence[Any], at: np.ndarray) -> Sequence[Any]:
     return [items[i] for i in at.tolist()]
 
 
-def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepBreakdown]:
-    """The breakdown of every step (by step index, in window order); each step's `breakdown` is set too."""
+def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> None:
+    """Set every step's `breakdown` (no map of them by step: 2.3M entries at 10M kernels, which nothing read)."""
     if not steps:
-        return {}
-    work = gpu_work(db, trace_id, steps)
+        return
+    names = work_names(db)
+    devices = work_devices(db, trace_id)
     w = window_arrays(steps, NO_RANGE)
     n = len(w.at)
     host = w.source == 1  # a CPU range: idle at its end is the host's
     # Each window's GPU work: its device's, or the only device's when the step's is not known.
-    keys = {NO_DEVICE if d is None else d: d for d in work}
+    keys = {NO_DEVICE if d is None else d: d for d in devices}
     sized = w.w1 > w.w0
     by_device: dict[Any, np.ndarray] = {}
     known = np.isin(w.device, np.array(list(keys), np.int64))
-    if len(work) == 1:
-        by_device[next(iter(work))] = np.flatnonzero(sized)
+    if len(devices) == 1:
+        by_device[devices[0]] = np.flatnonzero(sized)
     else:
         distinct, first = np.unique(w.device[known & sized], return_index=True)
         for d in distinct[np.argsort(first)].tolist():  # in the order the devices first occur
             by_device[keys[d]] = np.flatnonzero(sized & (w.device == d))
-    names = next(iter(work.values())).names if work else []
     labels = names + list(IDLE_BY_CLASS)
-    made: list[StepBreakdown | None] = [None] * n
     arena: array[int] = array("q")  # every step's numbers, one after the other
     done = np.zeros(n, bool)
-    for dev, js in by_device.items():
-        wk = work[dev]
-        pairs = overlap_pairs(wk)
-        # SPLIT_CHUNK windows at a time, each made a StepBreakdown at once (bounds the rows held).
-        for at in range(0, len(js), SPLIT_CHUNK):
-            p = js[at:at + SPLIT_CHUNK]
-            done[p] = True
-            _emit(split_rows(wk, w.w0[p], w.w1[p], host[p], pairs), p, steps, w, labels, arena, made)
+    # Each device's work streamed in time order, its windows split (SPLIT_CHUNK at most at once, each made a
+    # StepBreakdown at once) as soon as the work they need has come: the work held is bounded by the windows.
+    pieces = work_pieces(db, trace_id, steps, names)
+    for p, rows in streamed_rows(pieces, names, by_device, w.w0, w.w1, host, SPLIT_CHUNK):
+        done[p] = True
+        _emit(rows, p, steps, w, labels, arena)
     rest = np.flatnonzero(~done)  # windows of no device's work (all idle-unknown), or empty
     if len(rest):
         r0, r1 = w.w0[rest], w.w1[rest]
@@ -170,5 +166,4 @@ def breakdowns(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[int, StepB
         zero, none = np.zeros(len(rest), np.int64), np.zeros(0, np.int64)
         rows = Rows(has, np.full(len(has), labels.index(IDLE_UNKNOWN), np.int64), (r1 - r0)[has].astype(np.float64),
                     zero, zero, zero, none, none, none)
-        _emit(rows, rest, steps, w, labels, arena, made)
-    return dict(zip(map(attrgetter("index"), _pick(steps, w.at)), made, strict=True))
+        _emit(rows, rest, steps, w, labels, arena)

@@ -3,24 +3,28 @@ start of the host call that launched it and the component its time counts in."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from traceinsight.components import PREFILL
-from traceinsight.ingest.arrow_numpy import encode, ints, sorted_distinct
+from traceinsight.ingest.arrow_numpy import encode, ints, numbers, sorted_distinct
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.launch_calls import NULL_ID, launch_calls, launch_starts
 from traceinsight.model.phases import PREFILL_PHASES
-from traceinsight.model.steps import ATTENTION, MERGE, PREPARE, Step
+from traceinsight.model.steps import ATTENTION, MERGE, PREPARE, Step, labels_of
 from traceinsight.queries import sql
 
 # Families whose kernels count as attention time (the kernels that belong to an attention launch).
 ATTENTION_FAMILIES = (ATTENTION, MERGE, PREPARE)
-# Rows of the step_gpu_* queries read at a time (as Arrow record batches).
+# Rows of gpu_work_ordered.sql read at a time (as Arrow record batches).
 GPU_WORK_BATCH_ROWS = 1 << 20
+# A gap between two correlation ids of a batch's work past which their launch calls are read as two ranges.
+CALL_RANGE_GAP = 1 << 16
 
 
 def component_of_family(family: str | None) -> str:
@@ -49,88 +53,102 @@ def prefill_kernels(steps: Iterable[Step]) -> set[int]:
             for k in (x.attention, *x.merges, *x.prepares)}
 
 
-def _read(db: TraceDB, query: str, trace_id: int, columns: dict[str, int],
-          family: bool = False) -> tuple[dict[str, np.ndarray], list[str], np.ndarray]:
-    """A named query's integer columns as int64 arrays (NULL as the value `columns` gives), read in record batches
-    of GPU_WORK_BATCH_ROWS, and (`family`) its family column numbered: the distinct families in the order first
-    read, and each row's number (int32). Never a Python object per row."""
-    chunks: dict[str, list[np.ndarray]] = {c: [] for c in columns}
-    families: dict[str, int] = {}
-    numbers: list[np.ndarray] = []
-    for batch in db.stream(db.con.sql(sql(query), params={"trace": trace_id}), GPU_WORK_BATCH_ROWS):
-        if not batch.num_rows:
-            continue
-        col = dict(zip(batch.schema.names, batch.columns, strict=True))
-        for name, null in columns.items():
-            # A copy, not a view of the batch's buffer: a view kept the whole batch (its family strings too: 0.5 GB
-            # at 10M kernels) alive until the columns were joined.
-            chunks[name].append(np.array(ints(col[name], null), np.int64))
-        if family:
-            words, index = encode(col["family"])  # NOT NULL (kernel_labels)
-            numbers.append(np.array([families.setdefault(w, len(families)) for w in words], np.int32)[index])
-    out = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in chunks.items()}
-    return out, list(families), np.concatenate(numbers) if numbers else np.zeros(0, np.int32)
+@dataclass
+class Piece:
+    """A run of one device's GPU work in the order it is split in (queries/gpu_work_ordered.sql): at most a record
+    batch of it, int64 arrays (`comp`: int32, index into the names `work_names` gives)."""
+
+    device: Any  # None: not known
+    start: np.ndarray
+    end: np.ndarray
+    launch: np.ndarray
+    comp: np.ndarray
+
+
+def work_names(db: TraceDB) -> list[str]:
+    """Every component GPU work of the database can count in, fixed before any is read (a stream's later rows must
+    not renumber them): each kernel label's family's (`component_of_family`), memory, then prefill. The numbers
+    only name the components: a breakdown orders them by where they first ran in its window."""
+    families = sorted({fields[2] for fields in labels_of(db).values()})
+    return list(dict.fromkeys([*map(component_of_family, families), "memory", PREFILL]))
+
+
+def work_devices(db: TraceDB, trace_id: int) -> list[Any]:
+    """The devices the trace's GPU work ran on, in the order `work_pieces` gives them (None: not known)."""
+    return [None if d < 0 else d for (d,) in db.sql(sql("gpu_work_devices"), {"trace": trace_id}).fetchall()]
+
+
+def work_pieces(db: TraceDB, trace_id: int, steps: list[Step], names: list[str]) -> Iterator[Piece]:
+    """Every kernel and memory operation of the trace with the start of its launch call and its component (prefill
+    for the kernels of attention launches that ran prefill, `prefill_kernels`), device by device, each device's by
+    start then end (queries/gpu_work_ordered.sql): DuckDB joins and sorts under its limit, spilling what does not
+    fit, and the caller holds GPU_WORK_BATCH_ROWS rows at a time. Copies, not views of a batch's buffers: a view
+    kept the whole batch (its family strings too) alive."""
+    special = prefill_kernels(steps)
+    special_ids = np.sort(np.fromiter(special, np.int64, len(special)))
+    prefill = names.index(PREFILL)
+    codes: dict[str, int] = {}
+    # The calls are read while the work's result is open: on a cursor of their own, in the connection's database.
+    catalog = db.con.execute("SELECT current_database()").fetchall()[0][0]
+    calls_cursor = db.con.cursor()
+    calls_cursor.execute(f'USE "{catalog}"')
+    result = db.con.sql(sql("gpu_work_ordered"), params={"trace": trace_id})
+    try:
+        for batch in db.stream(result, GPU_WORK_BATCH_ROWS):
+            if not batch.num_rows:
+                continue
+            col = dict(zip(batch.schema.names, batch.columns, strict=True))
+            words, index = encode(col["family"])  # NOT NULL (kernel_labels; 'memory')
+            comp = np.array([codes.setdefault(w, names.index(component_of_family(w))) for w in words],
+                            np.int32)[index]
+            kernel_id = numbers(col["kernel_id"])
+            if len(special_ids):
+                comp[np.isin(kernel_id, special_ids)] = prefill
+            device = numbers(col["device_id"])
+            start, end = (np.array(numbers(col[c]), np.int64) for c in ("start_ns", "end_ns"))
+            launch = _launch_starts(calls_cursor, trace_id, ints(col["correlation_id"], NULL_ID),
+                                    ints(col["process_id"], NULL_ID), kernel_id >= 0)
+            del batch, col
+            cuts = [0, *(np.flatnonzero(device[1:] != device[:-1]) + 1).tolist(), len(device)]
+            for a, b in itertools.pairwise(cuts):
+                d = int(device[a])
+                yield Piece(None if d < 0 else d, start[a:b], end[a:b], launch[a:b], comp[a:b])
+    finally:
+        calls_cursor.close()
+
+
+def _launch_starts(cursor: duckdb.DuckDBPyConnection, trace_id: int, corr: np.ndarray, pid: np.ndarray,
+                   kernel: np.ndarray) -> np.ndarray:
+    """Each row's launch start (`launch_calls.launch_starts`: a kernel's by its process, a memory operation's
+    whatever the process), among the calls of the rows' correlation ids only: read (gpu_work_calls.sql) a range of
+    ids at a time, the ranges cut where the rows' distinct ids leave a gap of more than CALL_RANGE_GAP (a batch of
+    work in time order holds ids launched close together, and a few stragglers)."""
+    ids = sorted_distinct(corr[corr != NULL_ID])
+    parts: dict[str, list[np.ndarray]] = {"correlation_id": [], "process_id": [], "start_ns": []}
+    if len(ids):
+        cut = np.flatnonzero(np.diff(ids) > CALL_RANGE_GAP)
+        for lo, hi in zip(ids[np.concatenate(([0], cut + 1))].tolist(), ids[np.append(cut, len(ids) - 1)].tolist(),
+                          strict=True):
+            rows = cursor.sql(sql("gpu_work_calls"), params={"trace": trace_id, "lo": lo, "hi": hi}).to_arrow_table()
+            for c, got in parts.items():
+                got.append(np.array(ints(rows.column(c).combine_chunks(), NULL_ID), np.int64))
+    calls = launch_calls(*(np.concatenate(v) if v else np.zeros(0, np.int64) for v in parts.values()))
+    out = np.empty(len(corr), np.int64)
+    out[kernel] = launch_starts(calls, corr[kernel], pid[kernel])
+    out[~kernel] = launch_starts(calls, corr[~kernel])
+    return out
 
 
 def gpu_work(db: TraceDB, trace_id: int, steps: list[Step]) -> dict[Any, Work]:
-    """Every kernel (step_gpu_kernels.sql) and memory operation (step_gpu_memops.sql, family 'memory') of the trace
-    with the start of its launch call (step_gpu_launches.sql, found by `launch_calls`), ordered by start and end,
-    as arrays per device (None: the device is not known): each interval costs four int64 and one int32 column
-    (the 10M-kernel export has 26M intervals: 0.9 GB). Components are numbered in the order their families first
-    occur in that order, prefill last."""
-    special = prefill_kernels(steps)
-    calls = launch_calls(*_read(db, "step_gpu_launches", trace_id,
-                                {"correlation_id": NULL_ID, "process_id": NULL_ID, "start_ns": 0})[0].values())
-    k, families, k_family = _read(db, "step_gpu_kernels", trace_id,
-                                  {"kernel_id": -1, "device_id": -1, "start_ns": 0, "end_ns": 0,
-                                   "correlation_id": NULL_ID, "process_id": NULL_ID}, family=True)
-    k_launch = launch_starts(calls, k.pop("correlation_id"), k.pop("process_id"))
-    m = _read(db, "step_gpu_memops", trace_id, {"device_id": -1, "start_ns": 0, "end_ns": 0,
-                                                "correlation_id": NULL_ID})[0]
-    m_launch = launch_starts(calls, m.pop("correlation_id"))
-    del calls
-    if not len(k["start_ns"]) and not len(m["start_ns"]):
-        return {}
-    prefill = np.isin(k.pop("kernel_id"), np.fromiter(special, np.int64, len(special))) if special else None
-    memory = families.index("memory") if "memory" in families else len(families)
-    if memory == len(families) and len(m["start_ns"]):
-        families.append("memory")
-    start = np.concatenate((k["start_ns"], m["start_ns"]))
-    end = np.concatenate((k["end_ns"], m["end_ns"]))
-    # By start, then end: a stable sort of the starts (the kernels come in start order already, and so mostly do
-    # the memory operations), all of (start, end) only where two start at once.
-    order = np.argsort(start, kind="stable")
-    if len(order) > 1 and bool((start[order[1:]] == start[order[:-1]]).any()):
-        order = np.lexsort((end, start))
-    start, end = start[order], end[order]
-    launch = np.concatenate((k_launch, m_launch))[order]
-    dev = np.concatenate((k["device_id"], m["device_id"]))[order]
-    number = np.concatenate((k_family, np.full(len(m["start_ns"]), memory, np.int32)))
-    if prefill is not None:
-        special_rows = np.concatenate((prefill, np.zeros(len(m["start_ns"]), bool)))[order]
-    del k, m, k_launch, m_launch
-    number = number[order]
-    del order
-    # Component numbers: the families' in the order they first occur, then prefill.
-    firsts = {f: np.flatnonzero(number == i)[:1] for i, f in enumerate(families)}
-    code: dict[str, int] = {}
-    for f in sorted((f for f in families if len(firsts[f])), key=lambda f: int(firsts[f][0])):
-        code.setdefault(component_of_family(f), len(code))
-    lookup = [code.get(component_of_family(f), 0) for f in families]
-    if prefill is not None:
-        number[special_rows] = len(lookup)  # prefill work, whatever its family
-        lookup.append(code.setdefault(PREFILL, len(code)))
-        del special_rows
-    names = list(code)
-    comp = np.array(lookup or [0], np.int32)[number]
-    del number
-    devices = dev[:1].tolist() if bool((dev == dev[0]).all()) else sorted_distinct(dev).tolist()
+    """`work_pieces` joined into whole arrays per device (a long trace's 26M intervals at 10M kernels: 0.9 GB;
+    the step breakdown holds only the part its windows still need, model/work_buffer.py)."""
+    names = work_names(db)
+    parts: dict[Any, list[Piece]] = {}
+    for piece in work_pieces(db, trace_id, steps, names):
+        parts.setdefault(piece.device, []).append(piece)
     out: dict[Any, Work] = {}
-    for d in devices:
-        if len(devices) == 1:
-            s_, e_, la, co = start, end, launch, comp
-        else:
-            at = dev == d
-            s_, e_, la, co = start[at], end[at], launch[at], comp[at]
-        out[d if d >= 0 else None] = Work(s_, e_, la, co, np.maximum.accumulate(e_), names)
+    for d, ps in parts.items():
+        start, end, launch, comp = (np.concatenate([getattr(p, c) for p in ps])
+                                    for c in ("start", "end", "launch", "comp"))
+        out[d] = Work(start, end, launch, comp, np.maximum.accumulate(end), names)
     return out
