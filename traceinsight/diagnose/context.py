@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from traceinsight.model.schedule import Schedule
+from traceinsight.model.step_arrays import StepArrays, step_arrays
 from traceinsight.model.steps import Step
 
 
@@ -50,6 +51,16 @@ class TraceAnalysis:
     cursor: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
     # Views derived from the analysis once and shared by the rules (never written out).
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def step_arrays(self) -> StepArrays:
+        """The steps as per-step arrays (wall, window, components, launches; `model.step_arrays`), read from the
+        Step objects once and shared by the rules (made again when the steps or the first one's breakdown
+        changed)."""
+        key = (len(self.steps), id(self.steps[0].breakdown) if self.steps else None)
+        got = self.cache.get("step-arrays")
+        if got is None or got[0] is not self.steps or got[1] != key:
+            got = self.cache["step-arrays"] = (self.steps, key, step_arrays(self.steps))
+        return cast(StepArrays, got[2])
 
     def steps_by_index(self) -> Mapping[int, Step]:
         """The steps by their index (built once): the list itself when step i is at position i (as the pipeline

@@ -1,0 +1,183 @@
+"""An analysis's steps as per-step arrays, read once from the Step objects and their breakdowns: what the rules
+(`traceinsight.diagnose`) and the report's step columns (`report/step_columns.py`) read instead of asking each of
+10^5-10^6 steps for its wall time, window, components and launches property by property.
+
+The breakdowns' numbers come from the int64 array the breakdowns of a trace share (`model.step_breakdown`), in
+one gather, when they share one; else through their properties."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from traceinsight.model.phases import PREFILL_PHASES
+from traceinsight.model.step_breakdown import components_ns
+
+# A breakdown's numbers as they lie in its trace's shared array, and the host range's value there for None.
+ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
+NO_RANGE = -(2**63)
+_ARENA = attrgetter("_data", "_at", "source", "host_gaps", "_names")
+_STEP = attrgetter("index", "start_ns", "end_ns", "breakdown", "launches")
+_LAUNCH = attrgetter("phase", "attention")
+
+
+def columns(getter: attrgetter[Any], objects: Sequence[Any], width: int) -> list[tuple[Any, ...]]:
+    """The attributes `getter` reads, one tuple per attribute over `objects`."""
+    if not objects:
+        return [()] * width
+    return list(zip(*map(getter, objects), strict=True))
+
+
+def window_fields(present: Sequence[Any]) -> tuple[np.ndarray, tuple[str, ...], tuple[Any, ...],
+                                                    tuple[tuple[str, ...], ...], np.ndarray]:
+    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources, host gaps,
+    component names and components' ns (all breakdowns' one after the other): the numbers read from the int64 array
+    the breakdowns of a trace share (`model.step_breakdown.StepBreakdown`: each one's numbers at its `_at`, these
+    first, then its components') when they share one and the first one's properties read the same from it; else
+    through the properties."""
+    try:
+        data, at, source, host_gaps, names = columns(_ARENA, present, 5)
+        shared = len(set(map(id, data))) == 1
+    except AttributeError:  # breakdowns that keep their numbers otherwise
+        shared = False
+    if shared:
+        arena = np.frombuffer(data[0], np.int64)
+        first = np.fromiter(at, np.int64, len(at))
+        rows = arena[first[:, None] + np.arange(len(ARENA_FIELDS))]
+        lengths = np.fromiter(map(len, names), np.int64, len(names))
+        starts = first + len(ARENA_FIELDS) - (np.cumsum(lengths) - lengths)
+        ns = arena[np.repeat(starts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)]
+        del arena  # the shared array may grow again once its buffer is released
+        b = present[0]
+        if rows[0].tolist() == _numbers(b) and ns[:len(names[0])].tolist() == list(b.component_ns()):
+            return rows, source, host_gaps, names, ns
+    fields = columns(attrgetter("source", "host_gaps", "component_names"), present, 3)
+    rows = np.array([_numbers(b) for b in present], np.int64).reshape(-1, len(ARENA_FIELDS))
+    return rows, fields[0], fields[1], fields[2], components_ns(present)
+
+
+def _numbers(b: Any) -> list[int]:
+    """A breakdown's `ARENA_FIELDS` (NO_RANGE for no host range)."""
+    return [NO_RANGE if v is None else v for v in map(b.__getattribute__, ARENA_FIELDS)]
+
+
+@dataclass(frozen=True)
+class StepArrays:
+    """Steps (in the given order, row i the i-th step) as arrays.
+
+    index, start, end (GPU span), windowed (has a breakdown), window_start / window_end (the breakdown's window,
+    else the GPU span), wall (what `Step.wall_ns` gives), host_long (the breakdown's host_long_ns, 0 without one),
+    launch_count, prefill (a launch of the step is prefill or mixed), signature (the step's decode attention kernels,
+    `signatures[code]`, -1 for none); the windowed steps' breakdown numbers (`window_numbers`, `ARENA_FIELDS`),
+    sources, host gaps, components' names (one tuple per distinct sequence) and ns (one after the other); and
+    every step's components as a matrix (`component_matrix`)."""
+
+    n: int
+    index: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    windowed: np.ndarray
+    window_start: np.ndarray
+    window_end: np.ndarray
+    wall: np.ndarray
+    host_long: np.ndarray
+    launch_count: np.ndarray
+    prefill: np.ndarray
+    signature: np.ndarray
+    signatures: list[tuple[str, ...]]
+    breakdown: tuple[Any, ...]
+    launches: tuple[Any, ...]
+    window_numbers: np.ndarray
+    window_source: tuple[str, ...]
+    host_gaps: tuple[tuple[tuple[int, int], ...], ...]
+    component_names: tuple[tuple[str, ...], ...]
+    component_ns: np.ndarray
+
+    def component_matrix(self, rows: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
+        """The components of the steps at `rows` (all when None) as a float matrix, a row per step and a column per
+        component name those steps' breakdowns have (sorted; 0 where a step has none), and the names."""
+        picked = np.arange(self.n) if rows is None else rows
+        at = np.cumsum(self.windowed) - 1  # each windowed step's place among the windowed
+        mine = picked[self.windowed[picked]]
+        kinds = {id(t): t for t in (self.component_names[i] for i in at[mine].tolist())}
+        names = sorted({c for t in kinds.values() for c in t})
+        values = np.zeros((len(picked), len(names)))
+        if not names:
+            return values, names
+        col = {c: j for j, c in enumerate(names)}
+        lengths = np.fromiter(map(len, self.component_names), np.int64, len(self.component_names))
+        offsets = np.cumsum(lengths) - lengths
+        w = at[mine]
+        counts = lengths[w]
+        total = int(counts.sum())
+        if total:
+            out_rows = np.repeat(np.flatnonzero(self.windowed[picked]), counts)
+            cols = np.fromiter(map(col.__getitem__, itertools.chain.from_iterable(
+                self.component_names[i] for i in w.tolist())), np.int64, total)
+            src = np.repeat(offsets[w] - (np.cumsum(counts) - counts), counts) + np.arange(total, dtype=np.int64)
+            values[out_rows, cols] = self.component_ns[src].astype(float)
+        return values, names
+
+
+def step_arrays(steps: Sequence[Any]) -> StepArrays:
+    """`steps` (model.steps.Step, each with its breakdown or None) as arrays."""
+    n = len(steps)
+    index, start, end, breakdown, launch_lists = columns(_STEP, steps, 5)
+    starts, ends = _int64(start), _int64(end)
+    windowed = np.fromiter((b is not None for b in breakdown), bool, n)
+    numbers, source, host_gaps, names, ns = window_fields([b for b in breakdown if b is not None])
+    w_start, w_end = starts.copy(), ends.copy()
+    w_start[windowed], w_end[windowed] = numbers[:, 0], numbers[:, 1]
+    host_long = np.zeros(n, np.int64)
+    host_long[windowed] = numbers[:, ARENA_FIELDS.index("host_long_ns")]
+    counts = np.fromiter(map(len, launch_lists), np.int64, n)
+    prefill, signature, signatures = _signatures(launch_lists, counts)
+    return StepArrays(n=n, index=_int64(index), start=starts, end=ends, windowed=windowed, window_start=w_start,
+                      window_end=w_end, wall=np.where(windowed, w_end - w_start, ends - starts), host_long=host_long,
+                      launch_count=counts, prefill=prefill, signature=signature, signatures=signatures,
+                      breakdown=breakdown, launches=launch_lists, window_numbers=numbers, window_source=source,
+                      host_gaps=host_gaps, component_names=names, component_ns=ns)
+
+
+def _signatures(launch_lists: Sequence[Sequence[Any]], counts: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, list[tuple[str, ...]]]:
+    """Per step: whether a launch is prefill or mixed, and the code of its decode attention kernels (sorted
+    distinct names; -1 for none) in the list of such signatures (first-seen order)."""
+    n = len(launch_lists)
+    launches = list(itertools.chain.from_iterable(launch_lists))
+    phases, kernels = columns(_LAUNCH, launches, 2)
+    names = [k.name for k in kernels]
+    m = len(launches)
+    heavy = np.fromiter((p in PREFILL_PHASES for p in phases), bool, m)
+    first = np.cumsum(counts) - counts
+    has = counts > 0
+    prefill = np.zeros(n, bool)
+    if m:
+        prefill[has] = np.logical_or.reduceat(heavy, first[has])
+    name_code = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    signatures: list[tuple[str, ...]] = [(name,) for name in name_code]
+    code = {sig: i for i, sig in enumerate(signatures)}
+    signature = np.full(n, -1, np.int64)
+    one = np.flatnonzero(counts == 1)  # most steps: one launch, no set to sort
+    if len(one):
+        head = first[one]
+        lc = np.fromiter(map(name_code.__getitem__, names), np.int64, m)
+        signature[one] = np.where(heavy[head], -1, lc[head])
+    for i in np.flatnonzero(counts > 1).tolist():
+        a = int(first[i])
+        key = tuple(sorted({names[k] for k in range(a, a + int(counts[i])) if not heavy[k]}))
+        if key:
+            if key not in code:
+                code[key] = len(signatures)
+                signatures.append(key)
+            signature[i] = code[key]
+    return prefill, signature, signatures
+
+
+def _int64(values: Sequence[int]) -> np.ndarray:
+    return np.fromiter(values, np.int64, len(values))
