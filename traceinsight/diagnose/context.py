@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import numpy as np
+
 from traceinsight.model.schedule import Schedule
 from traceinsight.model.step_arrays import StepArrays, step_arrays
 from traceinsight.model.steps import Step
@@ -67,7 +69,8 @@ class TraceAnalysis:
         numbers them; a dict of 10^6 steps is 0.1 GB), else a dict."""
         got = self.cache.get("steps-by-index")
         if got is None or len(got) != len(self.steps) or (isinstance(got, _Numbered) and got.steps is not self.steps):
-            numbered = all(s.index == i for i, s in enumerate(self.steps))
+            index = self.step_arrays().index
+            numbered = bool((index == np.arange(len(index))).all())
             got = self.cache["steps-by-index"] = (_Numbered(self.steps) if numbered
                                                   else {s.index: s for s in self.steps})
         return cast(Mapping[int, Step], got)
