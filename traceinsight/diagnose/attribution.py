@@ -17,6 +17,8 @@ Pure computation over the analysis; `table()` caches its result on the analysis.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -372,7 +374,8 @@ def _attribute(arrays: StepArrays, members: np.ndarray, gi: int, tokens_of: Mapp
     n = len(members)
     indexes = arrays.index[members]
     step_tokens = [tokens_of.get(i) for i in indexes.tolist()] if tokens_of else [None] * n
-    known = np.fromiter((t is not None for t in step_tokens), bool, n)
+    known = (np.fromiter(map(operator.is_not, step_tokens, itertools.repeat(None)), bool, n) if tokens_of
+             else np.zeros(n, bool))
     positions = np.arange(n)
     split: list[tuple[np.ndarray, list[int] | None]] = []
     if known.any():
