@@ -388,3 +388,4 @@ def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
                              for c, v in cols.items()})
             del cols
             con.execute(f"INSERT INTO {prefix}{name} BY NAME SELECT * FROM rows")
+    a.release_step_arrays()  # the last reader: 10^6 steps' arrays need not outlive the tables
