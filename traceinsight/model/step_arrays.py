@@ -24,10 +24,9 @@ from traceinsight.model.step_breakdown import components_ns
 ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
 NO_RANGE = -(2**63)
 _ARENA = attrgetter("_data", "_at", "source", "host_gaps", "_names")
-_STEP = attrgetter("index", "start_ns", "end_ns", "breakdown", "launches", "range_side", "range_start_ns",
-                   "range_end_ns")
-_LAUNCH = attrgetter("phase", "attention")
-_NAME = attrgetter("name")
+_STEP = attrgetter("index", "start_ns", "end_ns", "breakdown", "launches")
+_RANGE = attrgetter("range_side", "range_start_ns", "range_end_ns")
+_LAUNCH = attrgetter("phase", "attention.name")
 _CPU = "cpu"
 
 
@@ -77,9 +76,9 @@ class StepArrays:
 
     index, start, end (GPU span), windowed (has a breakdown), window_start / window_end (the breakdown's window,
     else the GPU span), wall (what `Step.wall_ns` gives), host_long (the breakdown's host_long_ns, 0 without one),
-    cpu_range (the step's range is on the host, both ends known) and those ranges' ends, launch_count, prefill (a
-    launch of the step is prefill or mixed), signature (the step's decode attention kernels, `signatures[code]`, -1
-    for none); the windowed steps' breakdown numbers (`window_numbers`, `ARENA_FIELDS`),
+    cpu_range_start / cpu_range_end (the step ranges on the host with both ends, read when asked for),
+    launch_count, prefill (a launch of the step is prefill or mixed), signature (the step's decode attention
+    kernels, `signatures[code]`, -1 for none); the windowed steps' breakdown numbers (`window_numbers`, `ARENA_FIELDS`),
     sources, host gaps, components' names (one tuple per distinct sequence) and ns (one after the other); and
     every step's components as a matrix (`component_matrix`)."""
 
@@ -88,9 +87,7 @@ class StepArrays:
     start: np.ndarray
     end: np.ndarray
     windowed: np.ndarray
-    cpu_range: np.ndarray
-    cpu_range_start: np.ndarray
-    cpu_range_end: np.ndarray
+    steps: Sequence[Any]
     launch_count: np.ndarray
     prefill: np.ndarray
     signature: np.ndarray
@@ -102,6 +99,27 @@ class StepArrays:
     host_gaps: tuple[tuple[tuple[int, int], ...], ...]
     component_names: tuple[tuple[str, ...], ...]
     component_ns: np.ndarray
+
+    @property
+    def cpu_range_start(self) -> np.ndarray:
+        return self._cpu_ranges[0]
+
+    @property
+    def cpu_range_end(self) -> np.ndarray:
+        return self._cpu_ranges[1]
+
+    @functools.cached_property
+    def _cpu_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The start and end of every step range on the host with both ends known (read when first asked for:
+        only host evidence reads them)."""
+        side, range_start, range_end = columns(_RANGE, self.steps, 3)
+        n = self.n
+        cpu = np.fromiter(map(operator.eq, side, itertools.repeat(_CPU)), bool, n)
+        cpu &= np.fromiter(map(operator.is_not, range_start, itertools.repeat(None)), bool, n)
+        cpu &= np.fromiter(map(operator.is_not, range_end, itertools.repeat(None)), bool, n)
+        flags = cpu.tolist()
+        return (_int64(list(itertools.compress(range_start, flags))),
+                _int64(list(itertools.compress(range_end, flags))))
 
     # Made when asked for, not held: a 10M-kernel trace has 2.3M steps, 18 MB an int64 column.
     @property
@@ -188,20 +206,14 @@ class StepArrays:
 def step_arrays(steps: Sequence[Any]) -> StepArrays:
     """`steps` (model.steps.Step, each with its breakdown or None) as arrays."""
     n = len(steps)
-    index, start, end, breakdown, launch_lists, side, range_start, range_end = columns(_STEP, steps, 8)
-    cpu = np.fromiter(map(operator.eq, side, itertools.repeat(_CPU)), bool, n)  # a range on the host, both ends
-    cpu &= np.fromiter(map(operator.is_not, range_start, itertools.repeat(None)), bool, n)
-    cpu &= np.fromiter(map(operator.is_not, range_end, itertools.repeat(None)), bool, n)
-    flags = cpu.tolist()
+    index, start, end, breakdown, launch_lists = columns(_STEP, steps, 5)
     starts, ends = _int64(start), _int64(end)
     windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
     numbers, source, host_gaps, names, ns = window_fields([b for b in breakdown if b is not None])
     counts = np.fromiter(map(len, launch_lists), np.int64, n)
     prefill, signature, signatures = _signatures(launch_lists, counts)
     return StepArrays(n=n, index=_int64(index), start=starts, end=ends, windowed=windowed,
-                      cpu_range=cpu, cpu_range_start=_int64(list(itertools.compress(range_start, flags))),
-                      cpu_range_end=_int64(list(itertools.compress(range_end, flags))), launch_count=counts,
-                      prefill=prefill, signature=signature, signatures=signatures,
+                      steps=steps, launch_count=counts, prefill=prefill, signature=signature, signatures=signatures,
                       breakdown=breakdown, launches=launch_lists, window_numbers=numbers, window_source=source,
                       host_gaps=host_gaps, component_names=names, component_ns=ns)
 
@@ -212,8 +224,7 @@ def _signatures(launch_lists: Sequence[Sequence[Any]], counts: np.ndarray
     distinct names; -1 for none) in the list of such signatures (first-seen order)."""
     n = len(launch_lists)
     launches = list(itertools.chain.from_iterable(launch_lists))
-    phases, kernels = columns(_LAUNCH, launches, 2)
-    names = list(map(_NAME, kernels))
+    phases, names = columns(_LAUNCH, launches, 2)
     m = len(launches)
     heavy = np.fromiter(map(PREFILL_PHASES.__contains__, phases), bool, m)
     first = np.cumsum(counts) - counts
