@@ -89,9 +89,6 @@ class StepArrays:
     windowed: np.ndarray
     steps: Sequence[Any]
     launch_count: np.ndarray
-    prefill: np.ndarray
-    signature: np.ndarray
-    signatures: list[tuple[str, ...]]
     breakdown: tuple[Any, ...]
     launches: tuple[Any, ...]
     window_numbers: np.ndarray
@@ -99,6 +96,23 @@ class StepArrays:
     host_gaps: tuple[tuple[tuple[int, int], ...], ...]
     component_names: tuple[tuple[str, ...], ...]
     component_ns: np.ndarray
+
+    @property
+    def prefill(self) -> np.ndarray:
+        return self._signature_parts[0]
+
+    @property
+    def signature(self) -> np.ndarray:
+        return self._signature_parts[1]
+
+    @property
+    def signatures(self) -> list[tuple[str, ...]]:
+        return self._signature_parts[2]
+
+    @functools.cached_property
+    def _signature_parts(self) -> tuple[np.ndarray, np.ndarray, list[tuple[str, ...]]]:
+        """`_signatures` of the steps' launches (read when first asked for: the rules ask, the tables do not)."""
+        return _signatures(self.launches, self.launch_count)
 
     @property
     def cpu_range_start(self) -> np.ndarray:
@@ -211,9 +225,8 @@ def step_arrays(steps: Sequence[Any]) -> StepArrays:
     windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
     numbers, source, host_gaps, names, ns = window_fields([b for b in breakdown if b is not None])
     counts = np.fromiter(map(len, launch_lists), np.int64, n)
-    prefill, signature, signatures = _signatures(launch_lists, counts)
     return StepArrays(n=n, index=_int64(index), start=starts, end=ends, windowed=windowed,
-                      steps=steps, launch_count=counts, prefill=prefill, signature=signature, signatures=signatures,
+                      steps=steps, launch_count=counts,
                       breakdown=breakdown, launches=launch_lists, window_numbers=numbers, window_source=source,
                       host_gaps=host_gaps, component_names=names, component_ns=ns)
 
