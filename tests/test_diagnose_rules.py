@@ -172,14 +172,16 @@ def test_rules_declare_the_rules_they_read_and_read_nothing_else() -> None:
 
 
 def test_step_ranges_and_steps_by_index_hold_no_object_per_step() -> None:
+    import numpy as np
+
     from traceinsight.diagnose.context import TraceAnalysis, _Numbered
     from traceinsight.diagnose.host import _Ranges
     from traceinsight.model.steps import Step
 
-    ranges = _Ranges([(5, 9), (1, 4), (5, 7), (1, 4)])
+    ranges = _Ranges(np.array([5, 1, 5, 1], np.int64), np.array([9, 4, 7, 4], np.int64))
     assert (1, 4) in ranges and (5, 7) in ranges and (5, 9) in ranges
     assert (5, 8) not in ranges and (2, 4) not in ranges and (None, None) not in ranges and 3 not in ranges
-    assert (1, 4) not in _Ranges([])
+    assert (1, 4) not in _Ranges(np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     steps = [Step(index=i, name=f"s{i}", source="launch", range_id=None, start_ns=i, end_ns=i + 1, kernel_count=1,
                   launches=[]) for i in range(3)]

@@ -17,10 +17,11 @@ Pure computation over the analysis; `table()` caches its result on the analysis.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -28,8 +29,8 @@ import numpy as np
 from traceinsight.components import IDLE, IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT, PREFILL
 from traceinsight.diagnose.baseline import fit_spikes, rolling_quantile
 from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.model.phases import PREFILL_PHASES
-from traceinsight.model.steps import ATTENTION, Step
+from traceinsight.model.step_arrays import StepArrays
+from traceinsight.model.steps import ATTENTION
 
 # The quantile of a component over its baseline steps (the median: components go up and down).
 COMPONENT_QUANTILE = 0.5
@@ -193,35 +194,24 @@ def component_cause(component: str, att: StepAttribution) -> str:
     return COMPONENT_CAUSES.get(component, f"kernels:{component}")
 
 
-def decode_signature(step: Step) -> tuple[str, ...]:
-    """The decode attention kernels of a step (sorted distinct names): steps are compared within one mix."""
-    launches = step.launches
-    if len(launches) == 1:  # most steps: one launch, no set to sort
-        x = launches[0]
-        return () if x.phase in PREFILL_PHASES else (x.attention.name,)
-    return tuple(sorted({x.attention.name for x in launches if x.phase not in PREFILL_PHASES}))
-
-
-def series(steps: Sequence[Step]) -> list[np.ndarray]:
-    """The step series of a trace, each as the positions in `steps` of its steps in time order: steps with the same
-    decode attention kernels; a step with no decode launch (prefill only) joins the series of the step before it
-    (or after it, at the start). Series in the order they first appear; those without a launch are left out.
-    Arrays, not a list of steps per series: a long trace has 10^5-10^6 steps."""
-    n = len(steps)
+def series(arrays: StepArrays) -> list[np.ndarray]:
+    """The step series of a trace, each as the positions in its steps (`arrays`: `model.step_arrays`) of its steps
+    in time order: steps with the same decode attention kernels (sorted distinct names); a step with no decode
+    launch (prefill only) joins the series of the step before it (or after it, at the start). Series in the order
+    they first appear; those without a launch are left out. Arrays, not a list of steps per series: a long trace
+    has 10^5-10^6 steps."""
+    n = arrays.n
     if not n:
         return []
-    order = np.lexsort((np.fromiter((s.index for s in steps), np.int64, n),
-                        np.fromiter((s.start_ns for s in steps), np.int64, n)))
-    codes: dict[tuple[str, ...], int] = {}
-    key = np.fromiter((codes.setdefault(k, len(codes)) if (k := decode_signature(steps[i])) else -1
-                       for i in order.tolist()), np.int64, n)
+    order = np.lexsort((arrays.index, arrays.start))
+    key = arrays.signature[order]
     if (key < 0).all():
-        key[:] = 0  # no decode launch at all: one series (of the empty signature)
+        key = np.zeros(n, np.int64)  # no decode launch at all: one series (of the empty signature)
     else:
         # A step without a decode launch takes the key of the last one before it (the first key at the start).
         at = np.maximum.accumulate(np.where(key >= 0, np.arange(n), -1))
         key = np.where(at >= 0, key[np.maximum(at, 0)], key[int(np.argmax(key >= 0))])
-    launched = np.fromiter((bool(steps[i].launches) for i in order.tolist()), bool, n)
+    launched = arrays.launch_count[order] > 0
     distinct, first = np.unique(key, return_index=True)
     out = []
     for k in distinct[np.argsort(first, kind="stable")].tolist():
@@ -240,33 +230,6 @@ def _component_baselines(values: np.ndarray, use: Sequence[bool], half: int, tok
         scaled: list[float] = (np.asarray(base) * t).tolist()
         return scaled
     return rolling_quantile(values.tolist(), half, use, COMPONENT_QUANTILE)
-
-
-_NONE: tuple[tuple[str, ...], tuple[float, ...]] = ((), ())
-
-
-def _component_matrix(comps: list[tuple[Sequence[str], Sequence[float]]]) -> tuple[np.ndarray, list[str]]:
-    """The steps' components, (names, ns) per step, as a matrix (a row per step, a column per component name,
-    sorted; 0 where a step has none) and the names: filled in one scatter from the flattened pairs, with no dict
-    per step nor an item at a time (229K steps)."""
-    distinct = {id(names): names for names, _ in comps}  # breakdowns share their names tuples
-    names = sorted({c for cs in distinct.values() for c in cs})
-    col = {c: j for j, c in enumerate(names)}
-    values = np.zeros((len(comps), len(names)))
-    counts = np.fromiter((len(cs) for cs, _ in comps), np.int64, len(comps))
-    total = int(counts.sum())
-    if total:
-        rows = np.repeat(np.arange(len(comps)), counts)
-        cols = np.fromiter(map(col.__getitem__, chain.from_iterable(cs for cs, _ in comps)), np.int64, total)
-        values[rows, cols] = np.fromiter(chain.from_iterable(ns for _, ns in comps), float, total)
-    return values, names
-
-
-def _ran_prefill(step: Step) -> bool:
-    launches = step.launches
-    if len(launches) == 1:
-        return launches[0].phase in PREFILL_PHASES
-    return any(x.phase in PREFILL_PHASES for x in launches)
 
 
 @dataclass(frozen=True)
@@ -404,11 +367,15 @@ class Table(Mapping[int, StepAttribution]):
         return out
 
 
-def _attribute(series_steps: list[Step], gi: int, tokens_of: Mapping[int, int], known_slow: set[int], *,
-               ratio: float, min_excess_ns: float, half: int, min_fit: int) -> list[SeriesPart]:
-    n = len(series_steps)
-    step_tokens = [tokens_of.get(s.index) for s in series_steps] if tokens_of else [None] * n
-    known = np.fromiter((t is not None for t in step_tokens), bool, n)
+def _attribute(arrays: StepArrays, members: np.ndarray, gi: int, tokens_of: Mapping[int, int],
+               known_slow: set[int], *, ratio: float, min_excess_ns: float, half: int, min_fit: int
+               ) -> list[SeriesPart]:
+    """The parts of one series (`members`: its steps' positions in `arrays`, in series order)."""
+    n = len(members)
+    indexes = arrays.index[members]
+    step_tokens = [tokens_of.get(i) for i in indexes.tolist()] if tokens_of else [None] * n
+    known = (np.fromiter(map(operator.is_not, step_tokens, itertools.repeat(None)), bool, n) if tokens_of
+             else np.zeros(n, bool))
     positions = np.arange(n)
     split: list[tuple[np.ndarray, list[int] | None]] = []
     if known.any():
@@ -417,29 +384,29 @@ def _attribute(series_steps: list[Step], gi: int, tokens_of: Mapping[int, int], 
         split.append((positions[~known], None))
     out = []
     for rows, tokens in split:
-        steps = [series_steps[i] for i in rows.tolist()] if len(rows) < n else series_steps
-        walls = [s.wall_ns for s in steps]
-        slow = [s.index in known_slow for s in steps] if known_slow else [False] * len(steps)
+        at = members[rows]
+        index = indexes[rows]
+        wall = arrays.wall[at]
+        walls = wall.tolist()
+        slow = np.isin(index, np.fromiter(known_slow, np.int64, len(known_slow))).tolist() if known_slow \
+            else [False] * len(at)
         fit = fit_spikes(walls, tokens, ratio=ratio, min_excess_ns=min_excess_ns, half_window=half,
                          exclude=slow, min_fit_points=min_fit)
         use = [not (f or k) for f, k in zip(fit.spikes, slow, strict=True)]
         if sum(use) < min_fit:
             use = [not f for f in fit.spikes]
-        values, names = _component_matrix([(b.component_names, b.component_ns()) if (b := s.breakdown) else _NONE
-                                           for s in steps])
+        values, names = arrays.component_matrix(at)
         bases = np.zeros_like(values)
         for j, c in enumerate(names):
             bases[:, j] = _component_baselines(values[:, j], use, half, tokens, c == ATTENTION)
-        longs = [s.breakdown.host_long_ns if s.breakdown else 0 for s in steps]
+        longs = arrays.host_long[at].tolist()
         long_base = rolling_quantile(longs, half, use, COMPONENT_QUANTILE)
-        wall = np.asarray(walls, np.int64)
         baseline = np.asarray(fit.baseline_ns, float)
-        data = _Series(names, values, bases, np.asarray(walls, float) - baseline)
+        data = _Series(names, values, bases, wall.astype(float) - baseline)
         out.append(SeriesPart(
-            series=gi, method=fit.method, data=data, steps=np.fromiter((s.index for s in steps), np.int64, len(steps)),
-            positions=rows.astype(np.int64), wall=wall, baseline=baseline, spike=np.asarray(fit.spikes, bool),
-            long_delta=np.asarray(longs, float) - np.asarray(long_base, float),
-            prefill=np.fromiter(map(_ran_prefill, steps), bool, len(steps))))
+            series=gi, method=fit.method, data=data, steps=index, positions=rows.astype(np.int64), wall=wall,
+            baseline=baseline, spike=np.asarray(fit.spikes, bool),
+            long_delta=np.asarray(longs, float) - np.asarray(long_base, float), prefill=arrays.prefill[at]))
     return out
 
 
@@ -454,9 +421,9 @@ def table(ctx: TraceAnalysis, *, ratio: float, min_excess_ns: float, half_window
     tokens_of = ({i: t for i, b in s.batches.items() if b.source == "sidecar" and (t := b.total_kv_tokens) is not None}
                  if s else {})
     parts: list[SeriesPart] = []
-    steps = ctx.steps
-    for gi, members in enumerate(series(steps)):
-        parts.extend(_attribute([steps[i] for i in members.tolist()], gi, tokens_of, known_slow, ratio=ratio,
+    arrays = ctx.step_arrays()
+    for gi, members in enumerate(series(arrays)):
+        parts.extend(_attribute(arrays, members, gi, tokens_of, known_slow, ratio=ratio,
                                 min_excess_ns=min_excess_ns, half=half_window, min_fit=min_fit))
     out = Table(parts)
     ctx.cache["attribution"] = (key, out)

@@ -7,7 +7,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import numpy as np
+
 from traceinsight.model.schedule import Schedule
+from traceinsight.model.step_arrays import StepArrays, step_arrays
 from traceinsight.model.steps import Step
 
 
@@ -51,12 +54,29 @@ class TraceAnalysis:
     # Views derived from the analysis once and shared by the rules (never written out).
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    def step_arrays(self) -> StepArrays:
+        """The steps as per-step arrays (wall, window, components, launches; `model.step_arrays`), read from the
+        Step objects once and shared by the rules (made again when the steps or the first one's breakdown
+        changed)."""
+        key = (len(self.steps), id(self.steps[0].breakdown) if self.steps else None)
+        got = self.cache.get("step-arrays")
+        if got is None or got[0] is not self.steps or got[1] != key:
+            got = self.cache["step-arrays"] = (self.steps, key, step_arrays(self.steps))
+        return cast(StepArrays, got[2])
+
+    def release_step_arrays(self) -> None:
+        """Let go of `step_arrays` (its last reader, the analysis tables, is done; asked again, it is made again)."""
+        self.cache.pop("step-arrays", None)
+
     def steps_by_index(self) -> Mapping[int, Step]:
         """The steps by their index (built once): the list itself when step i is at position i (as the pipeline
         numbers them; a dict of 10^6 steps is 0.1 GB), else a dict."""
         got = self.cache.get("steps-by-index")
         if got is None or len(got) != len(self.steps) or (isinstance(got, _Numbered) and got.steps is not self.steps):
-            numbered = all(s.index == i for i, s in enumerate(self.steps))
+            held = self.cache.get("step-arrays")  # the steps' arrays when the rules made them, else the objects
+            numbered = (bool((held[2].index == np.arange(len(self.steps))).all())
+                        if held is not None and held[0] is self.steps and held[1][0] == len(self.steps)
+                        else all(s.index == i for i, s in enumerate(self.steps)))
             got = self.cache["steps-by-index"] = (_Numbered(self.steps) if numbered
                                                   else {s.index: s for s in self.steps})
         return cast(Mapping[int, Step], got)

@@ -61,8 +61,10 @@ def _covered(ops: Iterable[Any], lo: int, hi: int) -> int:
 
 def windows(ctx: TraceAnalysis, steps: Iterable[int]) -> list[tuple[int, int]]:
     """The windows of these steps (what to read host operations for)."""
-    want = set(steps)
-    return [(s.breakdown.start_ns, s.breakdown.end_ns) for s in ctx.steps if s.index in want and s.breakdown]
+    a = ctx.step_arrays()
+    want = np.fromiter(set(steps), np.int64)
+    at = np.flatnonzero(np.isin(a.index, want) & a.windowed)
+    return list(zip(a.window_start[at].tolist(), a.window_end[at].tolist(), strict=True))
 
 
 def read_ops(ctx: TraceAnalysis, steps: Iterable[int]) -> list[Any] | None:
@@ -76,9 +78,9 @@ class _Ranges:
     """A set of (start, end) pairs as two int64 arrays sorted by start, then end: 16 bytes a pair, where a set of
     tuples took 150 (a long trace has a CPU range per step, 10^6)."""
 
-    def __init__(self, pairs: Iterable[tuple[int, int]]) -> None:
-        got = np.array(sorted(pairs), np.int64).reshape(-1, 2)
-        self.start, self.end = got[:, 0].copy(), got[:, 1].copy()
+    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
+        order = np.lexsort((end, start))
+        self.start, self.end = start[order], end[order]
 
     def __contains__(self, pair: object) -> bool:
         if not isinstance(pair, tuple) or len(pair) != 2:
@@ -95,9 +97,8 @@ def _cpu_step_ranges(ctx: TraceAnalysis) -> _Ranges:
     """The (start, end) of every step's CPU range (built once per analysis)."""
     got = ctx.cache.get("host.cpu-step-ranges")
     if got is None:
-        got = ctx.cache["host.cpu-step-ranges"] = _Ranges(
-            (s.range_start_ns, s.range_end_ns) for s in ctx.steps
-            if s.range_side == "cpu" and s.range_start_ns is not None and s.range_end_ns is not None)
+        a = ctx.step_arrays()
+        got = ctx.cache["host.cpu-step-ranges"] = _Ranges(a.cpu_range_start, a.cpu_range_end)
     return cast(_Ranges, got)
 
 

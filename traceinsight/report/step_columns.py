@@ -14,31 +14,20 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.model.step_breakdown import components_ns
+from traceinsight.model.step_arrays import ARENA_FIELDS as ARENA_FIELDS  # tables.py reads them here
+from traceinsight.model.step_arrays import NO_RANGE as NO_RANGE
+from traceinsight.model.step_arrays import StepArrays, step_arrays
+from traceinsight.model.step_arrays import columns as _columns
 
 # A split-KV state as a code: False, True, None (unknown).
 SPLIT_CODES = {False: 0, True: 1, None: 2}
 SPLIT_STATES: tuple[bool | None, ...] = (False, True, None)
 
-_STEP = attrgetter("index", "name", "source", "range_id", "start_ns", "end_ns", "kernel_count", "breakdown",
-                   "launches")
+_STEP = attrgetter("name", "source", "range_id", "kernel_count")
 _LAUNCH = attrgetter("attention", "phase", "phase_evidence", "split_kv", "split_evidence", "merges", "prepares",
                      "tiles")
 _KERNEL = attrgetter("kernel_id", "name", "kernel", "family", "backend", "params", "stream_id", "start_ns", "dur_ns",
                      "grid", "block", "registers_per_thread", "smem_bytes")
-# A breakdown's numbers as they lie in its trace's shared array, and the host range's value there for None.
-ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
-NO_RANGE = -(2**63)
-_ARENA = attrgetter("_data", "_at", "source", "host_gaps", "_names")
-
-
-def _columns(getter: attrgetter[Any], objects: Sequence[Any], width: int) -> list[tuple[Any, ...]]:
-    """The attributes `getter` reads, one tuple per attribute over `objects`."""
-    if not objects:
-        return [()] * width
-    return list(zip(*map(getter, objects), strict=True))
-
-
 def _int64(values: Sequence[int]) -> np.ndarray:
     return np.fromiter(values, np.int64, len(values))
 
@@ -113,39 +102,6 @@ class StepColumns:
         return dur
 
 
-def _window_fields(present: list[Any]) -> tuple[np.ndarray, tuple[str, ...], tuple[Any, ...],
-                                                 tuple[tuple[str, ...], ...], np.ndarray]:
-    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources, host gaps,
-    component names and components' ns (all breakdowns' one after the other): the numbers read from the int64 array
-    the breakdowns of a trace share (`model.breakdown.StepBreakdown`: each one's numbers at its `_at`, these first,
-    then its components') when they share one and the first one's properties read the same from it; else through
-    the properties."""
-    try:
-        data, at, source, host_gaps, names = _columns(_ARENA, present, 5)
-        shared = len(set(map(id, data))) == 1
-    except AttributeError:  # breakdowns that keep their numbers otherwise
-        shared = False
-    if shared:
-        arena = np.frombuffer(data[0], np.int64)
-        first = np.fromiter(at, np.int64, len(at))
-        rows = arena[first[:, None] + np.arange(len(ARENA_FIELDS))]
-        lengths = np.fromiter(map(len, names), np.int64, len(names))
-        starts = first + len(ARENA_FIELDS) - (np.cumsum(lengths) - lengths)
-        ns = arena[np.repeat(starts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)]
-        del arena  # the shared array may grow again once its buffer is released
-        b = present[0]
-        if rows[0].tolist() == _numbers(b) and ns[:len(names[0])].tolist() == list(b.component_ns()):
-            return rows, source, host_gaps, names, ns
-    fields = _columns(attrgetter("source", "host_gaps", "component_names"), present, 3)
-    rows = np.array([_numbers(b) for b in present], np.int64).reshape(-1, len(ARENA_FIELDS))
-    return rows, fields[0], fields[1], fields[2], components_ns(present)
-
-
-def _numbers(b: Any) -> list[int]:
-    """A breakdown's `ARENA_FIELDS` (NO_RANGE for no host range)."""
-    return [NO_RANGE if v is None else v for v in map(b.__getattribute__, ARENA_FIELDS)]
-
-
 def _group_ns(groups: tuple[Sequence[Any], ...]) -> np.ndarray:
     """Each group's kernels' dur_ns added up (most groups are empty)."""
     out = np.zeros(len(groups), np.int64)
@@ -164,12 +120,15 @@ def _per_step(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def step_columns(steps: Sequence[Any]) -> StepColumns:
-    """`steps` (model.steps.Step, each with its breakdown or None) as columns."""
-    n = len(steps)
-    (index, name, source, range_id, start, end, kernel_count, breakdown, launch_lists) = _columns(_STEP, steps, 9)
-    counts = np.fromiter(map(len, launch_lists), np.int64, n)
-    launches = list(itertools.chain.from_iterable(launch_lists))
+def step_columns(steps: Sequence[Any], arrays: StepArrays | None = None) -> StepColumns:
+    """`steps` (model.steps.Step, each with its breakdown or None) as columns. `arrays`: the same steps as
+    `model.step_arrays` has them, when the caller has them (the rules' `TraceAnalysis.step_arrays`), else read
+    here."""
+    a = step_arrays(steps) if arrays is None else arrays
+    n = a.n
+    name, source, range_id, kernel_count = _columns(_STEP, steps, 4)
+    counts = a.launch_count
+    launches = list(itertools.chain.from_iterable(a.launches))
     m = len(launches)
     kernel, l_phase, l_evidence, l_split, l_split_evidence, merges, prepares, tiles = _columns(_LAUNCH, launches, 8)
     (k_id, k_name, k_kernel, k_family, k_backend, k_params, k_stream, k_start, k_dur, k_grid, k_block, k_registers,
@@ -177,12 +136,7 @@ def step_columns(steps: Sequence[Any]) -> StepColumns:
     split = np.fromiter(map(SPLIT_CODES.__getitem__, l_split), np.int8, m)
     merge_ns, prepare_ns = _group_ns(merges), _group_ns(prepares)
     k_dur_a = _int64(k_dur)
-    starts, ends = _int64(start), _int64(end)
-    windowed = np.fromiter((b is not None for b in breakdown), bool, n)
-    w_start, w_end = starts.copy(), ends.copy()
-    window_numbers, window_source, host_gaps, component_names, component_ns = _window_fields(
-        [b for b in breakdown if b is not None])
-    w_start[windowed], w_end[windowed] = window_numbers[:, 0], window_numbers[:, 1]
+    starts, ends, windowed = a.start, a.end, a.windowed
     # A step's split_kv and phase: the one state its launches share (else None; a phase by `Step.phase`'s rule).
     first = np.cumsum(counts) - counts
     last = first + counts - 1
@@ -199,11 +153,10 @@ def step_columns(steps: Sequence[Any]) -> StepColumns:
     for i in np.flatnonzero(~agree).tolist():
         step_phase[i] = steps[i].phase
     return StepColumns(
-        n=n, index=_int64(index), name=name, source=source, range_id=range_id, start=starts, end=ends,
-        kernel_count=_int64(kernel_count), breakdown=breakdown, windowed=windowed, window_start=w_start,
-        window_end=w_end, window_numbers=window_numbers, window_source=window_source, host_gaps=host_gaps,
-        component_names=component_names, component_ns=component_ns,
-        wall=np.where(windowed, w_end - w_start, ends - starts),
+        n=n, index=a.index, name=name, source=source, range_id=range_id, start=starts, end=ends,
+        kernel_count=_int64(kernel_count), breakdown=a.breakdown, windowed=windowed, window_start=a.window_start,
+        window_end=a.window_end, window_numbers=a.window_numbers, window_source=a.window_source,
+        host_gaps=a.host_gaps, component_names=a.component_names, component_ns=a.component_ns, wall=a.wall,
         attention=_per_step(k_dur_a + merge_ns + prepare_ns, counts), phase=step_phase, split=step_split,
         launch_count=counts, m=m, step=np.repeat(np.arange(n, dtype=np.int64), counts),
         launch=np.arange(m, dtype=np.int64) - np.repeat(first, counts), kernel=kernel, l_phase=l_phase,

@@ -377,7 +377,8 @@ def copy_tables(con: Any, trace_ids: Iterable[int], into: str) -> None:
 
 def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
     with gc_paused():  # the columns' temporary objects hold no cycle; a collection would walk the whole analysis
-        columns = functools.cache(lambda: step_columns(a.steps))  # once, for the tables that read the steps
+        # once, for the tables that read the steps (from the steps' arrays the rules read)
+        columns = functools.cache(lambda: step_columns(a.steps, a.step_arrays()))
         for name in ANALYSIS_TABLES:
             con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
             cols = BUILDERS[name](a, columns)
@@ -387,3 +388,4 @@ def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
                              for c, v in cols.items()})
             del cols
             con.execute(f"INSERT INTO {prefix}{name} BY NAME SELECT * FROM rows")
+    a.release_step_arrays()  # the last reader: 10^6 steps' arrays need not outlive the tables

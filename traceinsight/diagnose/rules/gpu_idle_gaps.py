@@ -61,15 +61,15 @@ def outside_window_chunks(gaps: IdleGaps, ctx: TraceAnalysis) -> Iterator[tuple[
     first kernel) or its tail (the previous step's range stayed open after its GPU work): what remains is one
     stretch, or nothing. Vectorised: a long trace has a gap between most of its kernels."""
     n = len(gaps)
-    windowed = [st.breakdown for st in ctx.steps if st.breakdown is not None]
-    if not n or not windowed:
+    arrays = ctx.step_arrays()
+    if not n or not arrays.windowed.any():
         yield gaps.start_ns, gaps.end_ns, gaps.before_step
         return
-    starts = np.fromiter((b.start_ns for b in windowed), np.int64, len(windowed))
+    starts = arrays.window_start[arrays.windowed]
     order = np.argsort(starts, kind="stable")
     w0 = starts[order]
-    w1 = np.maximum.accumulate(np.fromiter((b.end_ns for b in windowed), np.int64, len(windowed))[order])
-    del windowed, starts, order
+    w1 = np.maximum.accumulate(arrays.window_end[arrays.windowed][order])
+    del starts, order
     for at in range(0, n, CHUNK_MAX_GAPS):
         g0, g1 = gaps.start_ns[at:at + CHUNK_MAX_GAPS], gaps.end_ns[at:at + CHUNK_MAX_GAPS]
         i = np.searchsorted(w0, g0, side="right") - 1  # the last window starting at or before the gap
@@ -99,7 +99,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         counted_durs.append(dur[counted])
         counted_before.append(before[counted])
     gap_durs, gap_before = np.concatenate(counted_durs), np.concatenate(counted_before)
-    span = max(st.end_ns for st in ctx.steps) - min(st.start_ns for st in ctx.steps) - pause_ns
+    arrays = ctx.step_arrays()
+    span = int(arrays.end.max()) - int(arrays.start.min()) - pause_ns
     total = idle_gap_saving_ns(gap_durs, int(gap_min))
     frac = total / span if span > 0 else 0.0
     if not len(gap_durs) or frac < limit(ctx, ID, "IDLE_MIN_FRACTION", IDLE_MIN_FRACTION):

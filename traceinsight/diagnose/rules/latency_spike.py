@@ -142,8 +142,8 @@ class Causes:
         n = len(rows)
         cause = np.empty(n, object)
         finding = np.full(n, None, object)
-        index: dict[str | None, int] = {}
-        codes = np.fromiter((index.setdefault(c, len(index)) for c in components), np.int64, n)
+        index = {c: i for i, c in enumerate(dict.fromkeys(components))}  # in first-seen order
+        codes = np.fromiter(map(index.__getitem__, components), np.int64, n)
         d = part.data
         for c, k in index.items():
             mine = codes == k

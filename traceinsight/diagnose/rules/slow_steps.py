@@ -223,7 +223,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     found = incidents(ctx)
     if not found:
         return []
-    total = float(sum(s.wall_ns for s in ctx.steps))
+    total = float(ctx.step_arrays().wall.sum())
     fractions = (limit(ctx, ID, "CRITICAL_COST_FRACTION", CRITICAL_COST_FRACTION),
                  limit(ctx, ID, "WARNING_COST_FRACTION", WARNING_COST_FRACTION))
     by_index = ctx.steps_by_index()

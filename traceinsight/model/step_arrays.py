@@ -1,0 +1,269 @@
+"""An analysis's steps as per-step arrays, read once from the Step objects and their breakdowns: what the rules
+(`traceinsight.diagnose`) and the report's step columns (`report/step_columns.py`) read instead of asking each of
+10^5-10^6 steps for its wall time, window, components and launches property by property.
+
+The breakdowns' numbers come from the int64 array the breakdowns of a trace share (`model.step_breakdown`), in
+one gather, when they share one; else through their properties."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from traceinsight.model.phases import PREFILL_PHASES
+from traceinsight.model.step_breakdown import components_ns
+
+# A breakdown's numbers as they lie in its trace's shared array, and the host range's value there for None.
+ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
+NO_RANGE = -(2**63)
+_ARENA = attrgetter("_data", "_at", "source", "host_gaps", "_names")
+_STEP = attrgetter("index", "start_ns", "end_ns", "breakdown", "launches")
+_RANGE = attrgetter("range_side", "range_start_ns", "range_end_ns")
+_LAUNCH = attrgetter("phase", "attention.name")
+_CPU = "cpu"
+
+
+def columns(getter: attrgetter[Any], objects: Sequence[Any], width: int) -> list[tuple[Any, ...]]:
+    """The attributes `getter` reads, one tuple per attribute over `objects`."""
+    if not objects:
+        return [()] * width
+    return list(zip(*map(getter, objects), strict=True))
+
+
+def window_fields(present: Sequence[Any]) -> tuple[np.ndarray, tuple[str, ...], tuple[Any, ...],
+                                                    tuple[tuple[str, ...], ...], np.ndarray]:
+    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources, host gaps,
+    component names and components' ns (all breakdowns' one after the other): the numbers read from the int64 array
+    the breakdowns of a trace share (`model.step_breakdown.StepBreakdown`: each one's numbers at its `_at`, these
+    first, then its components') when they share one and the first one's properties read the same from it; else
+    through the properties."""
+    try:
+        data, at, source, host_gaps, names = columns(_ARENA, present, 5)
+        shared = len(set(map(id, data))) == 1
+    except AttributeError:  # breakdowns that keep their numbers otherwise
+        shared = False
+    if shared:
+        arena = np.frombuffer(data[0], np.int64)
+        first = np.fromiter(at, np.int64, len(at))
+        rows = arena[first[:, None] + np.arange(len(ARENA_FIELDS))]
+        lengths = np.fromiter(map(len, names), np.int64, len(names))
+        starts = first + len(ARENA_FIELDS) - (np.cumsum(lengths) - lengths)
+        ns = arena[np.repeat(starts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)]
+        del arena  # the shared array may grow again once its buffer is released
+        b = present[0]
+        if rows[0].tolist() == _numbers(b) and ns[:len(names[0])].tolist() == list(b.component_ns()):
+            return rows, source, host_gaps, names, ns
+    fields = columns(attrgetter("source", "host_gaps", "component_names"), present, 3)
+    rows = np.array([_numbers(b) for b in present], np.int64).reshape(-1, len(ARENA_FIELDS))
+    return rows, fields[0], fields[1], fields[2], components_ns(present)
+
+
+def _numbers(b: Any) -> list[int]:
+    """A breakdown's `ARENA_FIELDS` (NO_RANGE for no host range)."""
+    return [NO_RANGE if v is None else v for v in map(b.__getattribute__, ARENA_FIELDS)]
+
+
+@dataclass(frozen=True, eq=False)
+class StepArrays:
+    """Steps (in the given order, row i the i-th step) as arrays.
+
+    index, start, end (GPU span), windowed (has a breakdown), window_start / window_end (the breakdown's window,
+    else the GPU span), wall (what `Step.wall_ns` gives), host_long (the breakdown's host_long_ns, 0 without one),
+    cpu_range_start / cpu_range_end (the step ranges on the host with both ends, read when asked for),
+    launch_count, prefill (a launch of the step is prefill or mixed), signature (the step's decode attention
+    kernels, `signatures[code]`, -1 for none); the windowed steps' breakdown numbers (`window_numbers`, `ARENA_FIELDS`),
+    sources, host gaps, components' names (one tuple per distinct sequence) and ns (one after the other); and
+    every step's components as a matrix (`component_matrix`)."""
+
+    n: int
+    index: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    windowed: np.ndarray
+    steps: Sequence[Any]
+    launch_count: np.ndarray
+    breakdown: tuple[Any, ...]
+    launches: tuple[Any, ...]
+    window_numbers: np.ndarray
+    window_source: tuple[str, ...]
+    host_gaps: tuple[tuple[tuple[int, int], ...], ...]
+    component_names: tuple[tuple[str, ...], ...]
+    component_ns: np.ndarray
+
+    @property
+    def prefill(self) -> np.ndarray:
+        return self._signature_parts[0]
+
+    @property
+    def signature(self) -> np.ndarray:
+        return self._signature_parts[1]
+
+    @property
+    def signatures(self) -> list[tuple[str, ...]]:
+        return self._signature_parts[2]
+
+    @functools.cached_property
+    def _signature_parts(self) -> tuple[np.ndarray, np.ndarray, list[tuple[str, ...]]]:
+        """`_signatures` of the steps' launches (read when first asked for: the rules ask, the tables do not)."""
+        return _signatures(self.launches, self.launch_count)
+
+    @property
+    def cpu_range_start(self) -> np.ndarray:
+        return self._cpu_ranges[0]
+
+    @property
+    def cpu_range_end(self) -> np.ndarray:
+        return self._cpu_ranges[1]
+
+    @functools.cached_property
+    def _cpu_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The start and end of every step range on the host with both ends known (read when first asked for:
+        only host evidence reads them)."""
+        side, range_start, range_end = columns(_RANGE, self.steps, 3)
+        n = self.n
+        cpu = np.fromiter(map(operator.eq, side, itertools.repeat(_CPU)), bool, n)
+        cpu &= np.fromiter(map(operator.is_not, range_start, itertools.repeat(None)), bool, n)
+        cpu &= np.fromiter(map(operator.is_not, range_end, itertools.repeat(None)), bool, n)
+        flags = cpu.tolist()
+        return (_int64(list(itertools.compress(range_start, flags))),
+                _int64(list(itertools.compress(range_end, flags))))
+
+    # Made when asked for, not held: a 10M-kernel trace has 2.3M steps, 18 MB an int64 column.
+    @property
+    def window_start(self) -> np.ndarray:
+        return self._windowed_or(0, self.start)
+
+    @property
+    def window_end(self) -> np.ndarray:
+        return self._windowed_or(1, self.end)
+
+    @property
+    def wall(self) -> np.ndarray:
+        """Each step's `Step.wall_ns`: its window's length, else its GPU span."""
+        out: np.ndarray = self.window_end - self.window_start
+        return out
+
+    @property
+    def host_long(self) -> np.ndarray:
+        return self._windowed_or(ARENA_FIELDS.index("host_long_ns"), np.zeros(self.n, np.int64))
+
+    def _windowed_or(self, field: int, default: np.ndarray) -> np.ndarray:
+        """The windowed steps' `ARENA_FIELDS[field]`, `default`'s values elsewhere (a new array)."""
+        out = default.copy()
+        out[self.windowed] = self.window_numbers[:, field]
+        return out
+
+    def component_matrix(self, rows: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
+        """The components of the steps at `rows` (all when None) as a float matrix, a row per step and a column per
+        component name those steps' breakdowns have (sorted; 0 where a step has none), and the names: filled in
+        one scatter, with no dict per step nor an item at a time (10^5-10^6 steps)."""
+        picked = np.arange(self.n) if rows is None else rows
+        has = self.windowed[picked]
+        w = self._windowed_at[picked[has]]  # the rows' places among the windowed steps
+        kinds = self._kind[w]
+        present = np.flatnonzero(np.bincount(kinds, minlength=len(self._kinds))).tolist() if len(w) else []
+        names = sorted({c for k in present for c in self._kinds[k]})
+        values = np.zeros((len(picked), len(names)))
+        if not names:
+            return values, names
+        col = {c: j for j, c in enumerate(names)}
+        # each kind's columns, one kind after the other
+        kind_cols = np.array([col.get(c, -1) for t in self._kinds for c in t], np.int64)
+        kind_len = np.array([len(t) for t in self._kinds], np.int64)
+        kind_off = np.cumsum(kind_len) - kind_len
+        counts = kind_len[kinds]
+        total = int(counts.sum())
+        if total:
+            within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+            cols = kind_cols[np.repeat(kind_off[kinds], counts) + within]
+            src = np.repeat(self._component_at[w], counts) + within
+            values[np.repeat(np.flatnonzero(has), counts), cols] = self.component_ns[src].astype(float)
+        return values, names
+
+    @functools.cached_property
+    def _windowed_at(self) -> np.ndarray:
+        """Each step's place among the windowed steps (meaningful for those only)."""
+        out: np.ndarray = np.cumsum(self.windowed) - 1
+        return out
+
+    @functools.cached_property
+    def _kinds_and_codes(self) -> tuple[list[tuple[str, ...]], np.ndarray]:
+        """The distinct sequences of component names (breakdowns share one tuple per sequence, found by identity)
+        and each windowed step's code among them."""
+        ids = np.fromiter(map(id, self.component_names), np.uint64, len(self.component_names))
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        return [self.component_names[i] for i in first.tolist()], inverse.reshape(-1).astype(np.int64)
+
+    @property
+    def _kinds(self) -> list[tuple[str, ...]]:
+        return self._kinds_and_codes[0]
+
+    @property
+    def _kind(self) -> np.ndarray:
+        return self._kinds_and_codes[1]
+
+    @functools.cached_property
+    def _component_at(self) -> np.ndarray:
+        """Where each windowed step's components start in `component_ns`."""
+        lengths = np.fromiter(map(len, self.component_names), np.int64, len(self.component_names))
+        out: np.ndarray = np.cumsum(lengths) - lengths
+        return out
+
+
+def step_arrays(steps: Sequence[Any]) -> StepArrays:
+    """`steps` (model.steps.Step, each with its breakdown or None) as arrays."""
+    n = len(steps)
+    index, start, end, breakdown, launch_lists = columns(_STEP, steps, 5)
+    starts, ends = _int64(start), _int64(end)
+    windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
+    numbers, source, host_gaps, names, ns = window_fields([b for b in breakdown if b is not None])
+    counts = np.fromiter(map(len, launch_lists), np.int64, n)
+    return StepArrays(n=n, index=_int64(index), start=starts, end=ends, windowed=windowed,
+                      steps=steps, launch_count=counts,
+                      breakdown=breakdown, launches=launch_lists, window_numbers=numbers, window_source=source,
+                      host_gaps=host_gaps, component_names=names, component_ns=ns)
+
+
+def _signatures(launch_lists: Sequence[Sequence[Any]], counts: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, list[tuple[str, ...]]]:
+    """Per step: whether a launch is prefill or mixed, and the code of its decode attention kernels (sorted
+    distinct names; -1 for none) in the list of such signatures (first-seen order)."""
+    n = len(launch_lists)
+    launches = list(itertools.chain.from_iterable(launch_lists))
+    phases, names = columns(_LAUNCH, launches, 2)
+    m = len(launches)
+    heavy = np.fromiter(map(PREFILL_PHASES.__contains__, phases), bool, m)
+    first = np.cumsum(counts) - counts
+    has = counts > 0
+    prefill = np.zeros(n, bool)
+    if m:
+        prefill[has] = np.logical_or.reduceat(heavy, first[has])
+    name_code = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    signatures: list[tuple[str, ...]] = [(name,) for name in name_code]
+    code = {sig: i for i, sig in enumerate(signatures)}
+    signature = np.full(n, -1, np.int64)
+    one = np.flatnonzero(counts == 1)  # most steps: one launch, no set to sort
+    if len(one):
+        head = first[one]
+        lc = np.fromiter(map(name_code.__getitem__, names), np.int64, m)
+        signature[one] = np.where(heavy[head], -1, lc[head])
+    for i in np.flatnonzero(counts > 1).tolist():
+        a = int(first[i])
+        key = tuple(sorted({names[k] for k in range(a, a + int(counts[i])) if not heavy[k]}))
+        if key:
+            if key not in code:
+                code[key] = len(signatures)
+                signatures.append(key)
+            signature[i] = code[key]
+    return prefill, signature, signatures
+
+
+def _int64(values: Sequence[int]) -> np.ndarray:
+    return np.fromiter(values, np.int64, len(values))
