@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 SWEEP = REPO / "examples" / "h200" / "flashinfer_decode_sweep.pt.trace.json.gz"
 SWEEP_META = REPO / "examples" / "h200" / "flashinfer_decode_sweep.meta.json.gz"
 SMALL = REPO / "examples" / "h200" / "flashinfer_decode_small.pt.trace.json.gz"
+NSYS = REPO / "examples" / "collected" / "sweep_q64kv8d128_nsys.sqlite"
 
 
 def _cli(*args: str) -> str:
@@ -135,7 +136,8 @@ PROBE = textwrap.dedent("""
         return {"gc_enabled": gc.isenabled(), "gc_threshold": list(gc.get_threshold()),
                 "gc_frozen": gc.get_freeze_count(), "arrow_pool": pa.default_memory_pool().backend_name,
                 "environ": dict(os.environ), "sigint": str(signal.getsignal(signal.SIGINT)),
-                "umask": os.umask(0o022), "cwd": os.getcwd(), "threshold_fixed": mapped_twice()}
+                "umask": os.umask(0o022), "cwd": os.getcwd(), "threshold_fixed": mapped_twice(),
+                "threads": sorted(t.name for t in threading.enumerate())}
 
     before = state()
     os.umask(before["umask"])
@@ -179,6 +181,29 @@ def test_the_api_leaves_the_process_as_it_found_it() -> None:
     assert got["before"]["threshold_fixed"] is False  # the probe's premise: glibc's dynamic threshold at start
     assert got["after"] == got["before"]
     assert got["gc_off_during"] is False
+
+
+def test_an_export_read_in_slices_leaves_no_thread_behind() -> None:
+    """An Nsight Systems export whose tables are read a slice at a time (here slices of 64 rows) has a worker thread
+    reading ahead (ingest/prefetch.py); once `open` has returned, it has ended, as it has after a read that fails."""
+    call = textwrap.dedent(f"""
+        import traceinsight as ti, traceinsight.ingest.nsys_sqlite as nsys_sqlite
+        from traceinsight.ingest import prefetch
+        nsys_sqlite.read.__defaults__ = (64,)
+        started = []
+        start = prefetch.threading.Thread.start
+        def counted(self):
+            started.append(self.name)
+            start(self)
+        prefetch.threading.Thread.start = counted
+        a = ti.open({str(NSYS)!r}, cache=False)
+        a.findings
+        a.close()
+        prefetch.threading.Thread.start = start
+        assert started == ["nsys-slices"], started  # the worker ran
+    """)
+    got = _probe(call)
+    assert got["after"]["threads"] == got["before"]["threads"] == ["MainThread"]
 
 
 def test_the_probe_sees_the_commands_tuning() -> None:

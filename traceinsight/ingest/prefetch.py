@@ -33,6 +33,7 @@ class Prefetched:
 
     def __init__(self, tables: dict[str, Iterator[Columns]]) -> None:
         self._queues: dict[str, queue.Queue[Any]] = {n: queue.Queue(maxsize=AHEAD) for n in tables}
+        self._last = next(reversed(tables), None)
         self._stop = threading.Event()
         # The worker holds the queues and the event, not this object: once the caller drops it (and the slices
         # it handed out), it is collected and the worker told to stop, even where no slice was ever asked for.
@@ -50,17 +51,22 @@ class Prefetched:
                 item = self._queues[name].get()
                 if item is _END:
                     finished = True
+                    if name == self._last:  # the worker's last act: wait for it to end, so no thread outlives the read
+                        self.worker.join()
                     return
                 if isinstance(item, BaseException):
                     raise item
                 yield item
         finally:
             if not finished:
-                self._stop.set()
+                self.close()
 
     def close(self) -> None:
-        """Stop the worker (the slices not read yet are dropped)."""
+        """Stop the worker (the slices not read yet are dropped) and wait for it to end (at most a read of one slice
+        and a poll)."""
         self._stop.set()
+        if self.worker is not threading.current_thread():
+            self.worker.join()
 
 
 def _put(queues: dict[str, queue.Queue[Any]], stop: threading.Event, name: str, item: Any) -> bool:
