@@ -42,3 +42,17 @@ def test_sorted_distinct_is_numpys_unique() -> None:
     a = np.array([5, 1, 5, 3, 1, -2])
     assert sorted_distinct(a).tolist() == np.unique(a).tolist() == [-2, 1, 3, 5]
     assert sorted_distinct(np.array([], np.int64)).tolist() == []
+
+
+@pytest.mark.parametrize("values", [[7, -(2**63) + 1, 2**63 - 1, 0], [None, 5, None, -3], [None, None], []],
+                         ids=["ints", "with-none", "all-none", "empty"])
+def test_int_array_reads_a_sequence_and_an_iterator_alike(values: list[int | None]) -> None:
+    """`int_array` reads a sequence without a Python frame per value (a None count first) and any other iterable a
+    value at a time: both give pyarrow's own int64 array, NULL where None."""
+    want = pa.array(values, pa.int64())
+    from_list = arrow_numpy.int_array(values, len(values))
+    from_tuple = arrow_numpy.int_array(tuple(values), len(values))
+    from_iter = arrow_numpy.int_array(iter(values), len(values))
+    for got in (from_list, from_tuple, from_iter):
+        assert got.type == pa.int64() and got.equals(want), got
+        assert got.null_count == values.count(None)

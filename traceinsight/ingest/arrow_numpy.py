@@ -132,12 +132,23 @@ _NULL_FLOAT_BITS = 0x7FF8_0000_0000_0BAD
 _NULL_FLOAT = float(np.array(_NULL_FLOAT_BITS, np.int64).view(np.float64))
 
 
+def none_count(values: Sequence[Any]) -> int:
+    """How many of `values` are None (by identity: no __eq__ per value)."""
+    return list(map(id, values)).count(id(None))
+
+
 def int_array(values: Iterable[int | None], n: int, nullable: bool = True) -> pa.Array:
     """n integers or None as an int64 Arrow array with NULLs, built in one numpy pass (no Python list).
-    `nullable` False: integers only (no NULL to look for, a little faster)."""
-    if not nullable:
+    `nullable` False: integers only (no NULL to look for, a little faster). A sequence is counted for None first
+    (by identity) and read without a Python frame per value."""
+    if not nullable or isinstance(values, Sequence) and none_count(values) == 0:
         return int64_array(np.fromiter(values, np.int64, n))
-    got = np.fromiter((_NULL_INT if x is None else x for x in values), np.int64, n)
+    if isinstance(values, Sequence):
+        obj = np.array(values, object)
+        obj[obj == None] = _NULL_INT  # noqa: E711 (elementwise on an object array)
+        got = obj.astype(np.int64)
+    else:
+        got = np.fromiter((_NULL_INT if x is None else x for x in values), np.int64, n)
     return int64_array(got, got != _NULL_INT)
 
 

@@ -132,8 +132,8 @@ class StepArrays:
         cpu &= np.fromiter(map(operator.is_not, range_start, itertools.repeat(None)), bool, n)
         cpu &= np.fromiter(map(operator.is_not, range_end, itertools.repeat(None)), bool, n)
         flags = cpu.tolist()
-        return (_int64(list(itertools.compress(range_start, flags))),
-                _int64(list(itertools.compress(range_end, flags))))
+        return (int64s(list(itertools.compress(range_start, flags))),
+                int64s(list(itertools.compress(range_end, flags))))
 
     # Made when asked for, not held: a 10M-kernel trace has 2.3M steps, 18 MB an int64 column.
     @property
@@ -221,11 +221,11 @@ def step_arrays(steps: Sequence[Any]) -> StepArrays:
     """`steps` (model.steps.Step, each with its breakdown or None) as arrays."""
     n = len(steps)
     index, start, end, breakdown, launch_lists = columns(_STEP, steps, 5)
-    starts, ends = _int64(start), _int64(end)
+    starts, ends = int64s(start), int64s(end)
     windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
     numbers, source, host_gaps, names, ns = window_fields([b for b in breakdown if b is not None])
     counts = np.fromiter(map(len, launch_lists), np.int64, n)
-    return StepArrays(n=n, index=_int64(index), start=starts, end=ends, windowed=windowed,
+    return StepArrays(n=n, index=int64s(index), start=starts, end=ends, windowed=windowed,
                       steps=steps, launch_count=counts,
                       breakdown=breakdown, launches=launch_lists, window_numbers=numbers, window_source=source,
                       host_gaps=host_gaps, component_names=names, component_ns=ns)
@@ -265,5 +265,6 @@ def _signatures(launch_lists: Sequence[Sequence[Any]], counts: np.ndarray
     return prefill, signature, signatures
 
 
-def _int64(values: Sequence[int]) -> np.ndarray:
+def int64s(values: Sequence[int]) -> np.ndarray:
+    """Python ints as an int64 array."""
     return np.fromiter(values, np.int64, len(values))

@@ -16,7 +16,7 @@ import numpy as np
 
 from traceinsight.model.step_arrays import ARENA_FIELDS as ARENA_FIELDS  # tables.py reads them here
 from traceinsight.model.step_arrays import NO_RANGE as NO_RANGE
-from traceinsight.model.step_arrays import StepArrays, step_arrays
+from traceinsight.model.step_arrays import StepArrays, int64s, step_arrays
 from traceinsight.model.step_arrays import columns as _columns
 
 # A split-KV state as a code: False, True, None (unknown).
@@ -28,10 +28,6 @@ _LAUNCH = attrgetter("attention", "phase", "phase_evidence", "split_kv", "split_
                      "tiles")
 _KERNEL = attrgetter("kernel_id", "name", "kernel", "family", "backend", "params", "stream_id", "start_ns", "dur_ns",
                      "grid", "block", "registers_per_thread", "smem_bytes")
-def _int64(values: Sequence[int]) -> np.ndarray:
-    return np.fromiter(values, np.int64, len(values))
-
-
 @dataclass
 class StepColumns:
     """Steps (in the analysis's order) and their launches (in step order, then launch order) as columns.
@@ -135,7 +131,7 @@ def step_columns(steps: Sequence[Any], arrays: StepArrays | None = None) -> Step
      k_smem) = _columns(_KERNEL, kernel, 13)
     split = np.fromiter(map(SPLIT_CODES.__getitem__, l_split), np.int8, m)
     merge_ns, prepare_ns = _group_ns(merges), _group_ns(prepares)
-    k_dur_a = _int64(k_dur)
+    k_dur_a = int64s(k_dur)
     starts, ends, windowed = a.start, a.end, a.windowed
     # A step's split_kv and phase: the one state its launches share (else None; a phase by `Step.phase`'s rule).
     first = np.cumsum(counts) - counts
@@ -154,15 +150,15 @@ def step_columns(steps: Sequence[Any], arrays: StepArrays | None = None) -> Step
         step_phase[i] = steps[i].phase
     return StepColumns(
         n=n, index=a.index, name=name, source=source, range_id=range_id, start=starts, end=ends,
-        kernel_count=_int64(kernel_count), breakdown=a.breakdown, windowed=windowed, window_start=a.window_start,
+        kernel_count=int64s(kernel_count), breakdown=a.breakdown, windowed=windowed, window_start=a.window_start,
         window_end=a.window_end, window_numbers=a.window_numbers, window_source=a.window_source,
         host_gaps=a.host_gaps, component_names=a.component_names, component_ns=a.component_ns, wall=a.wall,
         attention=_per_step(k_dur_a + merge_ns + prepare_ns, counts), phase=step_phase, split=step_split,
         launch_count=counts, m=m, step=np.repeat(np.arange(n, dtype=np.int64), counts),
         launch=np.arange(m, dtype=np.int64) - np.repeat(first, counts), kernel=kernel, l_phase=l_phase,
         l_phase_evidence=l_evidence, l_split=split, l_split_kv=l_split, l_split_evidence=l_split_evidence,
-        merges=merges, prepares=prepares, tiles=tiles, merge_ns=merge_ns, prepare_ns=prepare_ns, k_id=_int64(k_id),
+        merges=merges, prepares=prepares, tiles=tiles, merge_ns=merge_ns, prepare_ns=prepare_ns, k_id=int64s(k_id),
         k_name=k_name, k_kernel=k_kernel, k_family=k_family, k_backend=k_backend, k_params=k_params,
-        k_stream=k_stream, k_start=_int64(k_start), k_dur=k_dur_a, k_grid=k_grid, k_block=k_block,
+        k_stream=k_stream, k_start=int64s(k_start), k_dur=k_dur_a, k_grid=k_grid, k_block=k_block,
         k_registers=k_registers,
         k_smem=k_smem)

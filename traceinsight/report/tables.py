@@ -22,6 +22,7 @@ from traceinsight.ingest.arrow_numpy import (
     int64_array,
     int_array,
     list_array,
+    none_count,
     python_array,
     text_array,
 )
@@ -60,7 +61,7 @@ def _step_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str
         "step": int64_array(c.index),
         "name": text_array(c.name, n),
         "source": text_array(c.source, n),
-        "range_id": _nullable(c.range_id),
+        "range_id": int_array(c.range_id, len(c.range_id)),
         "phase": text_array(c.phase, n),
         "split_kv": _split_array(c.split),
         "start_ns": int64_array(c.start),
@@ -136,7 +137,7 @@ def _launch_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[s
         "merge_ns": int64_array(c.merge_ns),
         "prepare_kernel_ids": attached_ids(c.prepares),
         "prepare_ns": int64_array(c.prepare_ns),
-        "tile_padding_share": (pa.nulls(n) if _nones(tiles) == n
+        "tile_padding_share": (pa.nulls(n) if none_count(tiles) == n
                                else python_array([t["padding_share"] if t else None for t in tiles])),
         "launch": int64_array(c.launch),
         "name": text_array(c.k_name, n),
@@ -144,9 +145,9 @@ def _launch_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[s
         "params_json": _memo_json(c.k_params),
         "grid": _triples(c.k_grid),
         "block": _triples(c.k_block),
-        "registers_per_thread": _nullable(c.k_registers),
-        "smem_bytes": _nullable(c.k_smem),
-        "stream": _nullable(c.k_stream),
+        "registers_per_thread": int_array(c.k_registers, len(c.k_registers)),
+        "smem_bytes": int_array(c.k_smem, len(c.k_smem)),
+        "stream": int_array(c.k_stream, len(c.k_stream)),
         "merges_json": _attached_json(c.merges),
         "prepares_json": _attached_json(c.prepares),
         "tiles_json": _memo_json(tiles),
@@ -241,30 +242,6 @@ def _repeat(value: int, n: int) -> pa.Array:
     return int64_array(np.full(n, value, np.int64))
 
 
-# Where an int column holds None while it is built, for numbers that may take any int64 value but this one.
-_NO_VALUE = np.iinfo(np.int64).min
-
-
-def _ints(values: Sequence[int | None]) -> np.ndarray:
-    """Integers (None as _NO_VALUE) as int64."""
-    if _nones(values) == 0:
-        return np.fromiter(values, np.int64, len(values))
-    got = np.array(values, object)
-    got[got == None] = _NO_VALUE  # noqa: E711 (elementwise)
-    return got.astype(np.int64)
-
-
-def _nones(values: Sequence[Any]) -> int:
-    """How many of `values` are None (by identity: no __eq__ per value)."""
-    return list(map(id, values)).count(id(None))
-
-
-def _nullable(values: Sequence[int | None]) -> pa.Array:
-    """Integers or None as an int64 Arrow array with NULLs."""
-    got = _ints(values)
-    return int64_array(got, got != _NO_VALUE)
-
-
 def _split_array(codes: np.ndarray) -> pa.Array:
     """Split-KV states (`step_columns.SPLIT_CODES`) as a bool Arrow array, None as NULL."""
     valid = codes != SPLIT_CODES[None]
@@ -281,7 +258,7 @@ def _python(values: Sequence[Any]) -> pa.Array:
     if not kinds:
         return pa.nulls(n)
     if kinds == {int}:
-        return _nullable(values)
+        return int_array(values, len(values))
     return python_array(values)
 
 
@@ -296,7 +273,7 @@ def _distinct(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
 def _memo_json(values: Sequence[Any]) -> pa.Array:
     """Each value as JSON (None as NULL), written once per distinct object: a kernel's params dict is shared by its
     launches (parsed once per text, `model.steps`), a trace-side batch by the steps of one shape."""
-    if _nones(values) == len(values):
+    if none_count(values) == len(values):
         return pa.nulls(len(values), pa.string())
     objects, codes = _distinct(values)
     texts = [None if v is None else _json(v.to_json() if hasattr(v, "to_json") else v) for v in objects]
