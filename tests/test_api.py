@@ -161,9 +161,9 @@ PROBE = textwrap.dedent("""
 PROBE_MB = 20
 
 
-def _probe(call: str) -> dict:  # type: ignore[type-arg]
+def _probe(call: str, env_extra: dict[str, str] | None = None) -> dict:  # type: ignore[type-arg]
     code = PROBE.replace("PROBE_MB", str(PROBE_MB)).replace("CALL", call)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEINSIGHT_MEMORY")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEINSIGHT_MEMORY")} | (env_extra or {})
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
                        cwd=REPO)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -204,6 +204,31 @@ def test_an_export_read_in_slices_leaves_no_thread_behind() -> None:
     """)
     got = _probe(call)
     assert got["after"]["threads"] == got["before"]["threads"] == ["MainThread"]
+
+
+def test_the_ingest_cache_written_beside_the_analysis_leaves_no_thread_behind(tmp_path: Path) -> None:
+    """A file read now is copied into the ingest cache on a worker thread while the analysis goes on
+    (ingest.load's `background`); `open` joins it before it returns, and the entry is there."""
+    call = textwrap.dedent(f"""
+        import threading
+        import traceinsight as ti
+        started = []
+        start = threading.Thread.start
+        def counted(self):
+            started.append(self.name)
+            start(self)
+        threading.Thread.start = counted
+        a = ti.open({str(NSYS)!r})
+        threading.Thread.start = start
+        assert "ingest-cache" in started, started  # the worker ran
+        assert "ingest-cache" not in [t.name for t in threading.enumerate()]  # ... and ended before open returned
+        a.close()
+    """)
+    cache = tmp_path / "cache"
+    got = _probe(call, {"TRACEINSIGHT_CACHE_DIR": str(cache), "TRACEINSIGHT_CACHE_MIN_BYTES": "0",
+                        "TRACEINSIGHT_CACHE": "1"})
+    assert got["after"]["threads"] == got["before"]["threads"] == ["MainThread"]
+    assert [p.suffix for p in (cache / "db").iterdir()] == [".duckdb"]
 
 
 def test_the_probe_sees_the_commands_tuning() -> None:

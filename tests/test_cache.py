@@ -152,3 +152,80 @@ def test_code_version_scopes() -> None:
     assert (cache.code_version("ingest"), cache.code_version("package")) == before
     with pytest.raises(ValueError, match="code scope"):
         cache.code_version("everything")  # type: ignore[arg-type]
+
+
+def entry_rows(entry: Path) -> dict[str, list[tuple]]:
+    """Every row of every table of a cache entry, in the entry's row order."""
+    import duckdb
+
+    from traceinsight.ingest.schema import table_names
+
+    with duckdb.connect(str(entry), read_only=True) as con:
+        return {t: con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in table_names()}
+
+
+def test_a_cold_analysis_writes_the_entry_the_next_reads(cache_dir: Path, h200: Path, tmp_path: Path) -> None:
+    """`analyze` writes the ingest cache's entry on a worker thread beside the analysis: joined before it returns
+    (no thread left), the entry the one `load` writes on its own thread, and read back by the next analysis."""
+    import threading
+
+    from traceinsight.pipeline import analyze
+
+    trace = copy(h200 / NSYS, tmp_path / "in")
+    before = threading.enumerate()
+    db1, (a1,) = analyze([trace])
+    assert threading.enumerate() == before
+    (entry,) = entries(cache_dir)
+    written = entry_rows(entry)
+    assert len(written["kernels"]) == 70 and written["traces"][0][0] == 0
+    entry.unlink()
+    load([trace])  # the copy made in the caller's thread, as before the worker
+    assert entry_rows(entry) == written
+    st = entry.stat()
+    os.utime(entry, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))
+    db2, (a2,) = analyze([trace])
+    assert entries(cache_dir) == [entry] and entry.stat().st_ino == st.st_ino  # read, not written again
+    assert entry.stat().st_mtime_ns > st.st_mtime_ns - 10**9  # ... and marked used
+    assert dump(db1, a1.trace_id) == dump(db2, a2.trace_id)
+    assert [f.to_json() for f in a1.findings] == [f.to_json() for f in a2.findings]
+
+
+def test_a_sidecar_stays_out_of_the_entry(cache_dir: Path, h200: Path, tmp_path: Path) -> None:
+    """A trace analyzed with its sidecar: the entry is the trace alone (the sidecar's batches attach after it is
+    taken), as the same trace read with the cache off."""
+    from traceinsight.pipeline import analyze
+
+    trace = copy(h200 / SWEEP, tmp_path / "in")
+    db, (a,) = analyze([trace], meta=[h200 / "flashinfer_decode_sweep.meta.json.gz"])
+    assert db.rows("SELECT count(*) AS n FROM batches")[0]["n"] > 0
+    (entry,) = entries(cache_dir)
+    assert entry_rows(entry)["batches"] == []
+    cached, (t1,) = load([trace])
+    fresh, (t2,) = load([trace], cache=False)
+    assert dump(cached, t1) == dump(fresh, t2)
+
+
+@pytest.mark.parametrize("blocked", ["root", "entry"])
+def test_a_cache_that_cannot_be_written_leaves_the_analysis_as_it_is(
+        cache_dir: Path, h200: Path, tmp_path: Path, blocked: str) -> None:
+    """The worker's copy fails (the cache folder is a file; the entry's name is taken by a folder, so the finished
+    copy cannot be moved into place): the analysis is the one without the cache, nothing half written is left,
+    and no thread."""
+    import threading
+
+    from traceinsight.pipeline import analyze
+
+    trace = copy(h200 / NSYS, tmp_path / "in")
+    if blocked == "root":
+        cache_dir.write_text("not a folder")
+    else:
+        cache.entry_path(trace).mkdir(parents=True)
+    before = threading.enumerate()
+    db, (a,) = analyze([trace])
+    assert threading.enumerate() == before
+    plain_db, (plain,) = analyze([trace], cache=False)
+    assert [f.to_json() for f in a.findings] == [f.to_json() for f in plain.findings]
+    assert len(a.steps) == len(plain.steps) > 0
+    if blocked == "entry":
+        assert [p.name for p in entries(cache_dir)] == [cache.entry_path(trace).name]  # the folder alone
+        assert cache.entry_path(trace).is_dir()

@@ -153,7 +153,20 @@ def analyze(
     see `traceinsight.ingest.add_trace`). An input given twice is read once, and a sidecar that matches none of
     the first trace's steps is kept: both are said in that trace's `warnings`."""
     meta, ncu, notes = distinct_inputs(paths, list(meta or []), list(ncu or []))
-    db, ids = load(paths, meta=meta, ncu=ncu, db=db, cache=cache)
+    # The ingest cache's copy of the files read now is written on a worker thread beside the analysis (ingest.load),
+    # joined before this returns: no thread of the library outlives the call.
+    db, ids = load(paths, meta=meta, ncu=ncu, db=db, cache=cache, background=True)
+    try:
+        analyses = _analyze_all(db, ids, meta, notes, step_pattern, model, limits, diagnostics)
+    except BaseException:
+        db.join_worker(cancel=True)  # an entry half written is discarded
+        raise
+    db.join_worker()
+    return db, analyses
+
+
+def _analyze_all(db: TraceDB, ids: list[int], meta: list[Path], notes: list[str], step_pattern: str | None,
+                 model: bool, limits: dict[str, float] | None, diagnostics: bool) -> list[TraceAnalysis]:
     analyses = [analyze_trace(db, i, step_pattern, model=model, limits=limits, diagnostics=diagnostics) for i in ids]
     if len(analyses) > 1 and model and diagnostics:
         from traceinsight.diagnose.run_rules import attach_runs
@@ -170,7 +183,7 @@ def analyze(
             notes.append(f"{which} matches none of {count} (named like {names}): is it from "
                          "this run? Step batches come from the trace alone")
         first.warnings.extend(n for n in notes if n not in first.warnings)
-    return db, analyses
+    return analyses
 
 
 def _identity(p: Path) -> tuple[int, int] | str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +139,60 @@ class TraceDB:
             self.con.execute(f"USE {MEMORY_DB}")
         if not read_only:
             self.con.execute(schema_sql())
+        # The one worker thread of `start_worker`, its cursor, and what it raised (not a DuckDB or OS error).
+        self._worker: threading.Thread | None = None
+        self._worker_cursor: duckdb.DuckDBPyConnection | None = None
+        self._worker_error: BaseException | None = None
 
     def close(self) -> None:
-        self.con.close()
+        """Close the connection, once the worker (`start_worker`) has finished."""
+        try:
+            self.join_worker()
+        finally:
+            self.con.close()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection of its own to this database (DuckDB allows one per thread), on the same tables as `con`."""
+        cursor = self.con.cursor()
+        if self.in_memory:
+            cursor.execute(f"USE {MEMORY_DB}")
+        return cursor
+
+    def start_worker(self, work: Callable[[duckdb.DuckDBPyConnection], None], name: str) -> None:
+        """Run `work` on a thread of its own with a cursor of its own (`cursor`), while the caller goes on: DuckDB
+        releases the GIL while it runs a statement, so DuckDB work (the ingest cache's copy) runs beside the
+        analysis's Python. One worker at a time (a second waits for the first); `join_worker` and `close` join
+        it, so that no thread outlives what started it."""
+        self.join_worker()
+        cursor = self.cursor()
+
+        def run() -> None:
+            try:
+                work(cursor)
+            except BaseException as e:  # handed to the thread that joins
+                self._worker_error = e
+            finally:
+                cursor.close()
+
+        self._worker_cursor = cursor
+        self._worker = threading.Thread(target=run, name=name)
+        self._worker.start()
+
+    def join_worker(self, cancel: bool = False) -> None:
+        """Wait for the worker of `start_worker` to end and raise what it raised; `cancel`: interrupt what it runs
+        first (a statement interrupted raises duckdb.InterruptException in the worker, which its work handles as
+        any DuckDB error), and raise nothing of it (the caller is leaving on an error of its own)."""
+        worker, cursor = self._worker, self._worker_cursor
+        if worker is None or cursor is None:
+            return
+        while worker.is_alive():
+            if cancel:
+                cursor.interrupt()  # every pass: the work may have started its next statement
+            worker.join(0.05 if cancel else None)
+        self._worker = self._worker_cursor = None
+        error, self._worker_error = self._worker_error, None
+        if error is not None and not cancel:
+            raise error
 
     def duckdb_bytes(self) -> int:
         """What DuckDB's buffer manager holds now (bytes, summed over `duckdb_memory()`; its own cursor, so that
@@ -382,24 +434,26 @@ class TraceDB:
             self.con.execute(f"FORCE CHECKPOINT {MEMORY_DB}")
 
     # ------------------------------------------------------------------ one trace to and from its own file
-    def save_trace(self, trace_id: int, dest: Path) -> None:
-        """Write the rows of `trace_id` (as trace 0) into a new DuckDB file `dest` with the normalized schema."""
-        con = duckdb.connect(str(dest))
+    def save_trace(self, trace_id: int, dest: Path, con: duckdb.DuckDBPyConnection | None = None) -> None:
+        """Write the rows of `trace_id` (as trace 0) into a new DuckDB file `dest` with the normalized schema,
+        through `con` (default `self.con`; the worker's cursor, `start_worker`)."""
+        con = con or self.con
+        new = duckdb.connect(str(dest))
         try:
-            con.execute(schema_sql())
+            new.execute(schema_sql())
         finally:
-            con.close()
+            new.close()
         alias = "_ti_save"
-        self.con.execute(f"ATTACH '{quote_path(dest)}' AS {alias}")
+        con.execute(f"ATTACH '{quote_path(dest)}' AS {alias}")
         try:
             for table in table_names():
-                self.con.execute(
+                con.execute(
                     f"INSERT INTO {alias}.{table} SELECT * REPLACE (0 AS trace_id) FROM {table} WHERE trace_id = $t",
                     {"t": trace_id},
                 )
-            self.con.execute(f"CHECKPOINT {alias}")
+            con.execute(f"CHECKPOINT {alias}")
         finally:
-            self.con.execute(f"DETACH {alias}")
+            con.execute(f"DETACH {alias}")
 
     def add_saved(self, src: Path, path: Path, source_path: Path | None = None) -> int:
         """Add the trace saved in `src` (by `save_trace`) as a new trace; its `traces` row takes `path` (and
