@@ -16,6 +16,12 @@ Each measurement runs in a fresh process (wall time, and peak RSS from wait4's r
 
     .venv/bin/python benchmarks/ingest_scale.py [--sizes 100M,1G,4G] [--rows 1M,10M] [--repeat 1]
         [--scratch /tmp/traceinsight-bench] [--hta-venv /tmp/hta-venv] [--hta-max 1G] [--no-hta]
+        [--ref /tmp/ref37] [--only 'cold|fetchall']
+
+`--ref CHECKOUT` runs each `analyze` again with another checkout (PYTHONPATH, tool named '... [ref]'), its own
+empty cache folder, interleaved with this one's in each repeat (the order of the two swapped every repeat; both
+as `python -P -m traceinsight`);
+`--only REGEX` measures the tools whose names match.
 
 Prints a table (times, RSS, ratios to HTA, MB/s) and writes benchmarks/results/ingest_scale.json.
 The machine is shared and noisy: compare ratios taken in the same run, and repeat.
@@ -338,6 +344,8 @@ def main() -> None:
                     help="address-space limit for traceinsight processes (a run past it fails, not the machine)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--build-only", action="store_true", help="build the inputs, measure nothing")
+    ap.add_argument("--ref", type=Path, help="a reference checkout: its `analyze` runs beside this one's")
+    ap.add_argument("--only", help="measure only the tools whose names match this regular expression")
     args = ap.parse_args()
 
     py = sys.executable
@@ -389,24 +397,51 @@ def main() -> None:
         if kernels > parse_size(args.analyze_max_kernels):
             print(f"  {label}: analyze skipped ({kernels} kernels > --analyze-max-kernels)")
             cmds = {k: v for k, v in cmds.items() if not k.startswith("traceinsight analyze")}
-        own = {name: Case(label, kind, size, kernels, name) for name in cmds}
+        if args.only:
+            cmds = {k: v for k, v in cmds.items() if re.search(args.only, k)}
+        # The analyses of each checkout (this one's, then the reference's), and the other tools (run once).
+        analyses = {k: v for k, v in cmds.items() if k.startswith("traceinsight analyze")}
+        checkouts: list[tuple[str, dict[str, list[str]], str | None]] = [("", analyses, None)]
+        if args.ref:
+            as_module = {k: _as_module(v, py) for k, v in analyses.items()}
+            checkouts = [("", as_module, None), (" [ref]", as_module, str(args.ref))]
+        others = {k: v for k, v in cmds.items() if k not in analyses}
+        own = {name + suffix: Case(label, kind, size, kernels, name + suffix)
+               for suffix, group, _ in checkouts for name in group}
+        own.update((name, Case(label, kind, size, kernels, name)) for name in others)
         cases.extend(own.values())
-        for _ in range(args.repeat):
-            with tempfile.TemporaryDirectory(prefix="ti-cache-") as cache:
-                # In order: the cold analyze fills the caches the next ones read. 'repeat' is the same command
-                # again, as a user runs it (a large input's analysis is kept by its first run and rendered from
-                # its tables, cli/analysis_cache.py); 'cached' has the analysis cache off: an analysis with the
-                # ingest cache filled.
-                env = {**os.environ, "TRACEINSIGHT_CACHE_DIR": cache}
-                for name, cmd in cmds.items():
-                    limit = parse_size(args.hta_mem_limit if name.startswith(("HTA", "json")) else args.ti_mem_limit)
-                    run = measure(cmd, env={**env, "TRACEINSIGHT_ANALYSIS_CACHE": "0"} if name.endswith("(cached)")
-                                  else env, timeout_s=args.timeout, mem_limit_bytes=limit)
-                    own[name].runs.append(run)
-                    status = "" if run.ok else f"  FAILED: {run.note}"
-                    print(f"  {label:16} {name:30} {run.wall_s:8.2f} s {run.cpu_s:8.2f} cpu-s {run.rss_mb:8.0f} MB"
-                          f"  (load {run.load1:.1f}){status}", flush=True)
+        for i in range(args.repeat):
+            for name, cmd in others.items():
+                _measure_into(own[name], label, cmd, dict(os.environ), args)
+            for suffix, group, pythonpath in (checkouts if i % 2 == 0 else checkouts[::-1]):
+                with tempfile.TemporaryDirectory(prefix="ti-cache-") as cache:
+                    # In order: the cold analyze fills the caches the next ones read. 'repeat' is the same
+                    # command again, as a user runs it (a large input's analysis is kept by its first run and
+                    # rendered from its tables, cli/analysis_cache.py); 'cached' has the analysis cache off: an
+                    # analysis with the ingest cache filled.
+                    env = {**os.environ, "TRACEINSIGHT_CACHE_DIR": cache}
+                    env.pop("PYTHONPATH", None)
+                    if pythonpath:
+                        env["PYTHONPATH"] = pythonpath
+                    for name, cmd in group.items():
+                        _measure_into(own[name + suffix], label, cmd, {**env, "TRACEINSIGHT_ANALYSIS_CACHE": "0"}
+                                      if name.endswith("(cached)") else env, args)
     report(cases, args.out)
+
+
+def _as_module(cmd: list[str], py: str) -> list[str]:
+    """An `analyze` command run as `python -P -m traceinsight`: the checkout on PYTHONPATH when set, else the
+    installed one (-P keeps the working folder off the path)."""
+    return [py, "-P", "-m", "traceinsight", *cmd[1:]]
+
+
+def _measure_into(case: Case, label: str, cmd: list[str], env: dict[str, str], args: argparse.Namespace) -> None:
+    limit = parse_size(args.hta_mem_limit if case.tool.startswith(("HTA", "json")) else args.ti_mem_limit)
+    run = measure(cmd, env=env, timeout_s=args.timeout, mem_limit_bytes=limit)
+    case.runs.append(run)
+    status = "" if run.ok else f"  FAILED: {run.note}"
+    print(f"  {label:16} {case.tool:36} {run.wall_s:8.2f} s {run.cpu_s:8.2f} cpu-s {run.rss_mb:8.0f} MB"
+          f"  (load {run.load1:.1f}){status}", flush=True)
 
 
 def _kineto_kernels(t: KinetoTemplate) -> int:
@@ -430,7 +465,7 @@ def _write_stamp(path: Path, copies: int) -> None:
 
 def report(cases: list[Case], out: Path) -> None:
     print()
-    print(f"{'input':16} {'tool':30} {'MB':>7} {'wall s':>8} {'cpu s':>7} {'peak MB':>8} {'MB/s':>7} "
+    print(f"{'input':16} {'tool':36} {'MB':>7} {'wall s':>8} {'cpu s':>7} {'peak MB':>8} {'MB/s':>7} "
           f"{'MB/cpu-s':>8} {'krows/s':>8} {'x HTA time':>10} {'HTA RSS /':>9}")
     rows = []
     by_input: dict[str, dict[str, Case]] = {}
@@ -447,7 +482,7 @@ def report(cases: list[Case], out: Path) -> None:
                                    "runs": [r.__dict__ for r in c.runs]}
             if b is None:
                 notes = "; ".join(r.note for r in c.runs)
-                print(f"{inp:16} {name:30} {c.bytes / 1e6:7.0f}   failed: {notes}")
+                print(f"{inp:16} {name:36} {c.bytes / 1e6:7.0f}   failed: {notes}")
                 row["failed"] = notes
                 rows.append(row)
                 continue
@@ -464,11 +499,17 @@ def report(cases: list[Case], out: Path) -> None:
                         "fetchall_time_ratio_paired": statistics.median(
                             r.wall_s / p.wall_s for r, p in zip(c.runs, peer.runs, strict=False) if r.ok and p.ok)
                         if peer and any(r.ok and p.ok for r, p in zip(c.runs, peer.runs, strict=False)) else None})
+            ref = tools.get(name + " [ref]")
+            ref_best = ref.best() if ref else None
+            if ref and ref_best:  # this checkout against the reference's (--ref): medians, and CPU
+                row.update({"ref_time_ratio": b.wall_s / ref_best.wall_s,
+                            "ref_cpu_ratio": b.cpu_s / ref_best.cpu_s if ref_best.cpu_s else None})
             rows.append(row)
-            print(f"{inp:16} {name:30} {c.bytes / 1e6:7.0f} {b.wall_s:8.2f} {b.cpu_s:7.1f} {b.rss_mb:8.0f} "
+            print(f"{inp:16} {name:36} {c.bytes / 1e6:7.0f} {b.wall_s:8.2f} {b.cpu_s:7.1f} {b.rss_mb:8.0f} "
                   f"{c.bytes / 1e6 / b.wall_s:7.0f} {per_cpu or 0:8.0f} {c.kernels / b.wall_s / 1e3:8.0f} "
                   f"{'' if speed is None else f'{speed:9.1f}x':>10} {'' if mem is None else f'{mem:8.1f}x':>9}"
-                  + (f"  {b.wall_s / peer_best.wall_s:.2f}x fetchall" if peer_best else ""))
+                  + (f"  {b.wall_s / peer_best.wall_s:.2f}x fetchall" if peer_best else "")
+                  + (f"  {b.wall_s / ref_best.wall_s:.3f}x ref" if ref_best else ""))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),

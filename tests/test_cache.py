@@ -229,3 +229,19 @@ def test_a_cache_that_cannot_be_written_leaves_the_analysis_as_it_is(
     if blocked == "entry":
         assert [p.name for p in entries(cache_dir)] == [cache.entry_path(trace).name]  # the folder alone
         assert cache.entry_path(trace).is_dir()
+
+
+def test_an_analysis_that_fails_stops_the_copy(cache_dir: Path, h200: Path, tmp_path: Path) -> None:
+    """The analysis raises (a step pattern that is no regular expression) while the worker copies: the copy is
+    interrupted and joined before the error goes on; nothing half written is left, and no thread."""
+    import re
+    import threading
+
+    from traceinsight.pipeline import analyze
+
+    trace = copy(h200 / NSYS, tmp_path / "in")
+    before = threading.enumerate()
+    with pytest.raises(re.error):
+        analyze([trace], step_pattern="(")
+    assert threading.enumerate() == before
+    assert not [p for p in entries(cache_dir) if p.name.endswith((".tmp", ".wal"))]
