@@ -240,6 +240,9 @@ class Run:
     note: str = ""
     cpu_s: float = 0.0  # user + system CPU time of the process and its children (less sensitive to other load)
     load1: float = 0.0  # the machine's 1-minute load average when the run started (2 cores here)
+    # CPU time of the process's main thread, where the command says it (--ref's analyze: `_as_module`): on an idle
+    # machine the wall is at least this; what worker threads (and DuckDB's) take off it runs beside.
+    main_cpu_s: float | None = None
 
 
 @dataclass
@@ -255,8 +258,9 @@ class Case:
         ok = [r for r in self.runs if r.ok]
         if not ok:
             return None
+        main = [r.main_cpu_s for r in ok if r.main_cpu_s is not None]
         return Run(statistics.median(r.wall_s for r in ok), max(r.rss_mb for r in ok), True,
-                   cpu_s=statistics.median(r.cpu_s for r in ok))
+                   cpu_s=statistics.median(r.cpu_s for r in ok), main_cpu_s=statistics.median(main) if main else None)
 
 
 def measure(cmd: list[str], env: dict[str, str] | None = None, timeout_s: float = 3600,
@@ -282,10 +286,13 @@ def measure(cmd: list[str], env: dict[str, str] | None = None, timeout_s: float 
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
     p.returncode = os.waitstatus_to_exitcode(status)
     ok = p.returncode == 0 and not note
+    main = [float(line.split()[1]) for line in err.splitlines() if line.startswith(MAIN_CPU)]
+    err = "\n".join(line for line in err.splitlines() if not line.startswith(MAIN_CPU))
     if not ok and not note:
         last = [line for line in err.strip().splitlines() if line.strip()][-1:] or [f"exit {p.returncode}"]
         note = f"exit {p.returncode}: {last[0][:160]}"
-    return Run(wall, usage.ru_maxrss / 1024, ok, note, usage.ru_utime + usage.ru_stime, load1)
+    return Run(wall, usage.ru_maxrss / 1024, ok, note, usage.ru_utime + usage.ru_stime, load1,
+               main[-1] if main else None)
 
 
 def _wait4(p: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, int, Any]:
@@ -429,10 +436,18 @@ def main() -> None:
     report(cases, args.out)
 
 
+# The line on stderr that gives the CPU time of a command's main thread (`_as_module`).
+MAIN_CPU = "main-thread-cpu "
+
+
 def _as_module(cmd: list[str], py: str) -> list[str]:
-    """An `analyze` command run as `python -P -m traceinsight`: the checkout on PYTHONPATH when set, else the
-    installed one (-P keeps the working folder off the path)."""
-    return [py, "-P", "-m", "traceinsight", *cmd[1:]]
+    """An `analyze` command run as the package's entry (`traceinsight.cli.main`) from `python -P -c`: the checkout
+    on PYTHONPATH when set, else the installed one (-P keeps the working folder off the path); at exit it writes
+    its main thread's CPU time on stderr (MAIN_CPU)."""
+    code = ("import atexit, sys, time; atexit.register(lambda: print("
+            f"{MAIN_CPU!r} + str(time.thread_time()), file=sys.stderr)); "
+            "sys.argv[0] = 'traceinsight'; from traceinsight.cli import main; main()")
+    return [py, "-P", "-c", code, *cmd[1:]]
 
 
 def _measure_into(case: Case, label: str, cmd: list[str], env: dict[str, str], args: argparse.Namespace) -> None:
@@ -440,7 +455,8 @@ def _measure_into(case: Case, label: str, cmd: list[str], env: dict[str, str], a
     run = measure(cmd, env=env, timeout_s=args.timeout, mem_limit_bytes=limit)
     case.runs.append(run)
     status = "" if run.ok else f"  FAILED: {run.note}"
-    print(f"  {label:16} {case.tool:36} {run.wall_s:8.2f} s {run.cpu_s:8.2f} cpu-s {run.rss_mb:8.0f} MB"
+    main = "" if run.main_cpu_s is None else f" ({run.main_cpu_s:.2f} main)"
+    print(f"  {label:16} {case.tool:36} {run.wall_s:8.2f} s {run.cpu_s:8.2f} cpu-s{main} {run.rss_mb:8.0f} MB"
           f"  (load {run.load1:.1f}){status}", flush=True)
 
 
@@ -489,7 +505,8 @@ def report(cases: list[Case], out: Path) -> None:
             speed = hta_best.wall_s / b.wall_s if hta_best else None
             mem = hta_best.rss_mb / b.rss_mb if hta_best else None
             per_cpu = c.bytes / 1e6 / b.cpu_s if b.cpu_s else None
-            row.update({"wall_s": b.wall_s, "cpu_s": b.cpu_s, "peak_rss_mb": b.rss_mb,
+            row.update({"wall_s": b.wall_s, "cpu_s": b.cpu_s, "main_thread_cpu_s": b.main_cpu_s,
+                        "peak_rss_mb": b.rss_mb,
                         "mb_per_s": c.bytes / 1e6 / b.wall_s, "mb_per_cpu_s": per_cpu,
                         "kernel_rows_per_s": c.kernels / b.wall_s, "hta_time_ratio": speed, "hta_rss_ratio": mem,
                         "fetchall_time_ratio": b.wall_s / peer_best.wall_s if peer_best else None,
@@ -503,7 +520,9 @@ def report(cases: list[Case], out: Path) -> None:
             ref_best = ref.best() if ref else None
             if ref and ref_best:  # this checkout against the reference's (--ref): medians, and CPU
                 row.update({"ref_time_ratio": b.wall_s / ref_best.wall_s,
-                            "ref_cpu_ratio": b.cpu_s / ref_best.cpu_s if ref_best.cpu_s else None})
+                            "ref_cpu_ratio": b.cpu_s / ref_best.cpu_s if ref_best.cpu_s else None,
+                            "ref_main_thread_cpu_ratio": b.main_cpu_s / ref_best.main_cpu_s
+                            if b.main_cpu_s and ref_best.main_cpu_s else None})
             rows.append(row)
             print(f"{inp:16} {name:36} {c.bytes / 1e6:7.0f} {b.wall_s:8.2f} {b.cpu_s:7.1f} {b.rss_mb:8.0f} "
                   f"{c.bytes / 1e6 / b.wall_s:7.0f} {per_cpu or 0:8.0f} {c.kernels / b.wall_s / 1e3:8.0f} "
