@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -186,8 +187,9 @@ class TraceDB:
         if worker is None or cursor is None:
             return
         while worker.is_alive():
-            if cancel:
-                cursor.interrupt()  # every pass: the work may have started its next statement
+            if cancel:  # every pass: the work may have started its next statement
+                with contextlib.suppress(duckdb.Error):  # the worker closed its cursor as it ended
+                    cursor.interrupt()
             worker.join(0.05 if cancel else None)
         self._worker = self._worker_cursor = None
         error, self._worker_error = self._worker_error, None
