@@ -5,6 +5,7 @@ rules and this checkout's on the same analysis, and whether the two gave identic
     git worktree add /tmp/ref main   # or any checkout
     python -P benchmarks/rules_speed.py TRACE [--meta SIDECAR] [--ncu CSV] [--ref /tmp/ref] [--profile RULE]
 
+Findings are compared with their step savings (`Finding.step_saving_ns`, in order), which their JSON leaves out.
 The trace is analyzed once, by this checkout, up to the rules. The reference's modules of the rules stage (every
 module under traceinsight/diagnose, and any other that differs) stand in for ours while its rules run (as in
 benchmarks/tables_speed.py); each side starts from the
@@ -71,7 +72,10 @@ def _run(ctx: Any, cache: dict[str, Any], profile: str | None = None) -> tuple[d
     finally:
         for r, fn in originals.items():
             r.apply = fn
-    return times, [f.to_json() for f in found], [asdict(c) for c in ctx.checks]
+    # Each finding's JSON with its step savings (which the JSON leaves out; root-cause attribution reads them),
+    # in order, key by key.
+    return times, [{**f.to_json(), "step_saving_ns": list(f.step_saving_ns.items())} for f in found], \
+        [asdict(c) for c in ctx.checks]
 
 
 def main() -> int:

@@ -36,6 +36,7 @@ import numpy as np
 from traceinsight.diagnose.finding import BASIS_SPAN as BASIS_SPAN  # (defined beside the JSON that splits by them)
 from traceinsight.diagnose.finding import BASIS_STEPS as BASIS_STEPS
 from traceinsight.diagnose.finding import Finding, sort_findings
+from traceinsight.model.step_arrays import StepArrays
 
 SPIKE_ID = "latency-spike"
 # Findings linked to their root by the cause they name (latency spikes and slow steps).
@@ -183,18 +184,24 @@ class _Budget:
         return self.order[at[held]], vals[held]
 
 
-def budgets(steps: Sequence[Any]) -> dict[str, dict[int, int]]:
+def budgets(steps: Sequence[Any], arrays: StepArrays | None = None) -> dict[str, dict[int, int]]:
     """Per basis, each step's budget (ns): its wall time (BASIS_STEPS) and the time between the end of the
     previous step's window and the start of its own (BASIS_SPAN; 0 for the first step, and 0 for a pause of
-    the workload, a gap of gpu-idle-gaps' PAUSE_MIN_NS or more, which that rule leaves out too)."""
+    the workload, a gap of gpu-idle-gaps' PAUSE_MIN_NS or more, which that rule leaves out too). `arrays`: the
+    same steps as arrays (`TraceAnalysis.step_arrays`), read instead of the objects (10^5-10^6 steps)."""
     from traceinsight.diagnose.rules.gpu_idle_gaps import PAUSE_MIN_NS
 
     n = len(steps)
-    index = [s.index for s in steps]
-    windows = [b if (b := getattr(s, "breakdown", None)) is not None else s for s in steps]
-    start = np.fromiter((w.start_ns for w in windows), np.int64, n)
-    end = np.fromiter((w.end_ns for w in windows), np.int64, n)
-    walls = dict(zip(index, map(int, (s.wall_ns for s in steps)), strict=True))
+    if arrays is not None and arrays.n == n:
+        index = arrays.index.tolist()
+        start, end = arrays.window_start, arrays.window_end
+        walls = dict(zip(index, (end - start).tolist(), strict=True))
+    else:
+        index = [s.index for s in steps]
+        windows = [b if (b := getattr(s, "breakdown", None)) is not None else s for s in steps]
+        start = np.fromiter((w.start_ns for w in windows), np.int64, n)
+        end = np.fromiter((w.end_ns for w in windows), np.int64, n)
+        walls = dict(zip(index, map(int, (s.wall_ns for s in steps)), strict=True))
     # The windows in (start, end, index) order; each gap from the furthest end of the windows before it.
     order = np.lexsort((np.asarray(index, np.int64), end, start))
     reach = np.maximum.accumulate(end[order])
@@ -206,9 +213,11 @@ def budgets(steps: Sequence[Any]) -> dict[str, dict[int, int]]:
     return {BASIS_STEPS: walls, BASIS_SPAN: gaps}
 
 
-def consolidate(findings: Sequence[Finding], steps: Sequence[Any]) -> list[Finding]:
+def consolidate(findings: Sequence[Finding], steps: Sequence[Any], arrays: StepArrays | None = None
+                ) -> list[Finding]:
     """The findings (in report order) with `ref`, `supports`/`related` (symptoms linked to their root cause) and
-    `attributed_ns`/`saving_basis` (each root's saving bounded by the time it comes from) filled in."""
+    `attributed_ns`/`saving_basis` (each root's saving bounded by the time it comes from) filled in. `arrays`:
+    the steps as arrays, when the analysis has them (`budgets`)."""
     ordered = sort_findings(findings)
     counts: dict[str, int] = {}
     refs = []
@@ -233,7 +242,7 @@ def consolidate(findings: Sequence[Finding], steps: Sequence[Any]) -> list[Findi
     for i, r in enumerate(roots):
         if r != i:
             related.setdefault(r, []).append(refs[i])
-    basis_budget = budgets(steps)
+    basis_budget = budgets(steps, arrays)
     root_idx = [i for i in range(len(ordered)) if roots[i] == i]
     claims = {i: _claim(i, ordered, roots) for i in root_idx}
     walls = basis_budget[BASIS_STEPS]
