@@ -30,7 +30,7 @@ from traceinsight.diagnose.rules import (
     threshold_proximity,
     wave_quantization,
 )
-from traceinsight.diagnose.views import backend_counts
+from traceinsight.diagnose.views import backend_counts, release_views
 
 RULES: tuple[ModuleType, ...] = (
     decode_on_prefill_kernel,
@@ -67,6 +67,7 @@ def run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...] = RULES) -> tupl
         return _run_rules(ctx, rules)
     finally:
         release(ctx)  # the launch relation the rules selected from
+        release_views(ctx)  # and the launch views it was built from
 
 
 def _run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...]) -> tuple[list[Finding], list[RuleResult]]:

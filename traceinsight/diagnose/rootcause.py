@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -255,19 +256,49 @@ def consolidate(findings: Sequence[Finding], steps: Sequence[Any], arrays: StepA
         got = attribute([(claims[i][0], ordered[i].steps, claims[i][1]) for i in mine], basis_budget[basis])
         attributed.update(zip(mine, got, strict=True))
     out = []
+    shared = _StepInts(steps, arrays)
     for i, f in enumerate(ordered):
         is_root = roots[i] == i
-        out.append(_linked(f, ref=refs[i], supports=None if is_root else refs[roots[i]],
+        out.append(_linked(f, shared, ref=refs[i], supports=None if is_root else refs[roots[i]],
                            related=tuple(related.get(i, ())), attributed_ns=attributed.get(i) if is_root else None,
                            saving_basis=saving_basis(f.id)))
     return out
 
 
-def _linked(f: Finding, **links: Any) -> Finding:
+# From this many steps a finding's step indexes are made the steps' own int objects (`_StepInts`).
+_SHARED_FROM = 256
+
+
+class _StepInts:
+    """The steps' own index objects, by index, when step i is at position i (as the pipeline numbers them): a
+    finding that names 10^5 steps holds those objects instead of ints of its own (~32 bytes each, and several
+    findings name the same steps). Same values; only their identity changes."""
+
+    def __init__(self, steps: Sequence[Any], arrays: StepArrays | None) -> None:
+        numbered = arrays is not None and arrays.n == len(steps) and bool((arrays.index == np.arange(arrays.n)).all())
+        self.ints: list[int] = list(map(_INDEX, steps)) if numbered else []
+
+    def share(self, values: Iterable[int], low: int, high: int) -> Iterable[int] | None:
+        """`values` (all between low and high) as the steps' own objects, None when some is not a step's index."""
+        if not self.ints or low < 0 or high >= len(self.ints):
+            return None
+        return map(self.ints.__getitem__, values)
+
+
+_INDEX = attrgetter("index")
+
+
+def _linked(f: Finding, shared: _StepInts, **links: Any) -> Finding:
     """`dataclasses.replace(f, **links)` for the fields consolidation fills in, without normalizing the finding's
-    steps and step savings again (`Finding.__post_init__`: they already are; a finding may name 10^5 steps)."""
+    steps and step savings again (`Finding.__post_init__`: they already are; a finding may name 10^5 steps); a
+    finding with many steps holds the steps' own index objects (`_StepInts`)."""
     out = copy.copy(f)
-    for name, value in {**links, "evidence": dict(f.evidence), "step_saving_ns": dict(f.step_saving_ns)}.items():
+    savings = dict(f.step_saving_ns)
+    if len(f.steps) >= _SHARED_FROM and (got := shared.share(f.steps, f.steps[0], f.steps[-1])) is not None:
+        object.__setattr__(out, "steps", tuple(got))
+    if len(savings) >= _SHARED_FROM and (keys := shared.share(savings, min(savings), max(savings))) is not None:
+        savings = dict(zip(keys, savings.values(), strict=True))
+    for name, value in {**links, "evidence": dict(f.evidence), "step_saving_ns": savings}.items():
         object.__setattr__(out, name, value)
     return out
 

@@ -20,7 +20,6 @@ cause, `evidence.group`), the MAX_INCIDENTS costliest listed one by one as its e
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -140,10 +139,7 @@ class _Incident:
     component: str | None
     finding: Finding | None
     members: list[_Slow]
-
-    @functools.cached_property
-    def cost_ns(self) -> float:  # (asked once the members are all in)
-        return sum(m.cost_ns for m in self.members)
+    cost_ns: float = 0.0  # the members' cost, summed once they are all in (`incidents`)
 
     @property
     def steps(self) -> list[int]:
@@ -182,6 +178,8 @@ def incidents(ctx: TraceAnalysis) -> list[_Incident]:
             current = _Incident(cid, c, fnd, [m])
             out.append(current)
         last = (series, pos)
+    for inc in out:
+        inc.cost_ns = sum(m.cost_ns for m in inc.members)
     return out
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
-from traceinsight.diagnose.launch_table import select_groups
+from traceinsight.diagnose.launch_table import launch_relation, select_groups
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
 from traceinsight.diagnose.views import LaunchView, launch_views, step_ranges, steps_of
 from traceinsight.diagnose.whatif import cost_for, occupancy_for
@@ -61,8 +61,10 @@ def _at_threshold_ns(ctx: TraceAnalysis, v: LaunchView, b_th: int) -> float | No
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
-    if not any(v.batch_size is not None and v.launch.split_kv is True and v.backend in BACKENDS
-               and v.threshold is not None and v.threshold.b_threshold for v in launch_views(ctx)):
+    batch_sizes = launch_relation(ctx).column("batch_size")  # (a launch without one is not a candidate)
+    if batch_sizes.null_count == len(batch_sizes) or not any(
+            v.batch_size is not None and v.launch.split_kv is True and v.backend in BACKENDS
+            and v.threshold is not None and v.threshold.b_threshold for v in launch_views(ctx)):
         raise NotApplicable("the batch size of split launches is unknown without a sidecar (--meta SIDECAR)")
     m_req = limit(ctx, ID, "MARGIN_MIN_REQUESTS", MARGIN_MIN_REQUESTS)
     m_frac = limit(ctx, ID, "MARGIN_FRACTION", MARGIN_FRACTION)
