@@ -15,6 +15,7 @@ the connection when the rules are done."""
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.views import LaunchView, kernel_family, launch_views
+from traceinsight.diagnose.views import backend_counts as views_backend_counts
 from traceinsight.ingest.arrow_numpy import (
     bool_array,
     dictionary_array,
@@ -31,6 +33,7 @@ from traceinsight.ingest.arrow_numpy import (
     float_array,
     int64_array,
     int_array,
+    ints,
     numbers,
     python_values,
     text_array,
@@ -145,6 +148,23 @@ def launch_relation(ctx: TraceAnalysis) -> pa.Table:
     launch_db(ctx)
     table: pa.Table = ctx.cache[_KEY][5]
     return table
+
+
+def backend_counts(ctx: TraceAnalysis) -> Counter[str]:
+    """`views.backend_counts` (launches per backend, 'unknown' for none), counted over the launch relation's
+    backend codes when the rules built it (no pass over 10^6 views), else over the views."""
+    if _KEY not in ctx.cache:
+        return views_backend_counts(ctx)
+    column = launch_relation(ctx).column("backend").combine_chunks()
+    codes = ints(column.indices, -1)
+    per_code = np.bincount(codes[codes >= 0], minlength=len(column.dictionary)).tolist()
+    out: Counter[str] = Counter()
+    for word, n in zip(column.dictionary.to_pylist(), per_code, strict=True):
+        if n:
+            out[word or "unknown"] += n
+    if column.null_count:
+        out["unknown"] += column.null_count
+    return out
 
 
 def launch_column(ctx: TraceAnalysis, name: str) -> np.ndarray:

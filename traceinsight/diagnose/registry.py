@@ -13,7 +13,7 @@ from types import ModuleType
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding
-from traceinsight.diagnose.launch_table import release
+from traceinsight.diagnose.launch_table import backend_counts, release
 from traceinsight.diagnose.rule import NotApplicable, RuleResult, missing_reason
 from traceinsight.diagnose.rules import (
     codesign,
@@ -30,7 +30,7 @@ from traceinsight.diagnose.rules import (
     threshold_proximity,
     wave_quantization,
 )
-from traceinsight.diagnose.views import backend_counts, release_views
+from traceinsight.diagnose.views import release_views
 
 RULES: tuple[ModuleType, ...] = (
     decode_on_prefill_kernel,

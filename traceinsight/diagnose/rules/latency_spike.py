@@ -409,13 +409,17 @@ class _Records:
                                   int(lens.sum()))
         wall, base = table.gather(self.spikes)
         excess = wall.astype(float) - base
-        ex: list[float] = excess.tolist()
-        ends = (self.offsets + lens).tolist()
-        starts = self.offsets.tolist()
-        # Summed and compared in Python, one incident after the other, as floats add up left to right.
-        self.sums: list[float] = [sum(ex[a:b]) for a, b in zip(starts, ends, strict=True)]
-        worst_at = np.fromiter((max(range(a, b), key=ex.__getitem__) for a, b in zip(starts, ends, strict=True)),
-                               np.int64, m)
+        # An incident of one step is its step; longer ones are summed in Python, as floats add up left to right,
+        # and their worst step is the first with their most excess.
+        sums = excess[self.offsets] if m else np.zeros(0)
+        worst_at = self.offsets.copy()
+        longer = np.flatnonzero(lens > 1)
+        if len(longer):
+            ex: list[float] = excess.tolist()
+            starts, ends = self.offsets[longer].tolist(), (self.offsets + lens)[longer].tolist()
+            sums[longer] = [sum(ex[a:b]) for a, b in zip(starts, ends, strict=True)]
+            worst_at[longer] = [max(range(a, b), key=ex.__getitem__) for a, b in zip(starts, ends, strict=True)]
+        self.sums: list[float] = sums.tolist()
         self.excess = np.fromiter(map(round, self.sums), np.int64, m)
         self.worst_step = self.spikes[worst_at]
         w, b0 = wall[worst_at].astype(float), base[worst_at]
@@ -443,9 +447,20 @@ class _Records:
     def severity(self, k: int) -> Severity:
         return Severity.CRITICAL if self.critical[k] else Severity.WARNING
 
-    def rounded_ratios(self, members: list[int]) -> list[float]:
-        """The members' worst ratios rounded to 2 places (as `round`, which numpy's rounding is not)."""
-        return [round(r, 2) for r in self.worst_ratio[members].tolist()]
+    def most(self, members: list[int], *, least_step: bool = False) -> int:
+        """The member whose worst ratio, rounded to 2 places (by `round`, which numpy's rounding is not), is the
+        largest: the first of equals, or (`least_step`) of equals the one with the least worst step (then the
+        first). Only members near the largest ratio are rounded: two ratios that round the same lie within 0.01
+        of each other (rounding never reorders)."""
+        ratio = self.worst_ratio[members]
+        near = np.flatnonzero(ratio >= ratio.max() - 0.02).tolist() or list(range(len(members)))
+        rounded = [round(float(ratio[j]), 2) for j in near]
+        if least_step:
+            step = self.worst_step[members]
+            best = max(range(len(near)), key=lambda i: (rounded[i], -int(step[near[i]])))
+        else:
+            best = max(range(len(near)), key=rounded.__getitem__)
+        return members[near[best]]
 
     @staticmethod
     def _ranges(offsets: np.ndarray, lens: np.ndarray, members: list[int]) -> np.ndarray:
@@ -485,8 +500,7 @@ def _fold(records: _Records, keep: int, build: Callable[[int], Finding]) -> list
     for cid, members in folded.items():
         steps = records.all_steps(members)
         excess = int(records.excess[members].sum())
-        rounded = records.rounded_ratios(members)
-        worst = records.worst(members[max(range(len(members)), key=rounded.__getitem__)])
+        worst = records.worst(records.most(members))
         severity = Severity.CRITICAL if records.critical[members].any() else Severity.WARNING
         first = build(members[0])
         out.append(Finding(
@@ -535,9 +549,7 @@ def _groups(records: _Records, listed: list[Finding]) -> list[Finding]:
             continue
         steps = records.all_steps(members)
         excess = int(records.excess[members].sum())
-        rounded = records.rounded_ratios(members)
-        worst_step = records.worst_step[members].tolist()
-        worst = records.worst(members[max(range(len(members)), key=lambda j: (rounded[j], -worst_step[j]))])
+        worst = records.worst(records.most(members, least_step=True))
         severity = Severity.CRITICAL if records.critical[members].any() else Severity.WARNING
         excess_of = records.excess[members].tolist()
         biggest = [members[j] for j in sorted(range(len(members)), key=lambda j: -excess_of[j])[:MAX_INCIDENTS]]
