@@ -55,3 +55,19 @@ def test_budgets_and_consolidation_from_the_step_arrays() -> None:
     assert big and all(got.steps[i] is steps[i] for i in big)
     keys = list(got.step_saving_ns)
     assert all(keys[i] is steps[i] for i in big)
+
+
+@pytest.mark.parametrize("case", ["h200_sweep", "h200_sweep_trace_only", "fa3_variants_q32kv4d128_fa3_torch"])
+def test_threshold_proximity_applies_as_the_views_say(case: str) -> None:
+    """Whether a split launch of the rule's backends has a batch size and a threshold: from the relation's columns
+    as from the views (both outcomes occur among the cases)."""
+    from traceinsight.diagnose.rules import threshold_proximity as tp
+
+    _, a = analyze_golden(case)
+    try:
+        want = any(v.batch_size is not None and v.launch.split_kv is True and v.backend in tp.BACKENDS
+                   and v.threshold is not None and v.threshold.b_threshold for v in views.launch_views(a))
+        assert tp._split_launches_with_batch_sizes(a) is want
+        assert want is (case != "h200_sweep_trace_only")
+    finally:
+        launch_table.release(a)
