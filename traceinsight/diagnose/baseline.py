@@ -236,11 +236,15 @@ def fit_spikes(
                 break
             flags = new
         return SpikeFit(tuple(base), tuple(flags), method, intercept_ns=a, slope_ns_per_token=b)
-    base = y
+    # Over arrays (a long trace's series has 10^5-10^6 steps): the same comparisons as `_flags`, element by element.
+    ys = np.asarray(y)
+    left_out = np.asarray(out0, bool)
+    spikes = np.zeros(n, bool)
+    baseline = ys
     for _ in range(MAX_ROUNDS):
-        base = rolling_quantile(y, half_window, [not (f or o) for f, o in zip(flags, out0, strict=True)], q)
-        new = _flags(y, base, ratio, min_excess_ns)
-        if new == flags:
+        baseline = rolling_quantiles(ys, half_window, ~(spikes | left_out), q)
+        now = (ys >= ratio * baseline) & (ys - baseline >= min_excess_ns)
+        if np.array_equal(now, spikes):
             break
-        flags = new
-    return SpikeFit(tuple(base), tuple(flags), "rolling-quantile")
+        spikes = now
+    return SpikeFit(tuple(baseline.tolist()), tuple(spikes.tolist()), "rolling-quantile")
