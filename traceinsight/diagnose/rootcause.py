@@ -141,25 +141,41 @@ def attribute(claims: Sequence[tuple[int | None, Sequence[int]] | tuple[int | No
             pool -= got
             out.append(got)
             continue
-        have: list[int] = left.left[pos].tolist()
-        avail = sum(have)
+        rest = left.left[pos]
+        avail = int(rest.sum())
         got = min(want, avail, pool)
         if avail:
-            shares = [h * got // avail for h in have]  # Python ints: h * got overflows int64
-            taken = sum(shares)
-            have = [h - x for h, x in zip(have, shares, strict=True)]
-            # Rounding leaves at most len(mine) ns: take it from the first steps that still have some.
-            for k, h in enumerate(have):
-                if taken >= got:
-                    break
-                extra = min(h, got - taken)
-                have[k] = h - extra
-                taken += extra
-            left.left[pos] = have
-            got = taken
+            if int(rest.max()) <= (2**63 - 1) // max(got, 1):  # h * got fits int64: the same floors in numpy
+                shares = rest * got // avail
+                have = rest - shares
+                # Rounding leaves at most len(mine) ns: take it from the first steps that still have some (each
+                # gives what it has until the rest is met).
+                need = got - int(shares.sum())
+                extra = np.minimum(have, np.maximum(0, need - (np.cumsum(have) - have)))
+                left.left[pos] = have - extra
+                got = int(shares.sum()) + int(extra.sum())
+            else:
+                got = _spread(left, pos, got, avail)
         pool -= got
         out.append(got)
     return out
+
+
+def _spread(left: _Budget, pos: np.ndarray, got: int, avail: int) -> int:
+    """`attribute`'s spread of `got` over the steps at `pos` in proportion to what is left of each, in Python ints
+    (where h * got overflows int64); what it took."""
+    have: list[int] = left.left[pos].tolist()
+    shares = [h * got // avail for h in have]
+    taken = sum(shares)
+    have = [h - x for h, x in zip(have, shares, strict=True)]
+    for k, h in enumerate(have):
+        if taken >= got:
+            break
+        extra = min(h, got - taken)
+        have[k] = h - extra
+        taken += extra
+    left.left[pos] = have
+    return taken
 
 
 class _Budget:
