@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
-from operator import attrgetter
+from operator import attrgetter, sub
 from typing import Any
 
 import numpy as np
@@ -265,7 +265,7 @@ def consolidate(findings: Sequence[Finding], steps: Sequence[Any], arrays: StepA
     walls = basis_budget[BASIS_STEPS]
     in_steps = [i for i in root_idx if saving_basis(ordered[i].id) == BASIS_STEPS]
     floor = floors(walls, [(claims[i][0], ordered[i].steps, claims[i][1]) for i in in_steps])
-    basis_budget[BASIS_STEPS] = {s: walls[s] - floor[s] for s in walls}
+    basis_budget[BASIS_STEPS] = dict(zip(walls, map(sub, walls.values(), floor.values()), strict=True))
     attributed: dict[int, int | None] = {}
     for basis in (BASIS_STEPS, BASIS_SPAN):
         mine = [i for i in root_idx if saving_basis(ordered[i].id) == basis]
