@@ -4,7 +4,9 @@ rules and this checkout's on the same analysis, and whether the two gave identic
 
     git worktree add /tmp/ref main   # or any checkout
     python -P benchmarks/rules_speed.py TRACE [--meta SIDECAR] [--ncu CSV] [--ref /tmp/ref] [--profile RULE]
+        [--repeat N] [--out F.json]
 
+Findings are compared with their step savings (`Finding.step_saving_ns`, in order), which their JSON leaves out.
 The trace is analyzed once, by this checkout, up to the rules. The reference's modules of the rules stage (every
 module under traceinsight/diagnose, and any other that differs) stand in for ours while its rules run (as in
 benchmarks/tables_speed.py); each side starts from the
@@ -20,6 +22,7 @@ import io
 import json
 import os
 import pstats
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -71,7 +74,10 @@ def _run(ctx: Any, cache: dict[str, Any], profile: str | None = None) -> tuple[d
     finally:
         for r, fn in originals.items():
             r.apply = fn
-    return times, [f.to_json() for f in found], [asdict(c) for c in ctx.checks]
+    # Each finding's JSON with its step savings (which the JSON leaves out; root-cause attribution reads them),
+    # in order, key by key.
+    return times, [{**f.to_json(), "step_saving_ns": list(f.step_saving_ns.items())} for f in found], \
+        [asdict(c) for c in ctx.checks]
 
 
 def main() -> int:
@@ -81,6 +87,8 @@ def main() -> int:
     ap.add_argument("--ncu", type=Path, action="append", default=[])
     ap.add_argument("--ref", type=Path, default=Path("/tmp/ref"))
     ap.add_argument("--profile", help="cProfile these rules (comma-separated) of this checkout (no reference run)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of both rule sets, interleaved (medians printed)")
+    ap.add_argument("--out", type=Path, help="write every run's CPU-s per rule, the medians and the outcome as JSON")
     args = ap.parse_args()
     from traceinsight.tuning import tune
 
@@ -110,15 +118,32 @@ def main() -> int:
         times, _, _ = _run(ctx, cache, args.profile)
         print(", ".join(f"{r}: {t:.2f}" for r, t in sorted(times.items(), key=lambda rt: -rt[1])) + " CPU-s")
         os._exit(0)
-    with swap.reference():
-        old, old_found, old_checks = _run(ctx, cache)
-    new, new_found, new_checks = _run(ctx, cache)
-    print(f"{'rule':26} {'old':>7} {'new':>7} {'new/old':>7}")
-    for rid in sorted(old, key=lambda r: -old[r]):
-        ratio = new.get(rid, 0.0) / old[rid] if old[rid] else float("nan")
-        print(f"{rid:26} {old[rid]:7.2f} {new.get(rid, 0.0):7.2f} {ratio:7.2f}")
-    same_findings = json.dumps(old_found, sort_keys=True) == json.dumps(new_found, sort_keys=True)
-    same_checks = old_checks == new_checks
+    runs: list[dict[str, dict[str, float]]] = []
+    same_findings = same_checks = True
+    for _ in range(args.repeat):  # interleaved: the reference's rules, then ours, on the same analysis
+        with swap.reference():
+            old, old_found, old_checks = _run(ctx, cache)
+        new, new_found, new_checks = _run(ctx, cache)
+        runs.append({"old": old, "new": new})
+        print(f"{'rule':26} {'old':>7} {'new':>7} {'new/old':>7}")
+        for rid in sorted(old, key=lambda r: -old[r]):
+            ratio = new.get(rid, 0.0) / old[rid] if old[rid] else float("nan")
+            print(f"{rid:26} {old[rid]:7.2f} {new.get(rid, 0.0):7.2f} {ratio:7.2f}")
+        same_findings &= json.dumps(old_found, sort_keys=True) == json.dumps(new_found, sort_keys=True)
+        same_checks &= old_checks == new_checks
+    if args.repeat > 1 or args.out:
+        median = {side: {rid: statistics.median(r[side].get(rid, 0.0) for r in runs) for rid in runs[0]["old"]}
+                  for side in ("old", "new")}
+        ratios = {rid: statistics.median(r["new"].get(rid, 0.0) / r["old"][rid] for r in runs if r["old"][rid])
+                  for rid in runs[0]["old"]}
+        print(f"medians of {len(runs)} runs: {'rule':26} {'old':>7} {'new':>7} {'new/old (median of ratios)':>27}")
+        for rid in sorted(median["old"], key=lambda r: -median["old"][r]):
+            print(f"{'':19}{rid:26} {median['old'][rid]:7.2f} {median['new'][rid]:7.2f} {ratios.get(rid, 0.0):27.2f}")
+        if args.out:
+            args.out.write_text(json.dumps({"trace": str(args.trace), "ref": str(args.ref), "runs": runs,
+                                            "median_cpu_s": median, "median_ratio": ratios,
+                                            "identical_findings": same_findings, "identical_checks": same_checks},
+                                           indent=1) + "\n")
     print(f"findings: {len(new_found)} (reference {len(old_found)}), identical: {same_findings}; "
           f"checks identical: {same_checks}", flush=True)
     if not same_findings:

@@ -39,3 +39,19 @@ def test_a_long_series_every_window_full_but_the_ends() -> None:
     use = [True] * len(values)
     assert rolling_quantile(values, 50, use, 0.5) == _plain(values, 50, use, 0.5)
     assert rolling_quantile(values, 50, use, 0.25) == _plain(values, 50, use, 0.25)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_windows_whose_quantile_is_their_least_value(seed: int) -> None:
+    """A component that is mostly its least value (0 for a kind of kernel that rarely runs; here also a negative
+    least value): the windows holding it at both order statistics read take it without a sort, the others as
+    before; the least value on its own in a window, and windows with none of it, both occur."""
+    rng = random.Random(seed)
+    n = rng.choice([40, 400, 17_000])  # the last: more rows than one block
+    h = rng.choice([0, 3, 50])
+    q = rng.choice([0.25, 0.5, 0.9])
+    least = rng.choice([0.0, -5.0])
+    share = rng.choice([0.3, 0.7, 0.95])
+    values = [least if rng.random() < share else float(rng.randrange(1, 10**6)) for _ in range(n)]
+    use = [rng.random() > rng.choice([0.0, 0.25, 0.5]) for _ in range(n)]
+    assert rolling_quantile(values, h, use, q) == _plain(values, h, use, q)

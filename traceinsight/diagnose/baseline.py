@@ -125,11 +125,25 @@ def rolling_quantiles(values: Sequence[float] | np.ndarray, half_window: int,
     count = np.zeros(n + 2 * h + 1, np.int64)
     np.cumsum(np.isfinite(padded), out=count[1:])
     counts = count[width:] - count[:-width]
+    # A window whose used values hold the least used value (0 for most of a component that rarely occurs) at both
+    # order statistics read has that value as its quantile, exactly: such windows are not sorted.
+    low = float(padded.min())
+    settled = np.zeros(n, bool)
+    if np.isfinite(low):
+        count[1:] = np.cumsum(padded == low)
+        lows = count[width:] - count[:-width]
+        pos_all = (counts - 1) * q
+        hi_all = np.minimum(pos_all.astype(np.int64) + 1, counts - 1)
+        settled = (counts > 0) & (lows > hi_all)
+        out[settled] = low
     for first in range(0, n, _ROWS_PER_BLOCK):
         block = windows[first : first + _ROWS_PER_BLOCK]
         k = counts[first : first + len(block)]
-        full = k == width
+        done = settled[first : first + len(block)]
+        full = (k == width) & ~done
         at = out[first : first + len(block)]
+        if done.all():
+            continue
         if full.all():
             part = np.partition(block, kth, axis=1)  # a copy, partitioned
         elif full.any():
@@ -143,7 +157,7 @@ def rolling_quantiles(values: Sequence[float] | np.ndarray, half_window: int,
                 continue
             at[full] = got
         empty[first : first + len(block)] = k == 0
-        some = (k > 0) & ~full
+        some = (k > 0) & ~full & ~done
         if not some.any():
             continue
         rows = block[some]  # a copy, sorted in place
@@ -222,11 +236,15 @@ def fit_spikes(
                 break
             flags = new
         return SpikeFit(tuple(base), tuple(flags), method, intercept_ns=a, slope_ns_per_token=b)
-    base = y
+    # Over arrays (a long trace's series has 10^5-10^6 steps): the same comparisons as `_flags`, element by element.
+    ys = np.asarray(y)
+    left_out = np.asarray(out0, bool)
+    spikes = np.zeros(n, bool)
+    baseline = ys
     for _ in range(MAX_ROUNDS):
-        base = rolling_quantile(y, half_window, [not (f or o) for f, o in zip(flags, out0, strict=True)], q)
-        new = _flags(y, base, ratio, min_excess_ns)
-        if new == flags:
+        baseline = rolling_quantiles(ys, half_window, ~(spikes | left_out), q)
+        now = (ys >= ratio * baseline) & (ys - baseline >= min_excess_ns)
+        if np.array_equal(now, spikes):
             break
-        flags = new
-    return SpikeFit(tuple(base), tuple(flags), "rolling-quantile")
+        spikes = now
+    return SpikeFit(tuple(baseline.tolist()), tuple(spikes.tolist()), "rolling-quantile")

@@ -129,10 +129,13 @@ def _step_indexes(steps: Iterable[Any]) -> tuple[int, ...]:
     return tuple(sorted({int(s) for s in steps}))
 
 
+_INT = frozenset((int,))
+_NUMBER = frozenset((int, float))
+
+
 def _step_savings(savings: Mapping[Any, Any]) -> dict[int, int]:
     """{step: ns} with int steps and ns rounded to the nearest int (halves to even, as `round`), at least 0."""
-    if len(savings) >= _MANY and all(type(k) is int for k in savings) and all(
-            type(v) is int or type(v) is float for v in savings.values()):
+    if len(savings) >= _MANY and set(map(type, savings)) <= _INT and set(map(type, savings.values())) <= _NUMBER:
         import numpy as np
 
         ns = np.fromiter(savings.values(), np.float64, len(savings))

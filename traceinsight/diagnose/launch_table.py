@@ -15,6 +15,7 @@ the connection when the rules are done."""
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ import pyarrow as pa
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.views import LaunchView, kernel_family, launch_views
+from traceinsight.diagnose.views import backend_counts as views_backend_counts
 from traceinsight.ingest.arrow_numpy import (
     bool_array,
     dictionary_array,
@@ -31,6 +33,8 @@ from traceinsight.ingest.arrow_numpy import (
     float_array,
     int64_array,
     int_array,
+    ints,
+    numbers,
     python_values,
     text_array,
 )
@@ -134,8 +138,42 @@ def launch_db(ctx: TraceAnalysis) -> tuple[duckdb.DuckDBPyConnection, Sequence[L
     if got is None or got[2] is not ctx.steps or got[3] != len(ctx.steps) or got[4] is not ctx.schedule:
         release(ctx)
         views = launch_views(ctx)  # a list of its own (launch_views copies its cache)
-        got = ctx.cache[_KEY] = (connect(build(views), ctx.cursor), views, ctx.steps, len(ctx.steps), ctx.schedule)
+        table = build(views)
+        got = ctx.cache[_KEY] = (connect(table, ctx.cursor), views, ctx.steps, len(ctx.steps), ctx.schedule, table)
     return got[0], got[1]
+
+
+def launch_relation(ctx: TraceAnalysis) -> pa.Table:
+    """The analysis's launch relation as the Arrow table registered as `attention_launches` (`SCHEMA`)."""
+    launch_db(ctx)
+    table: pa.Table = ctx.cache[_KEY][5]
+    return table
+
+
+def backend_counts(ctx: TraceAnalysis) -> Counter[str]:
+    """`views.backend_counts` (launches per backend, 'unknown' for none), counted over the launch relation's
+    backend codes when the rules built it (no pass over 10^6 views), else over the views."""
+    if _KEY not in ctx.cache:
+        return views_backend_counts(ctx)
+    column = launch_relation(ctx).column("backend").combine_chunks()
+    codes = ints(column.indices, -1)
+    per_code = np.bincount(codes[codes >= 0], minlength=len(column.dictionary)).tolist()
+    out: Counter[str] = Counter()
+    for word, n in zip(column.dictionary.to_pylist(), per_code, strict=True):
+        if n:
+            out[word or "unknown"] += n
+    if column.null_count:
+        out["unknown"] += column.null_count
+    return out
+
+
+def launch_column(ctx: TraceAnalysis, name: str) -> np.ndarray:
+    """A column of the analysis's launch relation without NULLs (pos, step, dur_ns, ...) as numpy, indexed by pos:
+    what a rule reads of many selected launches at once instead of asking each one's view."""
+    column = launch_relation(ctx).column(name).combine_chunks()
+    if column.null_count:
+        raise ValueError(f"launch_column: {name} holds NULLs")
+    return numbers(column)
 
 
 def release(ctx: TraceAnalysis) -> None:
@@ -164,6 +202,13 @@ def select(ctx: TraceAnalysis, query: str, relations: Mapping[str, pa.Table] | N
     are read: a query may select every launch, and 10^7 rows as Python tuples would take gigabytes.
     `relations`: further Arrow tables the query reads (a rule's own per-launch inputs, keyed by pos), registered
     under their names while it runs."""
+    result, views = select_table(ctx, query, relations, **params)
+    return _rows(result), views
+
+
+def select_table(ctx: TraceAnalysis, query: str, relations: Mapping[str, pa.Table] | None = None,
+                 **params: Any) -> tuple[pa.Table, Sequence[LaunchView]]:
+    """`select`'s result as the Arrow table it is held as (a column at a time: `numbers`), and the views."""
     con, views = launch_db(ctx)
     for name, table in (relations or {}).items():
         con.register(name, table)
@@ -172,7 +217,7 @@ def select(ctx: TraceAnalysis, query: str, relations: Mapping[str, pa.Table] | N
     finally:
         for name in relations or {}:
             con.unregister(name)
-    return _rows(result), views
+    return result, views
 
 
 def int64_relation(**columns: np.ndarray) -> pa.Table:

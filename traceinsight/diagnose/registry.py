@@ -13,7 +13,7 @@ from types import ModuleType
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding
-from traceinsight.diagnose.launch_table import release
+from traceinsight.diagnose.launch_table import backend_counts, release
 from traceinsight.diagnose.rule import NotApplicable, RuleResult, missing_reason
 from traceinsight.diagnose.rules import (
     codesign,
@@ -30,7 +30,7 @@ from traceinsight.diagnose.rules import (
     threshold_proximity,
     wave_quantization,
 )
-from traceinsight.diagnose.views import backend_counts
+from traceinsight.diagnose.views import release_views
 
 RULES: tuple[ModuleType, ...] = (
     decode_on_prefill_kernel,
@@ -67,6 +67,7 @@ def run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...] = RULES) -> tupl
         return _run_rules(ctx, rules)
     finally:
         release(ctx)  # the launch relation the rules selected from
+        release_views(ctx)  # and the launch views it was built from
 
 
 def _run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...]) -> tuple[list[Finding], list[RuleResult]]:

@@ -5,15 +5,20 @@ do not get "capture CUDA graphs", traces already chunking their prefill do not g
 
 from __future__ import annotations
 
+import itertools
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from operator import attrgetter
 from typing import Any
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.model.phases import MIXED
+
+_LAUNCHES = attrgetter("launches")
+_KIND = attrgetter("attention.backend", "phase")
 
 CONDITIONS = ("backend", "not_backend", "cuda_graph", "chunked", "step_phase")
 
@@ -69,12 +74,13 @@ def facts(ctx: TraceAnalysis) -> Facts:
     got = ctx.cache.get("remedy-facts")
     if isinstance(got, Facts):
         return got
-    backends = frozenset(x.attention.backend for s in ctx.steps for x in s.launches
-                         if x.attention.backend and x.phase != "prefill")
+    # Each distinct (backend, phase) of the launches, in one pass in C (a long trace has 10^6 launches).
+    kinds = set(map(_KIND, itertools.chain.from_iterable(map(_LAUNCHES, ctx.steps))))
+    backends = frozenset(b for b, phase in kinds if b and phase != "prefill")
     sched = ctx.schedule
     graph = bool(sched and sched.cuda_graph_kernels) or any(
         b.cuda_graph for b in (sched.batches.values() if sched else ()) if b.cuda_graph)
-    chunked = any(x.phase == MIXED for s in ctx.steps for x in s.launches)
+    chunked = any(phase == MIXED for _, phase in kinds)
     out = Facts(backends, graph, chunked)
     ctx.cache["remedy-facts"] = out
     return out

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter, sub
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ import numpy as np
 from traceinsight.diagnose.finding import BASIS_SPAN as BASIS_SPAN  # (defined beside the JSON that splits by them)
 from traceinsight.diagnose.finding import BASIS_STEPS as BASIS_STEPS
 from traceinsight.diagnose.finding import Finding, sort_findings
+from traceinsight.model.step_arrays import StepArrays
 
 SPIKE_ID = "latency-spike"
 # Findings linked to their root by the cause they name (latency spikes and slow steps).
@@ -139,25 +141,41 @@ def attribute(claims: Sequence[tuple[int | None, Sequence[int]] | tuple[int | No
             pool -= got
             out.append(got)
             continue
-        have: list[int] = left.left[pos].tolist()
-        avail = sum(have)
+        rest = left.left[pos]
+        avail = int(rest.sum())
         got = min(want, avail, pool)
         if avail:
-            shares = [h * got // avail for h in have]  # Python ints: h * got overflows int64
-            taken = sum(shares)
-            have = [h - x for h, x in zip(have, shares, strict=True)]
-            # Rounding leaves at most len(mine) ns: take it from the first steps that still have some.
-            for k, h in enumerate(have):
-                if taken >= got:
-                    break
-                extra = min(h, got - taken)
-                have[k] = h - extra
-                taken += extra
-            left.left[pos] = have
-            got = taken
+            if int(rest.max()) <= (2**63 - 1) // max(got, 1):  # h * got fits int64: the same floors in numpy
+                shares = rest * got // avail
+                have = rest - shares
+                # Rounding leaves at most len(mine) ns: take it from the first steps that still have some (each
+                # gives what it has until the rest is met).
+                need = got - int(shares.sum())
+                extra = np.minimum(have, np.maximum(0, need - (np.cumsum(have) - have)))
+                left.left[pos] = have - extra
+                got = int(shares.sum()) + int(extra.sum())
+            else:
+                got = _spread(left, pos, got, avail)
         pool -= got
         out.append(got)
     return out
+
+
+def _spread(left: _Budget, pos: np.ndarray, got: int, avail: int) -> int:
+    """`attribute`'s spread of `got` over the steps at `pos` in proportion to what is left of each, in Python ints
+    (where h * got overflows int64); what it took."""
+    have: list[int] = left.left[pos].tolist()
+    shares = [h * got // avail for h in have]
+    taken = sum(shares)
+    have = [h - x for h, x in zip(have, shares, strict=True)]
+    for k, h in enumerate(have):
+        if taken >= got:
+            break
+        extra = min(h, got - taken)
+        have[k] = h - extra
+        taken += extra
+    left.left[pos] = have
+    return taken
 
 
 class _Budget:
@@ -183,18 +201,24 @@ class _Budget:
         return self.order[at[held]], vals[held]
 
 
-def budgets(steps: Sequence[Any]) -> dict[str, dict[int, int]]:
+def budgets(steps: Sequence[Any], arrays: StepArrays | None = None) -> dict[str, dict[int, int]]:
     """Per basis, each step's budget (ns): its wall time (BASIS_STEPS) and the time between the end of the
     previous step's window and the start of its own (BASIS_SPAN; 0 for the first step, and 0 for a pause of
-    the workload, a gap of gpu-idle-gaps' PAUSE_MIN_NS or more, which that rule leaves out too)."""
+    the workload, a gap of gpu-idle-gaps' PAUSE_MIN_NS or more, which that rule leaves out too). `arrays`: the
+    same steps as arrays (`TraceAnalysis.step_arrays`), read instead of the objects (10^5-10^6 steps)."""
     from traceinsight.diagnose.rules.gpu_idle_gaps import PAUSE_MIN_NS
 
     n = len(steps)
-    index = [s.index for s in steps]
-    windows = [b if (b := getattr(s, "breakdown", None)) is not None else s for s in steps]
-    start = np.fromiter((w.start_ns for w in windows), np.int64, n)
-    end = np.fromiter((w.end_ns for w in windows), np.int64, n)
-    walls = dict(zip(index, map(int, (s.wall_ns for s in steps)), strict=True))
+    if arrays is not None and arrays.n == n:
+        index = arrays.index.tolist()
+        start, end = arrays.window_start, arrays.window_end
+        walls = dict(zip(index, (end - start).tolist(), strict=True))
+    else:
+        index = [s.index for s in steps]
+        windows = [b if (b := getattr(s, "breakdown", None)) is not None else s for s in steps]
+        start = np.fromiter((w.start_ns for w in windows), np.int64, n)
+        end = np.fromiter((w.end_ns for w in windows), np.int64, n)
+        walls = dict(zip(index, map(int, (s.wall_ns for s in steps)), strict=True))
     # The windows in (start, end, index) order; each gap from the furthest end of the windows before it.
     order = np.lexsort((np.asarray(index, np.int64), end, start))
     reach = np.maximum.accumulate(end[order])
@@ -206,9 +230,11 @@ def budgets(steps: Sequence[Any]) -> dict[str, dict[int, int]]:
     return {BASIS_STEPS: walls, BASIS_SPAN: gaps}
 
 
-def consolidate(findings: Sequence[Finding], steps: Sequence[Any]) -> list[Finding]:
+def consolidate(findings: Sequence[Finding], steps: Sequence[Any], arrays: StepArrays | None = None
+                ) -> list[Finding]:
     """The findings (in report order) with `ref`, `supports`/`related` (symptoms linked to their root cause) and
-    `attributed_ns`/`saving_basis` (each root's saving bounded by the time it comes from) filled in."""
+    `attributed_ns`/`saving_basis` (each root's saving bounded by the time it comes from) filled in. `arrays`:
+    the steps as arrays, when the analysis has them (`budgets`)."""
     ordered = sort_findings(findings)
     counts: dict[str, int] = {}
     refs = []
@@ -233,32 +259,62 @@ def consolidate(findings: Sequence[Finding], steps: Sequence[Any]) -> list[Findi
     for i, r in enumerate(roots):
         if r != i:
             related.setdefault(r, []).append(refs[i])
-    basis_budget = budgets(steps)
+    basis_budget = budgets(steps, arrays)
     root_idx = [i for i in range(len(ordered)) if roots[i] == i]
     claims = {i: _claim(i, ordered, roots) for i in root_idx}
     walls = basis_budget[BASIS_STEPS]
     in_steps = [i for i in root_idx if saving_basis(ordered[i].id) == BASIS_STEPS]
     floor = floors(walls, [(claims[i][0], ordered[i].steps, claims[i][1]) for i in in_steps])
-    basis_budget[BASIS_STEPS] = {s: walls[s] - floor[s] for s in walls}
+    basis_budget[BASIS_STEPS] = dict(zip(walls, map(sub, walls.values(), floor.values()), strict=True))
     attributed: dict[int, int | None] = {}
     for basis in (BASIS_STEPS, BASIS_SPAN):
         mine = [i for i in root_idx if saving_basis(ordered[i].id) == basis]
         got = attribute([(claims[i][0], ordered[i].steps, claims[i][1]) for i in mine], basis_budget[basis])
         attributed.update(zip(mine, got, strict=True))
     out = []
+    shared = _StepInts(steps, arrays)
     for i, f in enumerate(ordered):
         is_root = roots[i] == i
-        out.append(_linked(f, ref=refs[i], supports=None if is_root else refs[roots[i]],
+        out.append(_linked(f, shared, ref=refs[i], supports=None if is_root else refs[roots[i]],
                            related=tuple(related.get(i, ())), attributed_ns=attributed.get(i) if is_root else None,
                            saving_basis=saving_basis(f.id)))
     return out
 
 
-def _linked(f: Finding, **links: Any) -> Finding:
+# From this many steps a finding's step indexes are made the steps' own int objects (`_StepInts`).
+_SHARED_FROM = 256
+
+
+class _StepInts:
+    """The steps' own index objects, by index, when step i is at position i (as the pipeline numbers them): a
+    finding that names 10^5 steps holds those objects instead of ints of its own (~32 bytes each, and several
+    findings name the same steps). Same values; only their identity changes."""
+
+    def __init__(self, steps: Sequence[Any], arrays: StepArrays | None) -> None:
+        numbered = arrays is not None and arrays.n == len(steps) and bool((arrays.index == np.arange(arrays.n)).all())
+        self.ints: list[int] = list(map(_INDEX, steps)) if numbered else []
+
+    def share(self, values: Iterable[int], low: int, high: int) -> Iterable[int] | None:
+        """`values` (all between low and high) as the steps' own objects, None when some is not a step's index."""
+        if not self.ints or low < 0 or high >= len(self.ints):
+            return None
+        return map(self.ints.__getitem__, values)
+
+
+_INDEX = attrgetter("index")
+
+
+def _linked(f: Finding, shared: _StepInts, **links: Any) -> Finding:
     """`dataclasses.replace(f, **links)` for the fields consolidation fills in, without normalizing the finding's
-    steps and step savings again (`Finding.__post_init__`: they already are; a finding may name 10^5 steps)."""
+    steps and step savings again (`Finding.__post_init__`: they already are; a finding may name 10^5 steps); a
+    finding with many steps holds the steps' own index objects (`_StepInts`)."""
     out = copy.copy(f)
-    for name, value in {**links, "evidence": dict(f.evidence), "step_saving_ns": dict(f.step_saving_ns)}.items():
+    savings = dict(f.step_saving_ns)
+    if len(f.steps) >= _SHARED_FROM and (got := shared.share(f.steps, f.steps[0], f.steps[-1])) is not None:
+        object.__setattr__(out, "steps", tuple(got))
+    if len(savings) >= _SHARED_FROM and (keys := shared.share(savings, min(savings), max(savings))) is not None:
+        savings = dict(zip(keys, savings.values(), strict=True))
+    for name, value in {**links, "evidence": dict(f.evidence), "step_saving_ns": savings}.items():
         object.__setattr__(out, name, value)
     return out
 

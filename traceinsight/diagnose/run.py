@@ -16,6 +16,6 @@ def diagnose(ctx: TraceAnalysis) -> list[Finding]:
     saving bounded by the time it comes from (`traceinsight.diagnose.rootcause`)."""
     findings, results = run_rules(ctx)
     ctx.checks = results
-    ordered = consolidate(sort_findings(findings), ctx.steps)
+    ordered = consolidate(sort_findings(findings), ctx.steps, ctx.step_arrays() if ctx.steps else None)
     ctx.findings = ordered
     return ordered

@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from traceinsight.diagnose.context import TraceAnalysis
-from traceinsight.diagnose.launch_table import select, select_groups
+from traceinsight.diagnose.launch_table import select, select_groups, select_table
 from traceinsight.diagnose.views import LaunchView
+from traceinsight.ingest.arrow_numpy import encode, numbers
 
 
 class Slowdown(NamedTuple):
@@ -38,6 +41,32 @@ def slow_rows(ctx: TraceAnalysis, backends: tuple[str, ...] | None, split_kv: bo
     rows, views = select(ctx, "slow_launches", **_params(backends, split_kv, ratio_min, excess_min_ns, unsimulated))
     for pos, name_id, ref, how, typical, ratio, excess in rows:
         yield name_id, pos, Slowdown(views[pos], ref, how, typical, ratio, excess)
+
+
+class SlowColumns(NamedTuple):
+    """`slow_rows` as columns (numpy, row i one selected launch, in the query's order): its position, the number
+    of its kernel name, its excess over the reference (ns), and how the reference was estimated (`references`
+    [reference[i]])."""
+
+    pos: np.ndarray
+    name_id: np.ndarray
+    excess_ns: np.ndarray
+    reference: np.ndarray
+    references: list[str]
+
+
+def slow_columns(ctx: TraceAnalysis, backends: tuple[str, ...] | None, split_kv: bool | None, ratio_min: float,
+                 excess_min_ns: float, unsimulated: bool = False) -> SlowColumns:
+    """What `slow_rows` selects, as columns (no tuple or Slowdown per launch: a long trace may select 10^5)."""
+    result, _ = select_table(ctx, "slow_launches",
+                             **_params(backends, split_kv, ratio_min, excess_min_ns, unsimulated))
+    if not result.num_rows:
+        empty = np.zeros(0, np.int64)
+        return SlowColumns(empty, empty, np.zeros(0), empty, [])
+    col = {name: result.column(name).combine_chunks() for name in ("pos", "name_id", "excess_ns", "reference")}
+    words, codes = encode(col["reference"])
+    return SlowColumns(numbers(col["pos"]).astype(np.int64), numbers(col["name_id"]).astype(np.int64),
+                       numbers(col["excess_ns"]).astype(np.float64), codes, words)
 
 
 def slow_launches(

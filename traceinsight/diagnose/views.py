@@ -57,23 +57,33 @@ def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
     if s is not None and key in s.cache:
         return list(s.cache[key])
     out = []
+    if s is None:
+        for step in ctx.steps:
+            for launch in step.launches:
+                if launch.phase not in PREFILL_PHASES:  # the decode rules do not judge prefill or mixed launches
+                    out.append(LaunchView(step, launch, None, None, None, None, False))
+        return out
+    # The schedule's lookups bound once (a long trace has 10^6 launches); the fields in LaunchView's order.
+    threshold, batch, model, measured = s.thresholds.get, s.batches.get, s.models.get, s.measured.get
+    graph = s.cuda_graph_kernels
+    view, skip, append = LaunchView, PREFILL_PHASES, out.append
     for step in ctx.steps:
         for launch in step.launches:
-            if launch.phase in PREFILL_PHASES:
+            if launch.phase in skip:
                 continue  # the decode rules and models do not judge prefill or mixed launches
             k = launch.attention
-            out.append(LaunchView(
-                step=step,
-                launch=launch,
-                threshold=s.thresholds.get(k.name) if s else None,
-                batch=s.batches.get(step.index) if s else None,
-                model=s.models.get(k.kernel_id) if s else None,
-                measured=s.measured.get(k.kernel_id) if s else None,
-                cuda_graph=(k.kernel_id in s.cuda_graph_kernels) if s else False,
-            ))
-    if s is not None:
-        s.cache[key] = tuple(out)
+            kid = k.kernel_id
+            append(view(step, launch, threshold(k.name), batch(step.index), model(kid), measured(kid), kid in graph))
+    s.cache[key] = tuple(out)
     return out
+
+
+def release_views(ctx: TraceAnalysis) -> None:
+    """Let go of the launch views `launch_views` keeps on the schedule (a named tuple per launch: 23 MB at 1M
+    kernels) once the rules are done with them; asked again, they are made again."""
+    s = ctx.schedule
+    if s is not None:
+        s.cache.pop(("launch_views", id(ctx.steps), len(ctx.steps)), None)
 
 
 def backend_counts(ctx: TraceAnalysis) -> Counter[str]:

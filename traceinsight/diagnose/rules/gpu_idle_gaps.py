@@ -54,16 +54,20 @@ SAVING_BASIS = "span"
 CHUNK_MAX_GAPS = 1 << 20
 
 
-def outside_window_chunks(gaps: IdleGaps, ctx: TraceAnalysis) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def outside_window_chunks(gaps: IdleGaps, ctx: TraceAnalysis, min_ns: int = 0
+                          ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The part of each gap outside every step's window, as arrays (start_ns, end_ns, before_step) of the gaps
     with something left, CHUNK_MAX_GAPS gaps at a time, in order (the gaps as they are when no step has a window). A gap
     lies between two steps' GPU work, so a window can only cover its head (the next step's range opened before its
     first kernel) or its tail (the previous step's range stayed open after its GPU work): what remains is one
-    stretch, or nothing. Vectorised: a long trace has a gap between most of its kernels."""
+    stretch, or nothing. Vectorised: a long trace has a gap between most of its kernels. `min_ns`: gaps shorter
+    than this are left out before the cut (what remains of a gap is never longer than the gap; most gaps of a
+    long trace are launch latency)."""
     n = len(gaps)
     arrays = ctx.step_arrays()
     if not n or not arrays.windowed.any():
-        yield gaps.start_ns, gaps.end_ns, gaps.before_step
+        keep = gaps.end_ns - gaps.start_ns >= min_ns if min_ns > 0 else slice(None)
+        yield gaps.start_ns[keep], gaps.end_ns[keep], gaps.before_step[keep]
         return
     starts = arrays.window_start[arrays.windowed]
     order = np.argsort(starts, kind="stable")
@@ -72,12 +76,16 @@ def outside_window_chunks(gaps: IdleGaps, ctx: TraceAnalysis) -> Iterator[tuple[
     del starts, order
     for at in range(0, n, CHUNK_MAX_GAPS):
         g0, g1 = gaps.start_ns[at:at + CHUNK_MAX_GAPS], gaps.end_ns[at:at + CHUNK_MAX_GAPS]
+        before = gaps.before_step[at:at + CHUNK_MAX_GAPS]
+        if min_ns > 0:
+            long = g1 - g0 >= min_ns
+            g0, g1, before = g0[long], g1[long], before[long]
         i = np.searchsorted(w0, g0, side="right") - 1  # the last window starting at or before the gap
         lo = np.where((i >= 0) & (w1[np.maximum(i, 0)] > g0), w1[np.maximum(i, 0)], g0)
         k = np.searchsorted(w0, g1, side="left") - 1  # the last window starting before the gap's end
         hi = np.minimum(np.where((k >= 0) & (w0[np.maximum(k, 0)] > lo), w0[np.maximum(k, 0)], g1), g1)
         keep = hi > lo
-        yield lo[keep], hi[keep], gaps.before_step[at:at + CHUNK_MAX_GAPS][keep]
+        yield lo[keep], hi[keep], before[keep]
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:
@@ -90,7 +98,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     pause_min = limit(ctx, ID, "PAUSE_MIN_NS", PAUSE_MIN_NS)
     pauses = pause_ns = 0
     counted_durs, counted_before = [], []  # of the gaps counted (between gap_min and pause_min), per chunk
-    for lo, hi, before in outside_window_chunks(s.idle_gaps, ctx):
+    # A gap shorter than both limits is neither counted nor a pause, whatever the windows leave of it.
+    for lo, hi, before in outside_window_chunks(s.idle_gaps, ctx, int(min(gap_min, pause_min))):
         dur = hi - lo
         paused = dur >= pause_min
         counted = (dur >= gap_min) & ~paused

@@ -27,10 +27,10 @@ cause, each cause from the attention findings and the component that grew) is wo
 
 from __future__ import annotations
 
-import functools
+import itertools
 import tomllib
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, cast
@@ -315,47 +315,20 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     found, table = incidents(ctx)
     crit = limit(ctx, ID, "CRITICAL_RATIO", CRITICAL_RATIO)
     by_index = ctx.steps_by_index()
-    # Every spike's excess over its baseline, the incidents' steps one after another (a long trace has 10^5).
-    flat = np.fromiter((i for inc in found for i in inc.steps), np.int64, sum(len(inc.steps) for inc in found))
-    wall, base = table.gather(flat)
-    excess_of: list[float] = (wall.astype(float) - base).tolist()
-    wall_of: list[int] = wall.tolist()
-    base_of_step: list[float] = base.tolist()
-    worst_at: dict[int, int] = {}  # the incident's worst step (the most excess), by its place among them all
-    sum_of: dict[int, float] = {}
-    step_excess: dict[int, dict[int, int]] = {}
-    at = 0
-    for inc in found:
-        ex = excess_of[at:at + len(inc.steps)]
-        worst_at[id(inc)] = at + max(range(len(ex)), key=ex.__getitem__)
-        sum_of[id(inc)] = sum(ex)
-        step_excess[id(inc)] = {i: max(0, round(e)) for i, e in zip(inc.steps, ex, strict=True)}
-        at += len(ex)
-
-    def ratio(k: int) -> float:  # StepAttribution.ratio of the k-th step among them all
-        return wall_of[k] / base_of_step[k] if base_of_step[k] else 0.0
-
-    made: dict[int, StepAttribution] = {}
-
-    def worst_att(inc: Incident) -> StepAttribution:
-        got = made.get(id(inc))
-        if got is None:
-            got = made[id(inc)] = table[int(flat[worst_at[id(inc)]])]
-        return got
-
-    worst_of = _Lazy(worst_att, {id(inc): inc for inc in found})
+    records = _Records(found, table, crit)
     # Host causes: what the host did meanwhile, read once for the incidents reported one by one.
-    host_incidents = sorted((inc for inc in found if inc.cause in HOST_CAUSES),
-                            key=lambda inc: -sum_of[id(inc)])[:MAX_INCIDENTS]
-    base_of = {id(inc): neighbours(ctx, table, worst_of[id(inc)].step, HOST_BASELINE_STEPS) for inc in host_incidents}
-    host_ops = read_ops(ctx, {s for inc in host_incidents for s in (worst_of[id(inc)].step, *base_of[id(inc)])}) \
+    host_incidents = sorted((k for k, inc in enumerate(found) if inc.cause in HOST_CAUSES),
+                            key=lambda k: -records.sums[k])[:MAX_INCIDENTS]
+    base_of = {k: neighbours(ctx, table, records.worst(k).step, HOST_BASELINE_STEPS) for k in host_incidents}
+    host_ops = read_ops(ctx, {s for k in host_incidents for s in (records.worst(k).step, *base_of[k])}) \
         if host_incidents else None
 
-    def build(inc: Incident) -> Finding:
+    def build(k: int) -> Finding:
+        inc = found[k]
         atts = [table[i] for i in inc.steps]
-        worst = worst_of[id(inc)]
-        host_ev = (host_evidence(ctx, worst.step, base_of[id(inc)], host_ops)
-                   if id(inc) in base_of and host_ops is not None else None)
+        worst = records.worst(k)
+        host_ev = (host_evidence(ctx, worst.step, base_of[k], host_ops)
+                   if k in base_of and host_ops is not None else None)
         excess = sum(a.excess_ns for a in atts)
         onset_atts = [table[i] for i in inc.onset]
         rows = _sum_parts(atts + onset_atts)
@@ -414,69 +387,122 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             step_saving_ns={i: round(table[i].excess_ns) for i in inc.steps},
         )
 
-    records = []
-    for inc in found:
-        k = worst_at[id(inc)]
-        records.append(_Record(inc, functools.partial(worst_att, inc), int(flat[k]), ratio(k),
-                               round(sum_of[id(inc)]), tuple(inc.onset + inc.steps),
-                               Severity.CRITICAL if ratio(k) >= crit else Severity.WARNING,
-                               step_excess[id(inc)]))
     out = _fold(records, int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS)), build)
     return out + _groups(records, out)
 
 
-@dataclass
-class _Record:
-    """What ranking and folding need of an incident, before its finding is written (only the incidents reported
-    one by one, and the first of each folded cause, are: a long trace has thousands)."""
+class _Records:
+    """What ranking and folding need of the incidents, as arrays over them (k: an incident's place in `found`),
+    before any finding is written (only the incidents reported one by one, and the first of each folded cause,
+    are: a long trace has 10^4-10^5 incidents): each one's spike steps' excess over their baselines, summed and
+    rounded, its worst step (the most excess; the first of equals) and that step's ratio, its steps (onset then
+    spikes), its severity. Folded and grouped findings gather theirs from these arrays, not from a dict or a
+    record per incident."""
 
-    inc: Incident
-    worst_made: Callable[[], StepAttribution]  # (made for the incidents a finding names: a trace has 10^4)
-    worst_step: int
-    worst_ratio: float
-    excess_ns: int
-    steps: tuple[int, ...]
-    severity: Severity
-    step_excess: dict[int, int]
-
-    @property
-    def worst(self) -> StepAttribution:
-        return self.worst_made()
-
-
-class _Lazy(Mapping[int, StepAttribution]):
-    """Each incident's worst step's attribution by id(incident), made when first asked."""
-
-    def __init__(self, make: Callable[[Incident], StepAttribution], incidents: dict[int, Incident]) -> None:
-        self.make, self.incidents = make, incidents
-
-    def __getitem__(self, key: int) -> StepAttribution:
-        return self.make(self.incidents[key])
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.incidents)
+    def __init__(self, found: list[Incident], table: Table, crit: float) -> None:
+        self.found, self.table = found, table
+        m = len(found)
+        lens = np.fromiter(map(len, (inc.steps for inc in found)), np.int64, m)
+        self.offsets = np.cumsum(lens) - lens
+        self.lens = lens
+        self.spikes = np.fromiter(itertools.chain.from_iterable(inc.steps for inc in found), np.int64,
+                                  int(lens.sum()))
+        wall, base = table.gather(self.spikes)
+        excess = wall.astype(float) - base
+        # An incident of one step is its step; longer ones are summed in Python, as floats add up left to right,
+        # and their worst step is the first with their most excess.
+        sums = excess[self.offsets] if m else np.zeros(0)
+        worst_at = self.offsets.copy()
+        longer = np.flatnonzero(lens > 1)
+        if len(longer):
+            ex: list[float] = excess.tolist()
+            starts, ends = self.offsets[longer].tolist(), (self.offsets + lens)[longer].tolist()
+            sums[longer] = [sum(ex[a:b]) for a, b in zip(starts, ends, strict=True)]
+            worst_at[longer] = [max(range(a, b), key=ex.__getitem__) for a, b in zip(starts, ends, strict=True)]
+        self.sums: list[float] = sums.tolist()
+        self.excess = np.fromiter(map(round, self.sums), np.int64, m)
+        self.worst_step = self.spikes[worst_at]
+        w, b0 = wall[worst_at].astype(float), base[worst_at]
+        self.worst_ratio = np.divide(w, b0, out=np.zeros(m), where=b0 != 0)
+        self.critical = self.worst_ratio >= crit
+        # Every spike step's excess as a step saving (ns, at least 0; halves to even, as `round`).
+        self.step_excess = np.maximum(np.rint(excess), 0).astype(np.int64)
+        steps_lens = np.fromiter(map(len, (inc.onset for inc in found)), np.int64, m) + lens
+        self.step_offsets = np.cumsum(steps_lens) - steps_lens
+        self.step_lens = steps_lens
+        self.steps = np.fromiter(itertools.chain.from_iterable(itertools.chain(inc.onset, inc.steps) for inc in found),
+                                 np.int64, int(steps_lens.sum()))
+        self._worst: dict[int, StepAttribution] = {}
 
     def __len__(self) -> int:
-        return len(self.incidents)
+        return len(self.found)
+
+    def worst(self, k: int) -> StepAttribution:
+        """Incident k's worst step's attribution (made when first asked)."""
+        got = self._worst.get(k)
+        if got is None:
+            got = self._worst[k] = self.table[int(self.worst_step[k])]
+        return got
+
+    def severity(self, k: int) -> Severity:
+        return Severity.CRITICAL if self.critical[k] else Severity.WARNING
+
+    def most(self, members: list[int], *, least_step: bool = False) -> int:
+        """The member whose worst ratio, rounded to 2 places (by `round`, which numpy's rounding is not), is the
+        largest: the first of equals, or (`least_step`) of equals the one with the least worst step (then the
+        first). Only members near the largest ratio are rounded: two ratios that round the same lie within 0.01
+        of each other (rounding never reorders)."""
+        ratio = self.worst_ratio[members]
+        near = np.flatnonzero(ratio >= ratio.max() - 0.02).tolist() or list(range(len(members)))
+        rounded = [round(float(ratio[j]), 2) for j in near]
+        if least_step:
+            step = self.worst_step[members]
+            best = max(range(len(near)), key=lambda i: (rounded[i], -int(step[near[i]])))
+        else:
+            best = max(range(len(near)), key=rounded.__getitem__)
+        return members[near[best]]
+
+    @staticmethod
+    def _ranges(offsets: np.ndarray, lens: np.ndarray, members: list[int]) -> np.ndarray:
+        """The positions of the members' ranges (offsets[k], lens[k]) one after the other, in members' order."""
+        at = np.asarray(members, np.int64)
+        n = lens[at]
+        first = np.cumsum(n) - n
+        return np.repeat(offsets[at] - first, n) + np.arange(int(n.sum()), dtype=np.int64)
+
+    def all_steps(self, members: list[int]) -> list[int]:
+        """The members' steps (onsets and spikes), sorted."""
+        out: list[int] = np.sort(self.steps[self._ranges(self.step_offsets, self.step_lens, members)]).tolist()
+        return out
+
+    def step_savings(self, members: list[int]) -> dict[int, int]:
+        """{spike step: its excess} over the members, in their order."""
+        pos = self._ranges(self.offsets, self.lens, members)
+        return dict(zip(self.spikes[pos].tolist(), self.step_excess[pos].tolist(), strict=True))
+
+    def first_last(self, k: int) -> tuple[int, int]:
+        """Incident k's first and last step (onset included)."""
+        a = int(self.step_offsets[k])
+        return int(self.steps[a]), int(self.steps[a + int(self.step_lens[k]) - 1])
 
 
-def _fold(records: list[_Record], keep: int, build: Callable[[Incident], Finding]) -> list[Finding]:
+def _fold(records: _Records, keep: int, build: Callable[[int], Finding]) -> list[Finding]:
     """The `keep` incidents with the most excess time as they are (in step order), and the others as one
     finding per cause that counts them (its steps: all of theirs; its severity: the worst of theirs)."""
     if len(records) <= keep:
-        return [build(r.inc) for r in records]
-    ranked = sorted(range(len(records)), key=lambda i: -records[i].excess_ns)
+        return [build(k) for k in range(len(records))]
+    ranked = np.argsort(-records.excess, kind="stable").tolist()
     kept = sorted(ranked[:keep])
     folded: dict[str, list[int]] = defaultdict(list)
     for i in sorted(ranked[keep:]):
-        folded[records[i].inc.cause].append(i)
-    out = [build(records[i].inc) for i in kept]
+        folded[records.found[i].cause].append(i)
+    out = [build(i) for i in kept]
     for cid, members in folded.items():
-        steps = sorted(s for i in members for s in records[i].steps)
-        excess = sum(records[i].excess_ns for i in members)
-        worst = records[max(members, key=lambda i: round(records[i].worst_ratio, 2))].worst
-        severity = min((records[i].severity for i in members), key=lambda x: x.rank)
-        first = build(records[members[0]].inc)
+        steps = records.all_steps(members)
+        excess = int(records.excess[members].sum())
+        worst = records.worst(records.most(members))
+        severity = Severity.CRITICAL if records.critical[members].any() else Severity.WARNING
+        first = build(members[0])
         out.append(Finding(
             id=ID,
             severity=severity,
@@ -503,29 +529,30 @@ def _fold(records: list[_Record], keep: int, build: Callable[[Incident], Finding
                 f"each attributed to {cid}. The first: {first.explanation}"),
             remedy=first.remedy,
             saving_ns=excess,
-            step_saving_ns={s: v for i in members for s, v in records[i].step_excess.items()},
+            step_saving_ns=records.step_savings(members),
         ))
     return out
 
 
-def _groups(records: list[_Record], listed: list[Finding]) -> list[Finding]:
+def _groups(records: _Records, listed: list[Finding]) -> list[Finding]:
     """One finding per cause that no other rule's finding explains (host-stall, prefill, kernels:gemm, ...) and
     that recurs (GROUP_MIN_INCIDENTS incidents or more): the root cause its incidents are the evidence of
     (`traceinsight.diagnose.rootcause` links them to it by `evidence.cause`). Its saving is the incidents' excess
     time, step by step; its severity the worst of theirs."""
-    by_cause: dict[str, list[_Record]] = defaultdict(list)
-    for r in records:
-        if r.inc.finding is None:
-            by_cause[r.inc.cause].append(r)
+    by_cause: dict[str, list[int]] = defaultdict(list)
+    for k, inc in enumerate(records.found):
+        if inc.finding is None:
+            by_cause[inc.cause].append(k)
     out = []
     for cid, members in by_cause.items():
         if len(members) < GROUP_MIN_INCIDENTS:
             continue
-        steps = sorted(s for r in members for s in r.steps)
-        excess = sum(r.excess_ns for r in members)
-        worst = max(members, key=lambda r: (round(r.worst_ratio, 2), -r.worst_step)).worst
-        severity = min((r.severity for r in members), key=lambda x: x.rank)
-        biggest = sorted(members, key=lambda r: -r.excess_ns)[:MAX_INCIDENTS]
+        steps = records.all_steps(members)
+        excess = int(records.excess[members].sum())
+        worst = records.worst(records.most(members, least_step=True))
+        severity = Severity.CRITICAL if records.critical[members].any() else Severity.WARNING
+        excess_of = records.excess[members].tolist()
+        biggest = [members[j] for j in sorted(range(len(members)), key=lambda j: -excess_of[j])[:MAX_INCIDENTS]]
         out.append(Finding(
             id=ID,
             severity=severity,
@@ -535,16 +562,16 @@ def _groups(records: list[_Record], listed: list[Finding]) -> list[Finding]:
                      f"{fmt_ns(excess)} of excess time in all"),
             evidence={
                 "cause": cid,
-                "cause_component": members[0].inc.component,
+                "cause_component": records.found[members[0]].component,
                 "group": True,
                 "incidents": len(members),
-                "spike_steps": sum(len(r.inc.steps) for r in members),
+                "spike_steps": int(records.lens[members].sum()),
                 "first_step": steps[0],
                 "last_step": steps[-1],
                 "worst_step": worst.step,
                 "worst_ratio": round(worst.ratio, 2),
                 "excess_ns": excess,
-                "incident_steps": [[r.steps[0], r.steps[-1], r.excess_ns] for r in biggest],
+                "incident_steps": [[*records.first_last(k), int(records.excess[k])] for k in biggest],
             },
             explanation=(
                 f"{len(members)} incidents broke from the trend of their series for one cause, {cid}: one root "
@@ -553,6 +580,6 @@ def _groups(records: list[_Record], listed: list[Finding]) -> list[Finding]:
                 "of this finding."),
             remedy=next((f.remedy for f in listed if f.evidence.get("cause") == cid), ""),
             saving_ns=excess,
-            step_saving_ns={s: v for r in members for s, v in r.step_excess.items()},
+            step_saving_ns=records.step_savings(members),
         ))
     return out

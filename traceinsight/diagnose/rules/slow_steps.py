@@ -20,7 +20,6 @@ cause, `evidence.group`), the MAX_INCIDENTS costliest listed one by one as its e
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -78,11 +77,19 @@ def _median(values: np.ndarray) -> float:
 
 @dataclass
 class _Slow:
-    att: StepAttribution
+    part: SeriesPart
+    row: int
+    step: int
     component: str | None
     cost_ns: float  # excess over the baseline, or the component's growth
     ratio: float  # the step's (or the component's) time over its baseline
     whole: bool  # the step as a whole rose (else one component did)
+
+    @property
+    def att(self) -> StepAttribution:
+        """The step's attribution (made when asked: only the findings' worst steps are; a trace has 10^4 slow
+        steps)."""
+        return self.part.at(self.row)
 
 
 @dataclass
@@ -140,14 +147,11 @@ class _Incident:
     component: str | None
     finding: Finding | None
     members: list[_Slow]
-
-    @functools.cached_property
-    def cost_ns(self) -> float:  # (asked once the members are all in)
-        return sum(m.cost_ns for m in self.members)
+    cost_ns: float = 0.0  # the members' cost, summed once they are all in (`incidents`)
 
     @property
     def steps(self) -> list[int]:
-        return [m.att.step for m in self.members]
+        return [m.step for m in self.members]
 
     @property
     def worst(self) -> _Slow:
@@ -174,14 +178,16 @@ def incidents(ctx: TraceAnalysis) -> list[_Incident]:
     out: list[_Incident] = []
     current: _Incident | None = None
     last = (-1, -2)
-    for series, pos, _step, p, r, c, cost, ratio, whole, cid, fnd in slow:
-        m = _Slow(p.at(r), c, cost, ratio, whole)
+    for series, pos, step, p, r, c, cost, ratio, whole, cid, fnd in slow:
+        m = _Slow(p, r, step, c, cost, ratio, whole)
         if current is not None and last == (series, pos - 1) and current.cause == cid:
             current.members.append(m)
         else:
             current = _Incident(cid, c, fnd, [m])
             out.append(current)
         last = (series, pos)
+    for inc in out:
+        inc.cost_ns = sum(m.cost_ns for m in inc.members)
     return out
 
 
@@ -254,7 +260,7 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                 f"{inc.cause}" + (f" — {inc.finding.summary}" if inc.finding is not None else "") + "."),
             remedy=remedy(inc),
             saving_ns=round(inc.cost_ns),
-            step_saving_ns={m.att.step: round(m.cost_ns) for m in inc.members},
+            step_saving_ns={m.step: round(m.cost_ns) for m in inc.members},
         )
 
     keep = int(limit(ctx, ID, "MAX_INCIDENTS", MAX_INCIDENTS))
@@ -286,6 +292,6 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
                          f"{len(steps)} steps."),
             remedy=remedy(members[0]),
             saving_ns=round(cost),
-            step_saving_ns={m.att.step: round(m.cost_ns) for inc in members for m in inc.members},
+            step_saving_ns={m.step: round(m.cost_ns) for inc in members for m in inc.members},
         ))
     return out

@@ -12,18 +12,19 @@ here in Python, since a simulation's per-SM segments and tail intervals are not 
 from __future__ import annotations
 
 import bisect
-import heapq
 from collections import Counter
-from collections.abc import Iterator
+
+import numpy as np
 
 from traceinsight.diagnose import remedies
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
-from traceinsight.diagnose.launch_table import select
+from traceinsight.diagnose.launch_table import launch_column, select
 from traceinsight.diagnose.rule import Input, limit
-from traceinsight.diagnose.savings import by_step, cap, tail_saving_ns
-from traceinsight.diagnose.slowdown import Slowdown, slow_rows
-from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
+from traceinsight.diagnose.savings import by_step, tail_saving_ns
+from traceinsight.diagnose.slowdown import slow_columns
+from traceinsight.diagnose.views import LaunchView, step_ranges
+from traceinsight.ingest.arrow_numpy import sorted_distinct
 from traceinsight.units import fmt_ns
 
 ID = "tail-ctas"
@@ -73,39 +74,54 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
     ratio_min = limit(ctx, ID, "SLOWDOWN_MIN_RATIO", SLOWDOWN_MIN_RATIO)
     covered = {s for f in ctx.findings if f.id in PARENTS for s in f.steps}
     out = []
-    # The candidates, in SQL: every simulated launch (simulated_launches.sql; priced below by its simulation)
-    # and every other launch slow by durations (slow_launches.sql), per kernel name in first-seen order.
-    # Both come in that order; merged as they are read (either may hold every launch of a long trace).
+    # The candidates, in SQL: every simulated launch (simulated_launches.sql; priced below by its simulation,
+    # one at a time) and every other launch slow by durations (slow_launches.sql, read as columns: a long
+    # trace has 10^5). Each kernel name's hits in launch order, the names in first-seen order.
     rows, views = select(ctx, "simulated_launches")
-    simulated: Iterator[tuple[int, int, Slowdown | None]] = ((name_id, pos, None) for pos, name_id in rows)
-    candidates = heapq.merge(simulated, slow_rows(ctx, None, None, ratio_min, ns_min, unsimulated=True),
-                             key=lambda c: (c[0], c[1]))
-    groups: dict[int, list[tuple[LaunchView, float, float, str, str]]] = {}  # view, share, saving, items, source
-    for name_id, pos, sd in candidates:
-        v = views[pos]
+    sim: list[tuple[int, int, float, float, str]] = []  # name_id, pos, share, saving, items
+    for at, nid in rows:
+        v = views[at]
         if v.step.index in covered:
             continue
-        if sd is None:
-            t = _tail(v)
-            assert t is not None  # a simulated launch has a tail (possibly none long)
-            share, saving, items = t
-            if share >= frac_min and share * v.dur_ns >= ns_min:
-                groups.setdefault(name_id, []).append((v, share, saving, items, "model"))
-        else:
-            groups.setdefault(name_id, []).append(
-                (v, sd.excess_ns / v.dur_ns, sd.excess_ns, "", f"durations ({sd.reference})"))
-    for hits in groups.values():
-        wv, share, _, items, source = max(hits, key=lambda h: h[1] * h[0].dur_ns)
-        steps = steps_of(h[0] for h in hits)
-        saving = sum(cap(h[2], h[0].dur_ns) or 0.0 for h in hits)
+        t = _tail(v)
+        assert t is not None  # a simulated launch has a tail (possibly none long)
+        if t[0] >= frac_min and t[0] * v.dur_ns >= ns_min:
+            sim.append((nid, at, *t))
+    slow = slow_columns(ctx, None, None, ratio_min, ns_min, unsimulated=True)
+    step_of, dur_of = launch_column(ctx, "step"), launch_column(ctx, "dur_ns")
+    keep = ~np.isin(step_of[slow.pos], np.fromiter(covered, np.int64, len(covered)))
+    sim_cols = list(zip(*sim, strict=True)) if sim else [(), (), (), (), ()]
+    n_sim = len(sim)
+    name_id = np.concatenate([np.asarray(sim_cols[0], np.int64), slow.name_id[keep]])
+    pos = np.concatenate([np.asarray(sim_cols[1], np.int64), slow.pos[keep]])
+    dur = dur_of[pos]
+    excess = slow.excess_ns[keep]
+    share = np.concatenate([np.asarray(sim_cols[2], float), excess / dur[n_sim:]])
+    saving = np.concatenate([np.asarray(sim_cols[3], float), excess])
+    reference = slow.reference[keep]
+    order = np.lexsort((pos, name_id))  # as the two streams merged by (name_id, pos)
+    starts = np.flatnonzero(np.r_[True, name_id[order][1:] != name_id[order][:-1]]) if len(order) else order
+    for g in np.split(order, starts[1:]) if len(order) else []:
+        w = int(g[int(np.argmax(share[g] * dur[g]))])  # the hit with the longest tail (the first of equals)
+        wv = views[int(pos[w])]
+        share_w = float(share[w])
+        items, source = ((sim[w][4], "model") if w < n_sim
+                         else ("", f"durations ({slow.references[int(reference[w - n_sim])]})"))
+        steps = sorted_distinct(step_of[pos[g]]).tolist()
+        capped = np.minimum(np.maximum(saving[g], 0.0), np.maximum(dur[g], 0).astype(float))
+        total = sum(capped.tolist())  # added up in launch order, as floats add up left to right
+        hit_steps = step_of[pos[g]]
+        per_step = (dict(zip(hit_steps.tolist(), np.rint(capped).astype(np.int64).tolist(), strict=True))
+                    if len(steps) == len(g) else by_step(zip(hit_steps.tolist(), capped.tolist(), strict=True)))
+        hits = len(g)
         evidence = {
             "kernel": wv.kernel,
             "backend": wv.backend,
-            "launches": len(hits),
+            "launches": hits,
             "worst_step": wv.step.index,
             "worst_dur_ns": wv.dur_ns,
-            "worst_tail_ns": round(share * wv.dur_ns),
-            "worst_tail_fraction": round(share, 3),
+            "worst_tail_ns": round(share_w * wv.dur_ns),
+            "worst_tail_fraction": round(share_w, 3),
             "worst_tail_items": items or None,
             "worst_max_kv_len": wv.batch.max_kv_len if wv.batch else None,
             "source": source,
@@ -113,18 +129,18 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         formed = f" The tail is formed by {items}." if items else ""
         out.append(Finding(
             id=ID,
-            severity=Severity.WARNING if share >= WARNING_FRACTION else Severity.INFO,
+            severity=Severity.WARNING if share_w >= WARNING_FRACTION else Severity.INFO,
             steps=tuple(steps),
-            summary=(f"tail CTAs in {len(hits)} launches of {wv.kernel} (steps {step_ranges(steps)}): up to "
-                     f"{share:.0%} of {fmt_ns(wv.dur_ns)} with fewer than half the SMs busy"),
+            summary=(f"tail CTAs in {hits} launches of {wv.kernel} (steps {step_ranges(steps)}): up to "
+                     f"{share_w:.0%} of {fmt_ns(wv.dur_ns)} with fewer than half the SMs busy"),
             evidence=evidence,
             explanation=(
                 "A kernel ends when its last CTA ends. When a few work items are much longer than the rest, the "
                 "GPU runs at full width for a while and then waits for those few CTAs on a handful of SMs. In "
-                f"step {wv.step.index} about {fmt_ns(share * wv.dur_ns)} of {fmt_ns(wv.dur_ns)} was such a tail "
+                f"step {wv.step.index} about {fmt_ns(share_w * wv.dur_ns)} of {fmt_ns(wv.dur_ns)} was such a tail "
                 f"(estimated from {source}).{formed}"),
             remedy=remedies.remedy(ID, remedies.facts(ctx), backends=[wv.backend or ""]),
-            saving_ns=round(saving),
-            step_saving_ns=by_step((h[0].step.index, cap(h[2], h[0].dur_ns) or 0.0) for h in hits),
+            saving_ns=round(total),
+            step_saving_ns=per_step,
         ))
     return out

@@ -12,12 +12,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
+import numpy as np
+
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
-from traceinsight.diagnose.launch_table import select_groups
+from traceinsight.diagnose.launch_table import launch_relation, select_groups
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
-from traceinsight.diagnose.views import LaunchView, launch_views, step_ranges, steps_of
+from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
 from traceinsight.diagnose.whatif import cost_for, occupancy_for
+from traceinsight.ingest.arrow_numpy import ints, numbers, valid
 from traceinsight.model.batches import fa3_options, planner_batch
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
 from traceinsight.model.planners import plan
@@ -60,9 +63,23 @@ def _at_threshold_ns(ctx: TraceAnalysis, v: LaunchView, b_th: int) -> float | No
     return float(s.cache[key])
 
 
+def _split_launches_with_batch_sizes(ctx: TraceAnalysis) -> bool:
+    """Whether some split launch of BACKENDS has a known batch size and a kernel with a split-KV threshold: over
+    the launch relation's columns (no pass over 10^6 views)."""
+    t = launch_relation(ctx)
+    if not t.num_rows:
+        return False
+    col = {name: t.column(name).combine_chunks() for name in ("batch_size", "split_kv", "backend", "b_threshold")}
+    backend = col["backend"]
+    mine = np.array([w in BACKENDS for w in backend.dictionary.to_pylist()] + [False], bool)
+    ok = valid(col["batch_size"]) & valid(col["split_kv"]) & numbers(col["split_kv"])
+    ok &= mine[ints(backend.indices, -1)]  # (NULL: the last, False)
+    ok &= ints(col["b_threshold"], 0) != 0  # a threshold that is known and not 0
+    return bool(ok.any())
+
+
 def apply(ctx: TraceAnalysis) -> list[Finding]:
-    if not any(v.batch_size is not None and v.launch.split_kv is True and v.backend in BACKENDS
-               and v.threshold is not None and v.threshold.b_threshold for v in launch_views(ctx)):
+    if not _split_launches_with_batch_sizes(ctx):
         raise NotApplicable("the batch size of split launches is unknown without a sidecar (--meta SIDECAR)")
     m_req = limit(ctx, ID, "MARGIN_MIN_REQUESTS", MARGIN_MIN_REQUESTS)
     m_frac = limit(ctx, ID, "MARGIN_FRACTION", MARGIN_FRACTION)
