@@ -39,6 +39,8 @@ from traceinsight.errors import FormatError
 from traceinsight.ingest.arrow_numpy import encode, ints, numbers, valid
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model import engine_steps, iterations
+from traceinsight.model.kernel_columns import Kernel as Kernel
+from traceinsight.model.kernel_columns import KernelViews, LabelFields
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.model.phases import MIXED, mixed_from_tiles, tile_padding
 from traceinsight.model.toml_tables import versioned_tables
@@ -140,29 +142,6 @@ WRAPPER_SHARE = 0.5
 
 
 @dataclass(slots=True)
-class Kernel:
-    """One kernel execution with its label (times in ns)."""
-
-    kernel_id: int
-    name: str
-    kernel: str
-    family: str
-    backend: str | None
-    phase: str
-    phase_evidence: str
-    params: dict[str, Any]
-    stream_id: int | None
-    device_id: int | None
-    start_ns: int
-    end_ns: int
-    dur_ns: int
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    registers_per_thread: int | None
-    smem_bytes: int | None
-
-
-@dataclass(slots=True)
 class Launch:
     """An attention kernel launch and the merge/prepare kernels that belong to it."""
 
@@ -245,9 +224,6 @@ class Step:
         return states.pop() if len(states) == 1 else None
 
 
-# A kernel label's fields in Kernel's order (name, kernel, family, backend, phase, phase_evidence, params).
-LabelFields = tuple[str, str, str, str | None, str, str, dict[str, Any]]
-
 # Each database's labels by id (`labels_of`), and how many there were when read: kernel_labels is insert-only, so
 # a count that grew means new labels to read.
 _LABELS: weakref.WeakKeyDictionary[TraceDB, tuple[int, dict[int, LabelFields]]] = weakref.WeakKeyDictionary()
@@ -273,64 +249,9 @@ def labels_of(db: TraceDB) -> dict[int, LabelFields]:
 
 def kernels_of(table: pa.Table, labels: dict[int, LabelFields]) -> list[Kernel]:
     """The kernels of a query's rows (the kernel columns of step_launches.sql and step_kernels.sql: kernel_id,
-    label_id, stream_id, device_id, times, grid, block, registers, shared memory), in row order, column by column:
-    each label's fields (`labels`: `labels_of`) and each distinct integer of the shared columns is one Python object
-    however many kernels hold it."""
-    if not table.num_rows:
-        return []
-    col = {name: table.column(name).combine_chunks() for name in table.column_names}
-    label_cols = _label_columns(ints(col["label_id"], -1), labels)
-    unique = [numbers(col[c]).tolist() for c in ("kernel_id", "start_ns", "end_ns", "dur_ns")]
-    stream, device, regs, smem = (_shared_ints(col[c]) for c in ("stream_id", "device_id", "registers_per_thread",
-                                                                 "smem_bytes"))
-    return list(map(Kernel, unique[0], *label_cols, stream, device, *unique[1:], _triples(col, "grid"),
-                    _triples(col, "block"), regs, smem))
-
-
-def _label_columns(ids: np.ndarray, labels: dict[int, LabelFields]) -> list[list[Any]]:
-    """The seven label fields of each row (`LabelFields`), by its label id: one object per label, not per row."""
-    distinct, inverse = np.unique(ids, return_inverse=True)
-    rows = [labels[i] for i in distinct.tolist()]
-    out = []
-    for f in range(7):
-        values = np.empty(len(rows), dtype=object)
-        for i, r in enumerate(rows):
-            values[i] = r[f]
-        out.append(values[inverse.reshape(-1)].tolist())
-    return out
-
-
-def _shared_ints(column: pa.Array) -> list[int | None]:
-    """An integer column as Python ints, one object per distinct value (NULL as None)."""
-    values = ints(column, 0)
-    distinct, inverse = np.unique(values, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    shared = np.empty(len(distinct) + 1, dtype=object)
-    shared[:-1] = distinct.tolist()
-    shared[-1] = None
-    if column.null_count:
-        inverse = np.where(valid(column), inverse, len(distinct))
-    out: list[int | None] = shared[inverse].tolist()
-    return out
-
-
-def _triples(col: dict[str, pa.Array], prefix: str) -> list[tuple[int, int, int]]:
-    """Each row's (x, y, z) of the columns PREFIX_x/_y/_z (NULL as 0), one tuple object per distinct triple (a long
-    trace's 600K launches hold a handful of grids), found by numpy (the three packed into one integer when they
-    fit) rather than a dict lookup per row."""
-    axes = [ints(col[f"{prefix}_{a}"], 0).astype(np.int64) for a in "xyz"]
-    if all(len(a) == 0 or (a.min() >= 0 and a.max() < 1 << 21) for a in axes):
-        packed = (axes[0] << 42) | (axes[1] << 21) | axes[2]
-        distinct, inverse = np.unique(packed, return_inverse=True)
-        values = [(v >> 42, (v >> 21) & 0x1FFFFF, v & 0x1FFFFF) for v in distinct.tolist()]
-    else:
-        rows, inverse = np.unique(np.stack(axes, 1), axis=0, return_inverse=True)
-        values = [(x, y, z) for x, y, z in rows.tolist()]
-    shared = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        shared[i] = v
-    triples: list[tuple[int, int, int]] = shared[inverse.reshape(-1)].tolist()
-    return triples
+    label_id, stream_id, device_id, times, grid, block, registers, shared memory), in row order: views of the rows
+    (`model.kernel_columns`), each label's fields (`labels`: `labels_of`) shared."""
+    return KernelViews(labels).of(table)
 
 
 def _attention_values(column: pa.Array, attention: np.ndarray, null: str | None = None) -> list[Any]:
@@ -438,7 +359,7 @@ def _launches(db: TraceDB, trace_id: int) -> tuple[list[Launch], np.ndarray]:
     in record batches; a launch's rows are its attention row, then its merges, then its prepares."""
     result = db.con.sql(sql("step_launches"), params={
         "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)})
-    labels = labels_of(db)
+    views = KernelViews(labels_of(db))  # one for every batch: the kernels' shapes shared across them
     kernels: list[Kernel] = []
     attention: list[np.ndarray] = []
     parts: dict[str, list[np.ndarray]] = {"step_key": [], "merges": [], "prepares": []}
@@ -446,7 +367,7 @@ def _launches(db: TraceDB, trace_id: int) -> tuple[list[Launch], np.ndarray]:
     evidence: list[str] = []
     for batch in db.stream(result, LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
         part = pa.Table.from_batches([batch])
-        kernels += kernels_of(part, labels)
+        kernels += views.of(part)
         merges = part.column("merges").combine_chunks()
         mask = valid(merges)  # the attention rows: the others have no count
         attention.append(mask)

@@ -1,0 +1,256 @@
+"""Kernels as columns: a query's kernel rows (the kernel columns of step_launches.sql and step_kernels.sql) kept in
+int64 arrays, and `Kernel`, a read-only view of one row whose attributes read them.
+
+A long trace's steps hold a Kernel for each attention, merge and prepare kernel (10^6 at 10M kernels): as a
+20-field object with four Python ints of its own each (id, start, end, duration) that was ~300 bytes a kernel. A
+view is three references: its rows (`KernelRows`, at most `CHUNK` rows each, so the row number is one of Python's
+shared small ints), its row, and its shape (the label's fields and the shared columns: stream, device, grid, block,
+registers, shared memory; one tuple per distinct combination, shared by every kernel that has it). The ints are
+made when read, as Python ints (never numpy scalars).
+"""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from traceinsight.ingest.arrow_numpy import ints, numbers, valid
+
+# A kernel label's fields in Kernel's order (name, kernel, family, backend, phase, phase_evidence, params).
+LabelFields = tuple[str, str, str, str | None, str, str, dict[str, Any]]
+
+# A view's shape: its label's fields, then stream_id, device_id, grid, block, registers_per_thread, smem_bytes.
+Shape = tuple[Any, ...]
+
+# Rows of one `KernelRows`: a view's row number is then one of the ints Python shares (0..256), not an object of
+# its own per kernel.
+CHUNK = 256
+
+# Kernel's fields, in the order the dataclass had them (its repr and equality).
+FIELDS = ("kernel_id", "name", "kernel", "family", "backend", "phase", "phase_evidence", "params", "stream_id",
+          "device_id", "start_ns", "end_ns", "dur_ns", "grid", "block", "registers_per_thread", "smem_bytes")
+
+
+class KernelRows:
+    """Up to CHUNK kernels' own integers, int64 each: kernel_id, start_ns, end_ns, dur_ns."""
+
+    __slots__ = ("dur_ns", "end_ns", "kernel_id", "start_ns")
+
+    def __init__(self, kernel_id: array[int], start_ns: array[int], end_ns: array[int], dur_ns: array[int]) -> None:
+        self.kernel_id = kernel_id
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.dur_ns = dur_ns
+
+
+class Kernel:
+    """One kernel execution with its label (times in ns): a read-only view of row `_r` of `_c`, its shared
+    fields in `_s` (`Shape`)."""
+
+    __slots__ = ("_c", "_r", "_s")
+
+    def __init__(self, rows: KernelRows, row: int, shape: Shape) -> None:
+        self._c = rows
+        self._r = row
+        self._s = shape
+
+    @property
+    def kernel_id(self) -> int:
+        return self._c.kernel_id[self._r]
+
+    @property
+    def start_ns(self) -> int:
+        return self._c.start_ns[self._r]
+
+    @property
+    def end_ns(self) -> int:
+        return self._c.end_ns[self._r]
+
+    @property
+    def dur_ns(self) -> int:
+        return self._c.dur_ns[self._r]
+
+    @property
+    def name(self) -> str:
+        name: str = self._s[0]
+        return name
+
+    @property
+    def kernel(self) -> str:
+        kernel: str = self._s[1]
+        return kernel
+
+    @property
+    def family(self) -> str:
+        family: str = self._s[2]
+        return family
+
+    @property
+    def backend(self) -> str | None:
+        backend: str | None = self._s[3]
+        return backend
+
+    @property
+    def phase(self) -> str:
+        phase: str = self._s[4]
+        return phase
+
+    @property
+    def phase_evidence(self) -> str:
+        evidence: str = self._s[5]
+        return evidence
+
+    @property
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = self._s[6]
+        return params
+
+    @property
+    def stream_id(self) -> int | None:
+        stream: int | None = self._s[7]
+        return stream
+
+    @property
+    def device_id(self) -> int | None:
+        device: int | None = self._s[8]
+        return device
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        grid: tuple[int, int, int] = self._s[9]
+        return grid
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        block: tuple[int, int, int] = self._s[10]
+        return block
+
+    @property
+    def registers_per_thread(self) -> int | None:
+        regs: int | None = self._s[11]
+        return regs
+
+    @property
+    def smem_bytes(self) -> int | None:
+        smem: int | None = self._s[12]
+        return smem
+
+    def values(self) -> tuple[Any, ...]:
+        """The fields' values, in FIELDS order."""
+        return tuple(getattr(self, f) for f in FIELDS)
+
+    def __eq__(self, other: object) -> bool:  # as the dataclass it replaces: field by field
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Kernel)
+        return self.values() == other.values()
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return "Kernel(" + ", ".join(f"{f}={v!r}" for f, v in zip(FIELDS, self.values(), strict=True)) + ")"
+
+
+def kernel(kernel_id: int, name: str, kernel: str, family: str, backend: str | None, phase: str,
+           phase_evidence: str, params: dict[str, Any], stream_id: int | None, device_id: int | None, start_ns: int,
+           end_ns: int, dur_ns: int, grid: tuple[int, int, int], block: tuple[int, int, int],
+           registers_per_thread: int | None, smem_bytes: int | None) -> Kernel:
+    """One Kernel of these fields (a row of its own), for a caller that has no query's rows."""
+    rows = KernelRows(*(array("q", [v]) for v in (kernel_id, start_ns, end_ns, dur_ns)))
+    return Kernel(rows, 0, (name, kernel, family, backend, phase, phase_evidence, params, stream_id, device_id, grid,
+                            block, registers_per_thread, smem_bytes))
+
+
+class KernelViews:
+    """Builds the views of one or more query results' kernel rows, sharing each distinct shape across them."""
+
+    def __init__(self, labels: dict[int, LabelFields]) -> None:
+        self.labels = labels
+        self.shapes: dict[tuple[Any, ...], Shape] = {}
+
+    def of(self, table: pa.Table) -> list[Kernel]:
+        """The kernels of a query's rows (kernel_id, label_id, stream_id, device_id, start_ns, end_ns, dur_ns,
+        grid_x/y/z, block_x/y/z, registers_per_thread, smem_bytes), in row order."""
+        n = table.num_rows
+        if not n:
+            return []
+        col = {name: table.column(name).combine_chunks() for name in table.column_names}
+        parts = [_codes(ints(col["label_id"], -1), None)]
+        parts += [_codes(ints(col[c], 0), None if not col[c].null_count else valid(col[c]))
+                  for c in ("stream_id", "device_id")]
+        parts += [_triple_codes(col, "grid"), _triple_codes(col, "block")]
+        parts += [_codes(ints(col[c], 0), None if not col[c].null_count else valid(col[c]))
+                  for c in ("registers_per_thread", "smem_bytes")]
+        if np.prod([float(len(values)) for _, values in parts]) < 2.0**62:  # the codes as one mixed-radix int64
+            key = np.zeros(n, np.int64)
+            for codes, values in parts:
+                key = key * len(values) + codes
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        else:  # too many combinations for one int64: by rows of codes
+            _, first, inverse = np.unique(np.stack([c for c, _ in parts], 1), axis=0, return_index=True,
+                                          return_inverse=True)
+        shapes = np.empty(len(first), dtype=object)
+        for i, r in enumerate(first.tolist()):
+            label_id, *rest = (values[codes[r]] for codes, values in parts)
+            whole = (label_id, *rest)
+            got = self.shapes.get(whole)
+            if got is None:
+                got = self.shapes[whole] = (*self.labels[label_id], *rest)
+            shapes[i] = got
+        own = [array("q") for _ in range(4)]
+        for a, c in zip(own, ("kernel_id", "start_ns", "end_ns", "dur_ns"), strict=True):
+            a.frombytes(numbers(col[c]).astype(np.int64, copy=False).tobytes())
+        chunks = [KernelRows(*(a[lo:lo + CHUNK] for a in own)) for lo in range(0, n, CHUNK)]
+        rows = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in chunks)
+        return list(map(Kernel, rows, itertools.cycle(range(CHUNK)), shapes[inverse.reshape(-1)].tolist()))
+
+
+def _codes(values: np.ndarray, ok: np.ndarray | None) -> tuple[np.ndarray, list[Any]]:
+    """Each row's position among the distinct values (NULL, where `ok` is False, as None: the last), and them."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    inverse = inverse.reshape(-1).astype(np.int64, copy=False)
+    out: list[Any] = distinct.tolist()
+    if ok is not None:
+        inverse = np.where(ok, inverse, len(out))
+        out.append(None)
+    return inverse, out
+
+
+def _triple_codes(col: dict[str, pa.Array], prefix: str) -> tuple[np.ndarray, list[Any]]:
+    """Each row's position among the distinct (x, y, z) of the columns PREFIX_x/_y/_z (NULL as 0), and them: the
+    three packed into one integer when they fit."""
+    axes = [ints(col[f"{prefix}_{a}"], 0).astype(np.int64) for a in "xyz"]
+    if all(a.min() >= 0 and a.max() < 1 << 21 for a in axes):
+        packed = (axes[0] << 42) | (axes[1] << 21) | axes[2]
+        distinct, inverse = np.unique(packed, return_inverse=True)
+        values = [(v >> 42, (v >> 21) & 0x1FFFFF, v & 0x1FFFFF) for v in distinct.tolist()]
+    else:
+        rows, inverse = np.unique(np.stack(axes, 1), axis=0, return_inverse=True)
+        values = [(x, y, z) for x, y, z in rows.tolist()]
+    return inverse.reshape(-1).astype(np.int64, copy=False), values
+
+
+_VIEW = attrgetter("_c", "_r", "_s")
+
+
+def kernel_columns(kernels: Sequence[Kernel]) -> tuple[dict[str, np.ndarray], list[tuple[Any, ...]]]:
+    """These kernels' fields as columns, read from their rows rather than through each view's properties: the
+    four own integers (kernel_id, start_ns, end_ns, dur_ns) as int64 arrays, and the shape's thirteen fields
+    (`Shape`'s order) as tuples."""
+    if not kernels:
+        return {c: np.zeros(0, np.int64) for c in ("kernel_id", "start_ns", "end_ns", "dur_ns")}, [()] * 13
+    chunks, rows, shapes = zip(*map(_VIEW, kernels), strict=True)
+    distinct = list(dict.fromkeys(chunks))  # KernelRows compare by identity
+    sizes = np.fromiter((len(d.kernel_id) for d in distinct), np.int64, len(distinct))
+    at = dict(zip(distinct, (np.cumsum(sizes) - sizes).tolist(), strict=True))
+    where = np.fromiter(map(at.__getitem__, chunks), np.int64, len(chunks))
+    where += np.fromiter(rows, np.int64, len(rows))
+    out = {c: np.frombuffer(b"".join(getattr(d, c).tobytes() for d in distinct), np.int64)[where]
+           for c in ("kernel_id", "start_ns", "end_ns", "dur_ns")}
+    return out, list(zip(*shapes, strict=True))
