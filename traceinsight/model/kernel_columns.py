@@ -3,17 +3,19 @@ int64 arrays, and `Kernel`, a read-only view of one row whose attributes read th
 
 A long trace's steps hold a Kernel for each attention, merge and prepare kernel (10^6 at 10M kernels): as a
 20-field object with four Python ints of its own each (id, start, end, duration) that was ~300 bytes a kernel. A
-view is three references: its rows (`KernelRows`, at most `CHUNK` rows each, so the row number is one of Python's
-shared small ints), its row, and its shape (the label's fields and the shared columns: stream, device, grid, block,
-registers, shared memory; one tuple per distinct combination, shared by every kernel that has it). The ints are
-made when read, as Python ints (never numpy scalars).
+view is two references: its rows (`KernelRows`, at most `CHUNK` rows each, so the row number is one of Python's
+shared small ints) and its row; its class is its shape's (the label's fields and the shared columns: stream,
+device, grid, block, registers, shared memory; one class per distinct combination, those fields class
+attributes). The ints are made when read, as Python ints (never numpy scalars).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -31,6 +33,10 @@ Shape = tuple[Any, ...]
 # Rows of one `KernelRows`: a view's row number is then one of the ints Python shares (0..256), not an object of
 # its own per kernel.
 CHUNK = 256
+
+# A shape's fields (`Shape`), in its order.
+SHAPE_FIELDS = ("name", "kernel", "family", "backend", "phase", "phase_evidence", "params", "stream_id", "device_id",
+                "grid", "block", "registers_per_thread", "smem_bytes")
 
 # Kernel's fields, in the order the dataclass had them (its repr and equality).
 FIELDS = ("kernel_id", "name", "kernel", "family", "backend", "phase", "phase_evidence", "params", "stream_id",
@@ -50,15 +56,30 @@ class KernelRows:
 
 
 class Kernel:
-    """One kernel execution with its label (times in ns): a read-only view of row `_r` of `_c`, its shared
-    fields in `_s` (`Shape`)."""
+    """One kernel execution with its label (times in ns): a read-only view of row `_r` of `_c`. Its other fields
+    are its shape's (`_shape`): class attributes of the subclass made for that shape (`shape_class`), as fast to
+    read as a slot, or properties of `_Shaped` past MAX_SHAPE_CLASSES."""
 
-    __slots__ = ("_c", "_r", "_s")
+    __slots__ = ("_c", "_r")
 
-    def __init__(self, rows: KernelRows, row: int, shape: Shape) -> None:
+    _shape: Shape
+    name: str
+    kernel: str
+    family: str
+    backend: str | None
+    phase: str
+    phase_evidence: str
+    params: dict[str, Any]
+    stream_id: int | None
+    device_id: int | None
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    registers_per_thread: int | None
+    smem_bytes: int | None
+
+    def __init__(self, rows: KernelRows, row: int) -> None:
         self._c = rows
         self._r = row
-        self._s = shape
 
     @property
     def kernel_id(self) -> int:
@@ -76,79 +97,13 @@ class Kernel:
     def dur_ns(self) -> int:
         return self._c.dur_ns[self._r]
 
-    @property
-    def name(self) -> str:
-        name: str = self._s[0]
-        return name
-
-    @property
-    def kernel(self) -> str:
-        kernel: str = self._s[1]
-        return kernel
-
-    @property
-    def family(self) -> str:
-        family: str = self._s[2]
-        return family
-
-    @property
-    def backend(self) -> str | None:
-        backend: str | None = self._s[3]
-        return backend
-
-    @property
-    def phase(self) -> str:
-        phase: str = self._s[4]
-        return phase
-
-    @property
-    def phase_evidence(self) -> str:
-        evidence: str = self._s[5]
-        return evidence
-
-    @property
-    def params(self) -> dict[str, Any]:
-        params: dict[str, Any] = self._s[6]
-        return params
-
-    @property
-    def stream_id(self) -> int | None:
-        stream: int | None = self._s[7]
-        return stream
-
-    @property
-    def device_id(self) -> int | None:
-        device: int | None = self._s[8]
-        return device
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        grid: tuple[int, int, int] = self._s[9]
-        return grid
-
-    @property
-    def block(self) -> tuple[int, int, int]:
-        block: tuple[int, int, int] = self._s[10]
-        return block
-
-    @property
-    def registers_per_thread(self) -> int | None:
-        regs: int | None = self._s[11]
-        return regs
-
-    @property
-    def smem_bytes(self) -> int | None:
-        smem: int | None = self._s[12]
-        return smem
-
     def values(self) -> tuple[Any, ...]:
         """The fields' values, in FIELDS order."""
         return tuple(getattr(self, f) for f in FIELDS)
 
     def __eq__(self, other: object) -> bool:  # as the dataclass it replaces: field by field
-        if other.__class__ is not self.__class__:
+        if not isinstance(other, Kernel):
             return NotImplemented
-        assert isinstance(other, Kernel)
         return self.values() == other.values()
 
     __hash__ = None  # type: ignore[assignment]  # unhashable, as the dataclass it replaces
@@ -157,14 +112,41 @@ class Kernel:
         return "Kernel(" + ", ".join(f"{f}={v!r}" for f, v in zip(FIELDS, self.values(), strict=True)) + ")"
 
 
+class _Shaped(Kernel):
+    """A Kernel whose shape is its own slot (past MAX_SHAPE_CLASSES shapes): its fields are properties."""
+
+    __slots__ = ("_shape",)
+
+    def __init__(self, rows: KernelRows, row: int, shape: Shape = ()) -> None:
+        super().__init__(rows, row)
+        self._shape = shape
+
+
+def _shape_field(i: int) -> property:
+    return property(lambda self: self._shape[i])
+
+
+for _i, _f in enumerate(SHAPE_FIELDS):
+    setattr(_Shaped, _f, _shape_field(_i))
+
+# Shape classes one KernelViews makes at most (~1.6 KB and 20 us each); the shapes past them are `_Shaped`.
+MAX_SHAPE_CLASSES = 4096
+
+
+def shape_class(shape: Shape) -> type[Kernel]:
+    """The Kernel subclass whose instances have this shape: its fields as class attributes."""
+    return type("Kernel", (Kernel,), {"__slots__": (), "__module__": __name__, "_shape": shape,
+                                      **dict(zip(SHAPE_FIELDS, shape, strict=True))})
+
+
 def kernel(kernel_id: int, name: str, kernel: str, family: str, backend: str | None, phase: str,
            phase_evidence: str, params: dict[str, Any], stream_id: int | None, device_id: int | None, start_ns: int,
            end_ns: int, dur_ns: int, grid: tuple[int, int, int], block: tuple[int, int, int],
            registers_per_thread: int | None, smem_bytes: int | None) -> Kernel:
     """One Kernel of these fields (a row of its own), for a caller that has no query's rows."""
     rows = KernelRows(*(array("q", [v]) for v in (kernel_id, start_ns, end_ns, dur_ns)))
-    return Kernel(rows, 0, (name, kernel, family, backend, phase, phase_evidence, params, stream_id, device_id, grid,
-                            block, registers_per_thread, smem_bytes))
+    return shape_class((name, kernel, family, backend, phase, phase_evidence, params, stream_id, device_id, grid,
+                        block, registers_per_thread, smem_bytes))(rows, 0)
 
 
 class KernelViews:
@@ -172,7 +154,8 @@ class KernelViews:
 
     def __init__(self, labels: dict[int, LabelFields]) -> None:
         self.labels = labels
-        self.shapes: dict[tuple[Any, ...], Shape] = {}
+        self.makers: dict[tuple[Any, ...], Callable[[KernelRows, int], Kernel]] = {}  # by label id and shared ints
+        self.classes = 0
 
     def of(self, table: pa.Table) -> list[Kernel]:
         """The kernels of a query's rows (kernel_id, label_id, stream_id, device_id, start_ns, end_ns, dur_ns,
@@ -195,20 +178,26 @@ class KernelViews:
         else:  # too many combinations for one int64: by rows of codes
             _, first, inverse = np.unique(np.stack([c for c, _ in parts], 1), axis=0, return_index=True,
                                           return_inverse=True)
-        shapes = np.empty(len(first), dtype=object)
+        makers = np.empty(len(first), dtype=object)
         for i, r in enumerate(first.tolist()):
             label_id, *rest = (values[codes[r]] for codes, values in parts)
             whole = (label_id, *rest)
-            got = self.shapes.get(whole)
+            got = self.makers.get(whole)
             if got is None:
-                got = self.shapes[whole] = (*self.labels[label_id], *rest)
-            shapes[i] = got
+                shape = (*self.labels[label_id], *rest)
+                if self.classes < MAX_SHAPE_CLASSES:
+                    got = shape_class(shape)
+                    self.classes += 1
+                else:
+                    got = functools.partial(_Shaped, shape=shape)
+                self.makers[whole] = got
+            makers[i] = got
         own = [array("q") for _ in range(4)]
         for a, c in zip(own, ("kernel_id", "start_ns", "end_ns", "dur_ns"), strict=True):
             a.frombytes(numbers(col[c]).astype(np.int64, copy=False).tobytes())
         chunks = [KernelRows(*(a[lo:lo + CHUNK] for a in own)) for lo in range(0, n, CHUNK)]
         rows = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in chunks)
-        return list(map(Kernel, rows, itertools.cycle(range(CHUNK)), shapes[inverse.reshape(-1)].tolist()))
+        return list(map(operator.call, makers[inverse.reshape(-1)].tolist(), rows, itertools.cycle(range(CHUNK))))
 
 
 def _codes(values: np.ndarray, ok: np.ndarray | None) -> tuple[np.ndarray, list[Any]]:
@@ -236,7 +225,7 @@ def _triple_codes(col: dict[str, pa.Array], prefix: str) -> tuple[np.ndarray, li
     return inverse.reshape(-1).astype(np.int64, copy=False), values
 
 
-_VIEW = attrgetter("_c", "_r", "_s")
+_VIEW = attrgetter("_c", "_r", "_shape")
 
 
 def kernel_columns(kernels: Sequence[Kernel]) -> tuple[dict[str, np.ndarray], list[tuple[Any, ...]]]:
