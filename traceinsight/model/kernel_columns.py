@@ -152,8 +152,9 @@ def kernel(kernel_id: int, name: str, kernel: str, family: str, backend: str | N
 class KernelViews:
     """Builds the views of one or more query results' kernel rows, sharing each distinct shape across them."""
 
-    def __init__(self, labels: dict[int, LabelFields]) -> None:
+    def __init__(self, labels: dict[int, LabelFields], max_classes: int = MAX_SHAPE_CLASSES) -> None:
         self.labels = labels
+        self.max_classes = max_classes
         self.makers: dict[tuple[Any, ...], Callable[[KernelRows, int], Kernel]] = {}  # by label id and shared ints
         self.classes = 0
 
@@ -185,7 +186,7 @@ class KernelViews:
             got = self.makers.get(whole)
             if got is None:
                 shape = (*self.labels[label_id], *rest)
-                if self.classes < MAX_SHAPE_CLASSES:
+                if self.classes < self.max_classes:
                     got = shape_class(shape)
                     self.classes += 1
                 else:
