@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from traceinsight.model.kernel_columns import CHUNK, FIELDS, SHAPE_FIELDS, Kernel, KernelViews, kernel, kernel_columns
+from traceinsight.model.kernel_columns import FIELDS, SHAPE_FIELDS, Kernel, KernelViews, kernel, kernel_columns
+from traceinsight.model.row_chunks import CHUNK
 
 LABELS: dict[int, Any] = {
     0: ("attn_kernel<1>", "attn", "attention", "fa2", "decode", "by name", {"cta_tile_q": 16}),

@@ -3,8 +3,8 @@ int64 arrays, and `Kernel`, a read-only view of one row whose attributes read th
 
 A long trace's steps hold a Kernel for each attention, merge and prepare kernel (10^6 at 10M kernels): as a
 20-field object with four Python ints of its own each (id, start, end, duration) that was ~300 bytes a kernel. A
-view is two references: its rows (`KernelRows`, at most `CHUNK` rows each, so the row number is one of Python's
-shared small ints) and its row; its class is its shape's (the label's fields and the shared columns: stream,
+view is two references: its rows (`KernelRows`, at most `row_chunks.CHUNK` rows each, so the row number is one of
+Python's shared small ints) and its row; its class is its shape's (the label's fields and the shared columns: stream,
 device, grid, block, registers, shared memory; one class per distinct combination, those fields class
 attributes). The ints are made when read, as Python ints (never numpy scalars).
 """
@@ -23,16 +23,13 @@ import numpy as np
 import pyarrow as pa
 
 from traceinsight.ingest.arrow_numpy import ints, numbers, valid
+from traceinsight.model.row_chunks import CHUNK, chunked, gather
 
 # A kernel label's fields in Kernel's order (name, kernel, family, backend, phase, phase_evidence, params).
 LabelFields = tuple[str, str, str, str | None, str, str, dict[str, Any]]
 
 # A view's shape: its label's fields, then stream_id, device_id, grid, block, registers_per_thread, smem_bytes.
 Shape = tuple[Any, ...]
-
-# Rows of one `KernelRows`: a view's row number is then one of the ints Python shares (0..256), not an object of
-# its own per kernel.
-CHUNK = 256
 
 # A shape's fields (`Shape`), in its order.
 SHAPE_FIELDS = ("name", "kernel", "family", "backend", "phase", "phase_evidence", "params", "stream_id", "device_id",
@@ -193,11 +190,8 @@ class KernelViews:
                     got = functools.partial(_Shaped, shape=shape)
                 self.makers[whole] = got
             makers[i] = got
-        own = [array("q") for _ in range(4)]
-        for a, c in zip(own, ("kernel_id", "start_ns", "end_ns", "dur_ns"), strict=True):
-            a.frombytes(numbers(col[c]).astype(np.int64, copy=False).tobytes())
-        chunks = [KernelRows(*(a[lo:lo + CHUNK] for a in own)) for lo in range(0, n, CHUNK)]
-        rows = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in chunks)
+        own = chunked([numbers(col[c]) for c in ("kernel_id", "start_ns", "end_ns", "dur_ns")], KernelRows)
+        rows = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in own)
         return list(map(operator.call, makers[inverse.reshape(-1)].tolist(), rows, itertools.cycle(range(CHUNK))))
 
 
@@ -236,11 +230,4 @@ def kernel_columns(kernels: Sequence[Kernel]) -> tuple[dict[str, np.ndarray], li
     if not kernels:
         return {c: np.zeros(0, np.int64) for c in ("kernel_id", "start_ns", "end_ns", "dur_ns")}, [()] * 13
     chunks, rows, shapes = zip(*map(_VIEW, kernels), strict=True)
-    distinct = list(dict.fromkeys(chunks))  # KernelRows compare by identity
-    sizes = np.fromiter((len(d.kernel_id) for d in distinct), np.int64, len(distinct))
-    at = dict(zip(distinct, (np.cumsum(sizes) - sizes).tolist(), strict=True))
-    where = np.fromiter(map(at.__getitem__, chunks), np.int64, len(chunks))
-    where += np.fromiter(rows, np.int64, len(rows))
-    out = {c: np.frombuffer(b"".join(getattr(d, c).tobytes() for d in distinct), np.int64)[where]
-           for c in ("kernel_id", "start_ns", "end_ns", "dur_ns")}
-    return out, list(zip(*shapes, strict=True))
+    return gather(chunks, rows, ("kernel_id", "start_ns", "end_ns", "dur_ns")), list(zip(*shapes, strict=True))

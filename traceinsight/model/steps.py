@@ -25,10 +25,12 @@ import itertools
 import json
 import re
 import weakref
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,7 @@ from traceinsight.model.kernel_columns import Kernel as Kernel
 from traceinsight.model.kernel_columns import KernelViews, LabelFields
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.model.phases import MIXED, mixed_from_tiles, tile_padding
+from traceinsight.model.row_chunks import CHUNK, chunked, gather
 from traceinsight.model.toml_tables import versioned_tables
 from traceinsight.queries import sql
 
@@ -167,23 +170,85 @@ class Launch:
         return total
 
 
-@dataclass(slots=True)
+class StepTimes:
+    """Up to row_chunks.CHUNK steps' times, int64 each (NO_TIME for no range): start_ns, end_ns, range_start_ns,
+    range_end_ns."""
+
+    __slots__ = ("end_ns", "range_end_ns", "range_start_ns", "start_ns")
+
+    def __init__(self, start_ns: array[int], end_ns: array[int], range_start_ns: array[int],
+                 range_end_ns: array[int]) -> None:
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.range_start_ns = range_start_ns
+        self.range_end_ns = range_end_ns
+
+
+# A range time of None in StepTimes.
+NO_TIME = -(2**63)
+TIME_FIELDS = ("start_ns", "end_ns", "range_start_ns", "range_end_ns")
+# Step's fields, in its constructor's order (its repr and equality).
+STEP_FIELDS = ("index", "name", "source", "range_id", "start_ns", "end_ns", "kernel_count", "launches", "key",
+               "range_start_ns", "range_end_ns", "range_side", "breakdown", "evidence", "engine")
+
+
 class Step:
-    index: int
-    name: str
-    source: str  # 'range:<kind>' or 'launch'
-    range_id: int | None
-    start_ns: int  # first GPU kernel of the step
-    end_ns: int  # last GPU kernel end of the step
-    kernel_count: int  # kernels of the step (all families; `step_kernels` reads them)
-    launches: list[Launch]
-    key: int = 0  # the step's key in the grouping tables (_step_members): its range_id, or < 0 for a launch step
-    range_start_ns: int | None = None  # the step's range (CPU: on the launching thread; GPU: on the device)
-    range_end_ns: int | None = None
-    range_side: str | None = None  # 'cpu' | 'gpu' | None (a step of one launch, no range)
-    breakdown: Any = None  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
-    evidence: str = "launch"  # what made it a step: a key of STEPS_FROM
-    engine: engine_steps.StepInfo | None = None  # what the engine's iteration annotation says (phase, batch, tokens)
+    """A decode step. Its four times are a row of int64 columns (`StepTimes`, shared by up to row_chunks.CHUNK
+    steps: `_t`, its row `_i`), read as Python ints: four int objects a step were ~128 bytes of each step."""
+
+    __slots__ = ("_i", "_t", "breakdown", "engine", "evidence", "index", "kernel_count", "key", "launches", "name",
+                 "range_id", "range_side", "source")
+
+    def __init__(self, index: int, name: str, source: str, range_id: int | None, start_ns: int, end_ns: int,
+                 kernel_count: int, launches: list[Launch], key: int = 0, range_start_ns: int | None = None,
+                 range_end_ns: int | None = None, range_side: str | None = None, breakdown: Any = None,
+                 evidence: str = "launch", engine: engine_steps.StepInfo | None = None) -> None:
+        self.index = index
+        self.name = name
+        self.source = source  # 'range:<kind>' or 'launch'
+        self.range_id = range_id
+        self.kernel_count = kernel_count  # kernels of the step (all families; `step_kernels` reads them)
+        self.launches = launches
+        self.key = key  # the step's key in the grouping tables (_step_members): its range_id, or < 0 for a launch step
+        self.range_side = range_side  # 'cpu' | 'gpu' | None (a step of one launch, no range)
+        self.breakdown = breakdown  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
+        self.evidence = evidence  # what made it a step: a key of STEPS_FROM
+        self.engine = engine  # what the engine's iteration annotation says (phase, batch, tokens)
+        times = (start_ns, end_ns, NO_TIME if range_start_ns is None else range_start_ns,
+                 NO_TIME if range_end_ns is None else range_end_ns)
+        self._t = StepTimes(*(array("q", [v]) for v in times))
+        self._i = 0
+
+    @property
+    def start_ns(self) -> int:
+        """First GPU kernel of the step (ns)."""
+        return self._t.start_ns[self._i]
+
+    @property
+    def end_ns(self) -> int:
+        """Last GPU kernel end of the step (ns)."""
+        return self._t.end_ns[self._i]
+
+    @property
+    def range_start_ns(self) -> int | None:
+        """The step's range (CPU: on the launching thread; GPU: on the device), or None."""
+        v = self._t.range_start_ns[self._i]
+        return None if v == NO_TIME else v
+
+    @property
+    def range_end_ns(self) -> int | None:
+        v = self._t.range_end_ns[self._i]
+        return None if v == NO_TIME else v
+
+    def __eq__(self, other: object) -> bool:  # as the dataclass it replaces: field by field
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in STEP_FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return "Step(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in STEP_FIELDS) + ")"
 
     @property
     def dur_ns(self) -> int:
@@ -413,23 +478,60 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
             return [v if o else None for v, o in zip(got, ok, strict=True)]
         return list(got)
 
-    keys, ranged, names, kinds, starts, ends, counts, range_starts, range_ends, sides = (
-        pick(c) for c in ("step_key", "ranged", "name", "kind", "start_ns", "end_ns", "kernel_count",
-                          "range_start_ns", "range_end_ns", "side"))
+    keys, ranged, names, kinds, counts, sides = (pick(c) for c in ("step_key", "ranged", "name", "kind",
+                                                                    "kernel_count", "side"))
     n = len(keys)
     lo, k = first[order].tolist(), count[order].tolist()
     mine = [launches[a:a + m] for a, m in zip(lo, k, strict=True)]
     names = [name or f"{x[0].attention.kernel} launch {i}" for i, (name, x) in enumerate(zip(names, mine, strict=True))]
-    if n and not ranged[0]:  # launch steps (a list holds one kind: range steps, or launch steps alone)
-        return list(map(Step, range(n), names, itertools.repeat("launch", n), itertools.repeat(None, n), starts,
-                        ends, counts, mine, keys))
+    launch_steps = bool(n) and not ranged[0]  # a list holds one kind: range steps, or launch steps alone
+    no_range = np.full(n, NO_TIME, np.int64)
+    times = [ints(col["start_ns"], 0)[order], ints(col["end_ns"], 0)[order]]
+    times += ([no_range, no_range] if launch_steps or recovered
+              else [ints(col[c], NO_TIME)[order] for c in ("range_start_ns", "range_end_ns")])
+    chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in chunked(times, StepTimes))
+    rows = itertools.cycle(range(CHUNK))
+    if launch_steps:
+        return list(map(_step, range(n), names, itertools.repeat("launch", n), itertools.repeat(None, n), counts,
+                        mine, keys, itertools.repeat(None, n), itertools.repeat("launch", n), chunks, rows))
     sources = {kind: f"range:{kind}" for kind in set(kinds)}
     if recovered:  # no range of the trace's: the window only
-        none = [None] * n  # a list: one iterator given five times would be read five times a row
-        return list(map(Step, range(n), names, map(sources.__getitem__, kinds), none, starts, ends, counts, mine,
-                        keys, none, none, none, none, itertools.repeat(steps_from, n)))
-    return list(map(Step, range(n), names, map(sources.__getitem__, kinds), keys, starts, ends, counts, mine, keys,
-                    range_starts, range_ends, sides, itertools.repeat(None, n), itertools.repeat(steps_from, n)))
+        return list(map(_step, range(n), names, map(sources.__getitem__, kinds), itertools.repeat(None, n), counts,
+                        mine, keys, itertools.repeat(None, n), itertools.repeat(steps_from, n), chunks, rows))
+    return list(map(_step, range(n), names, map(sources.__getitem__, kinds), keys, counts, mine, keys, sides,
+                    itertools.repeat(steps_from, n), chunks, rows))
+
+
+_TIMES = attrgetter("_t", "_i")
+
+
+def step_times(steps: Sequence[Step]) -> dict[str, np.ndarray]:
+    """These steps' TIME_FIELDS as int64 arrays (NO_TIME for a range time of None), read from their rows rather
+    than through each step's properties."""
+    if not steps:
+        return {f: np.zeros(0, np.int64) for f in TIME_FIELDS}
+    chunks, rows = zip(*map(_TIMES, steps), strict=True)
+    return gather(chunks, rows, TIME_FIELDS)
+
+
+def _step(index: int, name: str, source: str, range_id: int | None, kernel_count: int, launches: list[Launch],
+          key: int, range_side: str | None, evidence: str, times: StepTimes, row: int) -> Step:
+    """A Step whose times are row `row` of `times` (no engine, breakdown yet)."""
+    s = object.__new__(Step)
+    s.index = index
+    s.name = name
+    s.source = source
+    s.range_id = range_id
+    s.kernel_count = kernel_count
+    s.launches = launches
+    s.key = key
+    s.range_side = range_side
+    s.breakdown = None
+    s.evidence = evidence
+    s.engine = None
+    s._t = times
+    s._i = row
+    return s
 
 
 def _phases(steps: list[Step]) -> None:
