@@ -221,6 +221,15 @@ def _triple_codes(col: dict[str, pa.Array], prefix: str) -> tuple[np.ndarray, li
 
 
 _VIEW = attrgetter("_c", "_r", "_shape")
+_ROW = attrgetter("_c", "_r")
+
+
+def kernel_ids(kernels: Sequence[Kernel]) -> np.ndarray:
+    """These kernels' kernel_id as int64, read from their rows rather than through each view's property."""
+    if not kernels:
+        return np.zeros(0, np.int64)
+    chunks, rows = zip(*map(_ROW, kernels), strict=True)
+    return gather(chunks, rows, ("kernel_id",))["kernel_id"]
 
 
 def kernel_columns(kernels: Sequence[Kernel]) -> tuple[dict[str, np.ndarray], list[tuple[Any, ...]]]:
