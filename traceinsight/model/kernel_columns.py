@@ -220,23 +220,29 @@ def _triple_codes(col: dict[str, pa.Array], prefix: str) -> tuple[np.ndarray, li
     return inverse.reshape(-1).astype(np.int64, copy=False), values
 
 
-_VIEW = attrgetter("_c", "_r", "_shape")
-_ROW = attrgetter("_c", "_r")
+_CHUNK = attrgetter("_c")
+_ROW = attrgetter("_r")
+_SHAPE = attrgetter("_shape")
 
 
 def kernel_ids(kernels: Sequence[Kernel]) -> np.ndarray:
     """These kernels' kernel_id as int64, read from their rows rather than through each view's property."""
-    if not kernels:
-        return np.zeros(0, np.int64)
-    chunks, rows = zip(*map(_ROW, kernels), strict=True)
-    return gather(chunks, rows, ("kernel_id",))["kernel_id"]
+    return gather(kernels, _CHUNK, _ROW, ("kernel_id",))["kernel_id"]
 
 
 def kernel_columns(kernels: Sequence[Kernel]) -> tuple[dict[str, np.ndarray], list[tuple[Any, ...]]]:
-    """These kernels' fields as columns, read from their rows rather than through each view's properties: the
-    four own integers (kernel_id, start_ns, end_ns, dur_ns) as int64 arrays, and the shape's thirteen fields
-    (`Shape`'s order) as tuples."""
-    if not kernels:
-        return {c: np.zeros(0, np.int64) for c in ("kernel_id", "start_ns", "end_ns", "dur_ns")}, [()] * 13
-    chunks, rows, shapes = zip(*map(_VIEW, kernels), strict=True)
-    return gather(chunks, rows, ("kernel_id", "start_ns", "end_ns", "dur_ns")), list(zip(*shapes, strict=True))
+    """These kernels' fields as columns, read from their rows and shapes rather than through each view's
+    properties: the four own integers (kernel_id, start_ns, end_ns, dur_ns) as int64 arrays, and the shape's
+    thirteen fields (`Shape`'s order) as tuples, each taken from the few distinct shapes by numpy."""
+    own = gather(kernels, _CHUNK, _ROW, ("kernel_id", "start_ns", "end_ns", "dur_ns"))
+    shapes = list(map(_SHAPE, kernels))
+    _, first, inverse = np.unique(np.fromiter(map(id, shapes), np.int64, len(shapes)), return_index=True,
+                                  return_inverse=True)
+    inverse = inverse.reshape(-1)
+    out = []
+    for f in range(len(SHAPE_FIELDS)):
+        values = np.empty(len(first), dtype=object)
+        for i, r in enumerate(first.tolist()):
+            values[i] = shapes[r][f]
+        out.append(tuple(values[inverse].tolist()))
+    return own, out

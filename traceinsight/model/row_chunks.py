@@ -27,11 +27,15 @@ def chunked(columns: Sequence[np.ndarray], make: Callable[..., T]) -> list[T]:
     return [make(*(a[lo:lo + CHUNK] for a in whole)) for lo in range(0, n, CHUNK)]
 
 
-def gather(chunks: Sequence[Any], rows: Sequence[int], names: Sequence[str]) -> dict[str, np.ndarray]:
-    """The columns `names` (int64 `array.array` attributes of each chunk) at these (chunk, row) pairs, in order."""
+def gather(views: Sequence[Any], chunk: Callable[[Any], Any], row: Callable[[Any], int], names: Sequence[str]
+           ) -> dict[str, np.ndarray]:
+    """The columns `names` (int64 `array.array` attributes of each chunk) at each view's `chunk(view)`, `row(view)`,
+    in the views' order (one pass a getter: no tuple per view)."""
+    n = len(views)
+    chunks = list(map(chunk, views))
     distinct = list(dict.fromkeys(chunks))  # chunks compare by identity
     sizes = np.fromiter((len(getattr(d, names[0])) for d in distinct), np.int64, len(distinct))
     at = dict(zip(distinct, (np.cumsum(sizes) - sizes).tolist(), strict=True))
-    where = np.fromiter(map(at.__getitem__, chunks), np.int64, len(chunks))
-    where += np.fromiter(rows, np.int64, len(rows))
+    where = np.fromiter(map(at.__getitem__, chunks), np.int64, n)
+    where += np.fromiter(map(row, views), np.int64, n)
     return {c: np.frombuffer(b"".join(getattr(d, c).tobytes() for d in distinct), np.int64)[where] for c in names}

@@ -502,16 +502,10 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
                     itertools.repeat(steps_from, n), chunks, rows))
 
 
-_TIMES = attrgetter("_t", "_i")
-
-
 def step_times(steps: Sequence[Step]) -> dict[str, np.ndarray]:
     """These steps' TIME_FIELDS as int64 arrays (NO_TIME for a range time of None), read from their rows rather
     than through each step's properties."""
-    if not steps:
-        return {f: np.zeros(0, np.int64) for f in TIME_FIELDS}
-    chunks, rows = zip(*map(_TIMES, steps), strict=True)
-    return gather(chunks, rows, TIME_FIELDS)
+    return gather(steps, attrgetter("_t"), attrgetter("_i"), TIME_FIELDS)
 
 
 def _step(index: int, name: str, source: str, range_id: int | None, kernel_count: int, launches: list[Launch],
