@@ -62,14 +62,15 @@ def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
             if launch.phase in PREFILL_PHASES:
                 continue  # the decode rules and models do not judge prefill or mixed launches
             k = launch.attention
+            kid = k.kernel_id  # a property of the kernel's row (model.kernel_columns): read once
             out.append(LaunchView(
                 step=step,
                 launch=launch,
                 threshold=s.thresholds.get(k.name) if s else None,
                 batch=s.batches.get(step.index) if s else None,
-                model=s.models.get(k.kernel_id) if s else None,
-                measured=s.measured.get(k.kernel_id) if s else None,
-                cuda_graph=(k.kernel_id in s.cuda_graph_kernels) if s else False,
+                model=s.models.get(kid) if s else None,
+                measured=s.measured.get(kid) if s else None,
+                cuda_graph=(kid in s.cuda_graph_kernels) if s else False,
             ))
     if s is not None:
         s.cache[key] = tuple(out)
