@@ -117,9 +117,10 @@ def sm_idle(gpu: Any) -> dict[str, Any]:
             if row is None:
                 continue
             from traceinsight.labels import label
-            from traceinsight.model.steps import Kernel, Launch
+            from traceinsight.model.kernel_columns import kernel
+            from traceinsight.model.steps import Launch
             lab = label(k["name"])
-            kern = Kernel(0, k["name"], lab.kernel, lab.family, lab.backend, lab.phase, "", lab.params, None, None,
+            kern = kernel(0, k["name"], lab.kernel, lab.family, lab.backend, lab.phase, "", lab.params, None, None,
                           0, 0, 0, (gpu.num_sms, 1, 1), (384, 1, 1), None, None)
             sb = batch_from_sidecar(row, Launch(kern), None)
             p = plan("fa3", planner_batch(sb), gpu, 1, **fa3_options(kern, sb))

@@ -72,7 +72,7 @@ def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
             if launch.phase in skip:
                 continue  # the decode rules and models do not judge prefill or mixed launches
             k = launch.attention
-            kid = k.kernel_id
+            kid = k.kernel_id  # a property of the kernel's row (model.kernel_columns): read once
             append(view(step, launch, threshold(k.name), batch(step.index), model(kid), measured(kid), kid in graph))
     s.cache[key] = tuple(out)
     return out

@@ -218,7 +218,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             continue
         first = s.launches[0]
         thr = sched.thresholds.get(first.attention.name)
-        cuda_graph = first.attention.kernel_id in graph_ids
+        cuda_graph = bool(graph_ids) and first.attention.kernel_id in graph_ids  # no id read without graphs
         r = matched.get(s.index)
         if r is not None and r.get("qo_lens"):
             _phase_from_sidecar(s, r)

@@ -8,7 +8,7 @@ import numpy as np
 from traceinsight.ingest.arrow_numpy import numbers
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.schedule import IdleGaps
-from traceinsight.model.steps import Step
+from traceinsight.model.steps import Step, step_times
 from traceinsight.queries import sql
 
 # Shortest GPU idle gap between two steps worth recording (ns).
@@ -29,8 +29,8 @@ def idle_gaps(db: TraceDB, trace_id: int, steps: list[Step], device_id: int | No
     if len(steps) < 2:
         return IdleGaps.empty()
     n = len(steps)
-    step_start = np.fromiter((s.start_ns for s in steps), np.int64, n)
-    step_end = np.fromiter((s.end_ns for s in steps), np.int64, n)
+    times = step_times(steps)  # from the steps' rows, not two properties each
+    step_start, step_end = times["start_ns"], times["end_ns"]
     order = np.lexsort((step_end, step_start))  # stable: steps with equal spans keep their order
     starts = step_start[order]
     reach = np.maximum.accumulate(step_end[order])  # latest end of steps 0..i

@@ -10,6 +10,7 @@ from typing import Any, cast
 
 from traceinsight.model.calibration import calibrate
 from traceinsight.model.gpus import GPU
+from traceinsight.model.kernel_columns import kernel_ids
 from traceinsight.model.occupancy import BACKENDS, FA3, SM90
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.planners import Batch, Plan, plan
@@ -190,7 +191,7 @@ def launch_models(steps: list[Step], plans: dict[int, tuple[Plan, int]], gpu: GP
     and simulates each distinct plan once, not one model per launch."""
     planned_kinds: dict[tuple[int, str, tuple[int, ...]], LaunchModel] = {}
     trace_kinds: dict[tuple[Any, ...], LaunchModel] = {}
-    ids: list[int] = []
+    modelled: list[Kernel] = []
     models: list[LaunchModel] = []
     for s in steps:
         for launch in s.launches:
@@ -209,6 +210,6 @@ def launch_models(steps: list[Step], plans: dict[int, tuple[Plan, int]], gpu: GP
                     m = trace_kinds[tkey] = model_from_trace(launch)
             else:
                 continue
-            ids.append(k.kernel_id)
+            modelled.append(k)
             models.append(m)
-    return dict(zip(ids, models, strict=True))
+    return dict(zip(kernel_ids(modelled).tolist(), models, strict=True))  # the ids from the kernels' rows

@@ -19,13 +19,14 @@ import numpy as np
 
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.step_breakdown import components_ns
+from traceinsight.model.steps import NO_TIME, step_times
 
 # A breakdown's numbers as they lie in its trace's shared array, and the host range's value there for None.
 ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
 NO_RANGE = -(2**63)
 _ARENA = attrgetter("_data", "_at", "source", "host_gaps", "_names")
-_STEP = attrgetter("index", "start_ns", "end_ns", "breakdown", "launches")
-_RANGE = attrgetter("range_side", "range_start_ns", "range_end_ns")
+_STEP = attrgetter("index", "breakdown", "launches")
+_SIDE = attrgetter("range_side")
 _LAUNCH = attrgetter("phase", "attention.name")
 _CPU = "cpu"
 
@@ -126,14 +127,12 @@ class StepArrays:
     def _cpu_ranges(self) -> tuple[np.ndarray, np.ndarray]:
         """The start and end of every step range on the host with both ends known (read when first asked for:
         only host evidence reads them)."""
-        side, range_start, range_end = columns(_RANGE, self.steps, 3)
         n = self.n
-        cpu = np.fromiter(map(operator.eq, side, itertools.repeat(_CPU)), bool, n)
-        cpu &= np.fromiter(map(operator.is_not, range_start, itertools.repeat(None)), bool, n)
-        cpu &= np.fromiter(map(operator.is_not, range_end, itertools.repeat(None)), bool, n)
-        flags = cpu.tolist()
-        return (int64s(list(itertools.compress(range_start, flags))),
-                int64s(list(itertools.compress(range_end, flags))))
+        times = step_times(self.steps)  # from the steps' rows, not two properties each
+        range_start, range_end = times["range_start_ns"], times["range_end_ns"]
+        cpu = np.fromiter(map(operator.eq, map(_SIDE, self.steps), itertools.repeat(_CPU)), bool, n)
+        cpu &= (range_start != NO_TIME) & (range_end != NO_TIME)
+        return range_start[cpu], range_end[cpu]
 
     # Made when asked for, not held: a 10M-kernel trace has 2.3M steps, 18 MB an int64 column.
     @property
@@ -220,8 +219,9 @@ class StepArrays:
 def step_arrays(steps: Sequence[Any]) -> StepArrays:
     """`steps` (model.steps.Step, each with its breakdown or None) as arrays."""
     n = len(steps)
-    index, start, end, breakdown, launch_lists = columns(_STEP, steps, 5)
-    starts, ends = int64s(start), int64s(end)
+    index, breakdown, launch_lists = columns(_STEP, steps, 3)
+    times = step_times(steps)  # from the steps' rows, not two properties each
+    starts, ends = times["start_ns"], times["end_ns"]
     windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
     numbers, source, host_gaps, names, ns = window_fields([b for b in breakdown if b is not None])
     counts = np.fromiter(map(len, launch_lists), np.int64, n)

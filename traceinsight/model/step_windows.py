@@ -14,14 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.model.steps import Step
+from traceinsight.model.steps import NO_TIME, Step, step_times
 
 # A window's source by its code in `Windows.source`.
 SOURCES = ("gpu-span", "cpu-range", "gpu-range")
 # A device id of None (no launch, or the trace does not say) as an int64.
 NO_DEVICE = np.iinfo(np.int64).min
-_FIELDS = attrgetter("start_ns", "end_ns", "kernel_count", "range_side", "range_start_ns", "range_end_ns",
-                     "launches")
+_FIELDS = attrgetter("kernel_count", "range_side", "launches")
 _DEVICE = attrgetter("attention.device_id")
 
 
@@ -82,14 +81,15 @@ def window_arrays(steps: Sequence[Step], no_range: int) -> Windows:
     on its device (unless its own work lies inside that), and that end is the running maximum of the windows'
     own starts and ends."""
     n = len(steps)
-    st_, en_, kc_, side_, rs_, re_, launches = zip(*map(_FIELDS, steps), strict=True) if n else ((),) * 7
+    kc_, side_, launches = zip(*map(_FIELDS, steps), strict=True) if n else ((),) * 3
     device = _devices(steps, launches)
     del launches
-    st, en = np.array(st_, np.int64), np.array(en_, np.int64)
+    times = step_times(steps)  # from the steps' rows, not four properties each
+    st, en = times["start_ns"], times["end_ns"]
     kc = np.array(kc_, np.int64) > 0
     side = np.array(side_, object)
-    rs, no_start = _ints(rs_, 0)
-    re, no_end = _ints(re_, 0)
+    no_start, no_end = times["range_start_ns"] == NO_TIME, times["range_end_ns"] == NO_TIME
+    rs, re = np.where(no_start, 0, times["range_start_ns"]), np.where(no_end, 0, times["range_end_ns"])
     sided = side != None  # noqa: E711
     has = sided & ~no_start & ~no_end  # a whole range
     cpu = has & (side == "cpu")

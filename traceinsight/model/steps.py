@@ -25,10 +25,12 @@ import itertools
 import json
 import re
 import weakref
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -39,8 +41,11 @@ from traceinsight.errors import FormatError
 from traceinsight.ingest.arrow_numpy import encode, ints, numbers, valid
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model import engine_steps, iterations
+from traceinsight.model.kernel_columns import Kernel as Kernel
+from traceinsight.model.kernel_columns import KernelViews, LabelFields
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.model.phases import MIXED, mixed_from_tiles, tile_padding
+from traceinsight.model.row_chunks import CHUNK, chunked, gather
 from traceinsight.model.toml_tables import versioned_tables
 from traceinsight.queries import sql
 
@@ -140,29 +145,6 @@ WRAPPER_SHARE = 0.5
 
 
 @dataclass(slots=True)
-class Kernel:
-    """One kernel execution with its label (times in ns)."""
-
-    kernel_id: int
-    name: str
-    kernel: str
-    family: str
-    backend: str | None
-    phase: str
-    phase_evidence: str
-    params: dict[str, Any]
-    stream_id: int | None
-    device_id: int | None
-    start_ns: int
-    end_ns: int
-    dur_ns: int
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    registers_per_thread: int | None
-    smem_bytes: int | None
-
-
-@dataclass(slots=True)
 class Launch:
     """An attention kernel launch and the merge/prepare kernels that belong to it."""
 
@@ -188,23 +170,85 @@ class Launch:
         return total
 
 
-@dataclass(slots=True)
+class StepTimes:
+    """Up to row_chunks.CHUNK steps' times, int64 each (NO_TIME for no range): start_ns, end_ns, range_start_ns,
+    range_end_ns."""
+
+    __slots__ = ("end_ns", "range_end_ns", "range_start_ns", "start_ns")
+
+    def __init__(self, start_ns: array[int], end_ns: array[int], range_start_ns: array[int],
+                 range_end_ns: array[int]) -> None:
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.range_start_ns = range_start_ns
+        self.range_end_ns = range_end_ns
+
+
+# A range time of None in StepTimes.
+NO_TIME = -(2**63)
+TIME_FIELDS = ("start_ns", "end_ns", "range_start_ns", "range_end_ns")
+# Step's fields, in its constructor's order (its repr and equality).
+STEP_FIELDS = ("index", "name", "source", "range_id", "start_ns", "end_ns", "kernel_count", "launches", "key",
+               "range_start_ns", "range_end_ns", "range_side", "breakdown", "evidence", "engine")
+
+
 class Step:
-    index: int
-    name: str
-    source: str  # 'range:<kind>' or 'launch'
-    range_id: int | None
-    start_ns: int  # first GPU kernel of the step
-    end_ns: int  # last GPU kernel end of the step
-    kernel_count: int  # kernels of the step (all families; `step_kernels` reads them)
-    launches: list[Launch]
-    key: int = 0  # the step's key in the grouping tables (_step_members): its range_id, or < 0 for a launch step
-    range_start_ns: int | None = None  # the step's range (CPU: on the launching thread; GPU: on the device)
-    range_end_ns: int | None = None
-    range_side: str | None = None  # 'cpu' | 'gpu' | None (a step of one launch, no range)
-    breakdown: Any = None  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
-    evidence: str = "launch"  # what made it a step: a key of STEPS_FROM
-    engine: engine_steps.StepInfo | None = None  # what the engine's iteration annotation says (phase, batch, tokens)
+    """A decode step. Its four times are a row of int64 columns (`StepTimes`, shared by up to row_chunks.CHUNK
+    steps: `_t`, its row `_i`), read as Python ints: four int objects a step were ~128 bytes of each step."""
+
+    __slots__ = ("_i", "_t", "breakdown", "engine", "evidence", "index", "kernel_count", "key", "launches", "name",
+                 "range_id", "range_side", "source")
+
+    def __init__(self, index: int, name: str, source: str, range_id: int | None, start_ns: int, end_ns: int,
+                 kernel_count: int, launches: list[Launch], key: int = 0, range_start_ns: int | None = None,
+                 range_end_ns: int | None = None, range_side: str | None = None, breakdown: Any = None,
+                 evidence: str = "launch", engine: engine_steps.StepInfo | None = None) -> None:
+        self.index = index
+        self.name = name
+        self.source = source  # 'range:<kind>' or 'launch'
+        self.range_id = range_id
+        self.kernel_count = kernel_count  # kernels of the step (all families; `step_kernels` reads them)
+        self.launches = launches
+        self.key = key  # the step's key in the grouping tables (_step_members): its range_id, or < 0 for a launch step
+        self.range_side = range_side  # 'cpu' | 'gpu' | None (a step of one launch, no range)
+        self.breakdown = breakdown  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
+        self.evidence = evidence  # what made it a step: a key of STEPS_FROM
+        self.engine = engine  # what the engine's iteration annotation says (phase, batch, tokens)
+        times = (start_ns, end_ns, NO_TIME if range_start_ns is None else range_start_ns,
+                 NO_TIME if range_end_ns is None else range_end_ns)
+        self._t = StepTimes(*(array("q", [v]) for v in times))
+        self._i = 0
+
+    @property
+    def start_ns(self) -> int:
+        """First GPU kernel of the step (ns)."""
+        return self._t.start_ns[self._i]
+
+    @property
+    def end_ns(self) -> int:
+        """Last GPU kernel end of the step (ns)."""
+        return self._t.end_ns[self._i]
+
+    @property
+    def range_start_ns(self) -> int | None:
+        """The step's range (CPU: on the launching thread; GPU: on the device), or None."""
+        v = self._t.range_start_ns[self._i]
+        return None if v == NO_TIME else v
+
+    @property
+    def range_end_ns(self) -> int | None:
+        v = self._t.range_end_ns[self._i]
+        return None if v == NO_TIME else v
+
+    def __eq__(self, other: object) -> bool:  # as the dataclass it replaces: field by field
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in STEP_FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return "Step(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in STEP_FIELDS) + ")"
 
     @property
     def dur_ns(self) -> int:
@@ -245,9 +289,6 @@ class Step:
         return states.pop() if len(states) == 1 else None
 
 
-# A kernel label's fields in Kernel's order (name, kernel, family, backend, phase, phase_evidence, params).
-LabelFields = tuple[str, str, str, str | None, str, str, dict[str, Any]]
-
 # Each database's labels by id (`labels_of`), and how many there were when read: kernel_labels is insert-only, so
 # a count that grew means new labels to read.
 _LABELS: weakref.WeakKeyDictionary[TraceDB, tuple[int, dict[int, LabelFields]]] = weakref.WeakKeyDictionary()
@@ -273,64 +314,9 @@ def labels_of(db: TraceDB) -> dict[int, LabelFields]:
 
 def kernels_of(table: pa.Table, labels: dict[int, LabelFields]) -> list[Kernel]:
     """The kernels of a query's rows (the kernel columns of step_launches.sql and step_kernels.sql: kernel_id,
-    label_id, stream_id, device_id, times, grid, block, registers, shared memory), in row order, column by column:
-    each label's fields (`labels`: `labels_of`) and each distinct integer of the shared columns is one Python object
-    however many kernels hold it."""
-    if not table.num_rows:
-        return []
-    col = {name: table.column(name).combine_chunks() for name in table.column_names}
-    label_cols = _label_columns(ints(col["label_id"], -1), labels)
-    unique = [numbers(col[c]).tolist() for c in ("kernel_id", "start_ns", "end_ns", "dur_ns")]
-    stream, device, regs, smem = (_shared_ints(col[c]) for c in ("stream_id", "device_id", "registers_per_thread",
-                                                                 "smem_bytes"))
-    return list(map(Kernel, unique[0], *label_cols, stream, device, *unique[1:], _triples(col, "grid"),
-                    _triples(col, "block"), regs, smem))
-
-
-def _label_columns(ids: np.ndarray, labels: dict[int, LabelFields]) -> list[list[Any]]:
-    """The seven label fields of each row (`LabelFields`), by its label id: one object per label, not per row."""
-    distinct, inverse = np.unique(ids, return_inverse=True)
-    rows = [labels[i] for i in distinct.tolist()]
-    out = []
-    for f in range(7):
-        values = np.empty(len(rows), dtype=object)
-        for i, r in enumerate(rows):
-            values[i] = r[f]
-        out.append(values[inverse.reshape(-1)].tolist())
-    return out
-
-
-def _shared_ints(column: pa.Array) -> list[int | None]:
-    """An integer column as Python ints, one object per distinct value (NULL as None)."""
-    values = ints(column, 0)
-    distinct, inverse = np.unique(values, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    shared = np.empty(len(distinct) + 1, dtype=object)
-    shared[:-1] = distinct.tolist()
-    shared[-1] = None
-    if column.null_count:
-        inverse = np.where(valid(column), inverse, len(distinct))
-    out: list[int | None] = shared[inverse].tolist()
-    return out
-
-
-def _triples(col: dict[str, pa.Array], prefix: str) -> list[tuple[int, int, int]]:
-    """Each row's (x, y, z) of the columns PREFIX_x/_y/_z (NULL as 0), one tuple object per distinct triple (a long
-    trace's 600K launches hold a handful of grids), found by numpy (the three packed into one integer when they
-    fit) rather than a dict lookup per row."""
-    axes = [ints(col[f"{prefix}_{a}"], 0).astype(np.int64) for a in "xyz"]
-    if all(len(a) == 0 or (a.min() >= 0 and a.max() < 1 << 21) for a in axes):
-        packed = (axes[0] << 42) | (axes[1] << 21) | axes[2]
-        distinct, inverse = np.unique(packed, return_inverse=True)
-        values = [(v >> 42, (v >> 21) & 0x1FFFFF, v & 0x1FFFFF) for v in distinct.tolist()]
-    else:
-        rows, inverse = np.unique(np.stack(axes, 1), axis=0, return_inverse=True)
-        values = [(x, y, z) for x, y, z in rows.tolist()]
-    shared = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        shared[i] = v
-    triples: list[tuple[int, int, int]] = shared[inverse.reshape(-1)].tolist()
-    return triples
+    label_id, stream_id, device_id, times, grid, block, registers, shared memory), in row order: views of the rows
+    (`model.kernel_columns`), each label's fields (`labels`: `labels_of`) shared."""
+    return KernelViews(labels).of(table)
 
 
 def _attention_values(column: pa.Array, attention: np.ndarray, null: str | None = None) -> list[Any]:
@@ -438,7 +424,7 @@ def _launches(db: TraceDB, trace_id: int) -> tuple[list[Launch], np.ndarray]:
     in record batches; a launch's rows are its attention row, then its merges, then its prepares."""
     result = db.con.sql(sql("step_launches"), params={
         "trace": trace_id, "fa3_cap": FA3_CAP_PER_PREPARE_CTA, **attention_split_params(db)})
-    labels = labels_of(db)
+    views = KernelViews(labels_of(db))  # one for every batch: the kernels' shapes shared across them
     kernels: list[Kernel] = []
     attention: list[np.ndarray] = []
     parts: dict[str, list[np.ndarray]] = {"step_key": [], "merges": [], "prepares": []}
@@ -446,7 +432,7 @@ def _launches(db: TraceDB, trace_id: int) -> tuple[list[Launch], np.ndarray]:
     evidence: list[str] = []
     for batch in db.stream(result, LAUNCH_BATCH_ROWS):  # not the whole result as Arrow at once
         part = pa.Table.from_batches([batch])
-        kernels += kernels_of(part, labels)
+        kernels += views.of(part)
         merges = part.column("merges").combine_chunks()
         mask = valid(merges)  # the attention rows: the others have no count
         attention.append(mask)
@@ -492,23 +478,54 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
             return [v if o else None for v, o in zip(got, ok, strict=True)]
         return list(got)
 
-    keys, ranged, names, kinds, starts, ends, counts, range_starts, range_ends, sides = (
-        pick(c) for c in ("step_key", "ranged", "name", "kind", "start_ns", "end_ns", "kernel_count",
-                          "range_start_ns", "range_end_ns", "side"))
+    keys, ranged, names, kinds, counts, sides = (pick(c) for c in ("step_key", "ranged", "name", "kind",
+                                                                    "kernel_count", "side"))
     n = len(keys)
     lo, k = first[order].tolist(), count[order].tolist()
     mine = [launches[a:a + m] for a, m in zip(lo, k, strict=True)]
     names = [name or f"{x[0].attention.kernel} launch {i}" for i, (name, x) in enumerate(zip(names, mine, strict=True))]
-    if n and not ranged[0]:  # launch steps (a list holds one kind: range steps, or launch steps alone)
-        return list(map(Step, range(n), names, itertools.repeat("launch", n), itertools.repeat(None, n), starts,
-                        ends, counts, mine, keys))
+    launch_steps = bool(n) and not ranged[0]  # a list holds one kind: range steps, or launch steps alone
+    no_range = np.full(n, NO_TIME, np.int64)
+    times = [ints(col["start_ns"], 0)[order], ints(col["end_ns"], 0)[order]]
+    times += ([no_range, no_range] if launch_steps or recovered
+              else [ints(col[c], NO_TIME)[order] for c in ("range_start_ns", "range_end_ns")])
+    chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in chunked(times, StepTimes))
+    rows = itertools.cycle(range(CHUNK))
+    if launch_steps:
+        return list(map(_step, range(n), names, itertools.repeat("launch", n), itertools.repeat(None, n), counts,
+                        mine, keys, itertools.repeat(None, n), itertools.repeat("launch", n), chunks, rows))
     sources = {kind: f"range:{kind}" for kind in set(kinds)}
     if recovered:  # no range of the trace's: the window only
-        none = [None] * n  # a list: one iterator given five times would be read five times a row
-        return list(map(Step, range(n), names, map(sources.__getitem__, kinds), none, starts, ends, counts, mine,
-                        keys, none, none, none, none, itertools.repeat(steps_from, n)))
-    return list(map(Step, range(n), names, map(sources.__getitem__, kinds), keys, starts, ends, counts, mine, keys,
-                    range_starts, range_ends, sides, itertools.repeat(None, n), itertools.repeat(steps_from, n)))
+        return list(map(_step, range(n), names, map(sources.__getitem__, kinds), itertools.repeat(None, n), counts,
+                        mine, keys, itertools.repeat(None, n), itertools.repeat(steps_from, n), chunks, rows))
+    return list(map(_step, range(n), names, map(sources.__getitem__, kinds), keys, counts, mine, keys, sides,
+                    itertools.repeat(steps_from, n), chunks, rows))
+
+
+def step_times(steps: Sequence[Step]) -> dict[str, np.ndarray]:
+    """These steps' TIME_FIELDS as int64 arrays (NO_TIME for a range time of None), read from their rows rather
+    than through each step's properties."""
+    return gather(steps, attrgetter("_t"), attrgetter("_i"), TIME_FIELDS)
+
+
+def _step(index: int, name: str, source: str, range_id: int | None, kernel_count: int, launches: list[Launch],
+          key: int, range_side: str | None, evidence: str, times: StepTimes, row: int) -> Step:
+    """A Step whose times are row `row` of `times` (no engine, breakdown yet)."""
+    s = object.__new__(Step)
+    s.index = index
+    s.name = name
+    s.source = source
+    s.range_id = range_id
+    s.kernel_count = kernel_count
+    s.launches = launches
+    s.key = key
+    s.range_side = range_side
+    s.breakdown = None
+    s.evidence = evidence
+    s.engine = None
+    s._t = times
+    s._i = row
+    return s
 
 
 def _phases(steps: list[Step]) -> None:

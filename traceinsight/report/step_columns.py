@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from traceinsight.model.kernel_columns import kernel_columns
 from traceinsight.model.step_arrays import ARENA_FIELDS as ARENA_FIELDS  # tables.py reads them here
 from traceinsight.model.step_arrays import NO_RANGE as NO_RANGE
 from traceinsight.model.step_arrays import StepArrays, int64s, step_arrays
@@ -26,8 +27,6 @@ SPLIT_STATES: tuple[bool | None, ...] = (False, True, None)
 _STEP = attrgetter("name", "source", "range_id", "kernel_count")
 _LAUNCH = attrgetter("attention", "phase", "phase_evidence", "split_kv", "split_evidence", "merges", "prepares",
                      "tiles")
-_KERNEL = attrgetter("kernel_id", "name", "kernel", "family", "backend", "params", "stream_id", "start_ns", "dur_ns",
-                     "grid", "block", "registers_per_thread", "smem_bytes")
 @dataclass
 class StepColumns:
     """Steps (in the analysis's order) and their launches (in step order, then launch order) as columns.
@@ -127,11 +126,11 @@ def step_columns(steps: Sequence[Any], arrays: StepArrays | None = None) -> Step
     launches = list(itertools.chain.from_iterable(a.launches))
     m = len(launches)
     kernel, l_phase, l_evidence, l_split, l_split_evidence, merges, prepares, tiles = _columns(_LAUNCH, launches, 8)
-    (k_id, k_name, k_kernel, k_family, k_backend, k_params, k_stream, k_start, k_dur, k_grid, k_block, k_registers,
-     k_smem) = _columns(_KERNEL, kernel, 13)
+    own, shape = kernel_columns(kernel)  # from the kernels' rows, not 13 properties of each
+    k_name, k_kernel, k_family, k_backend, _, _, k_params, k_stream, _, k_grid, k_block, k_registers, k_smem = shape
     split = np.fromiter(map(SPLIT_CODES.__getitem__, l_split), np.int8, m)
     merge_ns, prepare_ns = _group_ns(merges), _group_ns(prepares)
-    k_dur_a = int64s(k_dur)
+    k_dur_a = own["dur_ns"]
     starts, ends, windowed = a.start, a.end, a.windowed
     # A step's split_kv and phase: the one state its launches share (else None; a phase by `Step.phase`'s rule).
     first = np.cumsum(counts) - counts
@@ -157,8 +156,8 @@ def step_columns(steps: Sequence[Any], arrays: StepArrays | None = None) -> Step
         launch_count=counts, m=m, step=np.repeat(np.arange(n, dtype=np.int64), counts),
         launch=np.arange(m, dtype=np.int64) - np.repeat(first, counts), kernel=kernel, l_phase=l_phase,
         l_phase_evidence=l_evidence, l_split=split, l_split_kv=l_split, l_split_evidence=l_split_evidence,
-        merges=merges, prepares=prepares, tiles=tiles, merge_ns=merge_ns, prepare_ns=prepare_ns, k_id=int64s(k_id),
+        merges=merges, prepares=prepares, tiles=tiles, merge_ns=merge_ns, prepare_ns=prepare_ns, k_id=own["kernel_id"],
         k_name=k_name, k_kernel=k_kernel, k_family=k_family, k_backend=k_backend, k_params=k_params,
-        k_stream=k_stream, k_start=int64s(k_start), k_dur=k_dur_a, k_grid=k_grid, k_block=k_block,
+        k_stream=k_stream, k_start=own["start_ns"], k_dur=k_dur_a, k_grid=k_grid, k_block=k_block,
         k_registers=k_registers,
         k_smem=k_smem)
