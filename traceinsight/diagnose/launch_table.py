@@ -156,6 +156,8 @@ def backend_counts(ctx: TraceAnalysis) -> Counter[str]:
     if _KEY not in ctx.cache:
         return views_backend_counts(ctx)
     column = launch_relation(ctx).column("backend").combine_chunks()
+    if not pa.types.is_dictionary(column.type):  # a relation of no launch (or one built without dictionaries)
+        column = column.dictionary_encode()
     codes = ints(column.indices, -1)
     per_code = np.bincount(codes[codes >= 0], minlength=len(column.dictionary)).tolist()
     out: Counter[str] = Counter()
