@@ -10,6 +10,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+# An int64 row's None (a time or range the object has not): the least int64, which no time takes.
+NULL = -(2**63)
+
 # Rows of one chunk: a view's row number is then one of the ints Python shares, not an object of its own.
 CHUNK = 256
 

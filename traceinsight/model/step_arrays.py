@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 
 from traceinsight.model.phases import PREFILL_PHASES
-from traceinsight.model.step_breakdown import components_ns
+from traceinsight.model.step_breakdown import NO_RANGE, components_ns
 from traceinsight.model.steps import NO_TIME, step_times
 
 # A breakdown's numbers as they lie in its trace's shared array, and the host range's value there for None.
 ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
-NO_RANGE = -(2**63)
 _ARENA = attrgetter("_data", "_at", "source", "host_gaps", "_names")
 _STEP = attrgetter("index", "breakdown", "launches")
 _SIDE = attrgetter("range_side")

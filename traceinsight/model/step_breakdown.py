@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 
 from traceinsight.components import IDLE
+from traceinsight.model.row_chunks import NULL
 
 # One tuple per distinct sequence of component names, shared by the breakdowns that have it.
 COMPONENT_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 # StepBreakdown's numbers before its components' (start, end, host range, longest host gap, long host time, idle
 # stretches), and the host range's value for None.
 FIXED = 6
-NO_RANGE = -(2**63)
+NO_RANGE = NULL
 
 
 class StepBreakdown:

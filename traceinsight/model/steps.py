@@ -45,7 +45,7 @@ from traceinsight.model.kernel_columns import Kernel as Kernel
 from traceinsight.model.kernel_columns import KernelViews, LabelFields
 from traceinsight.model.kernel_table import ensure_labels
 from traceinsight.model.phases import MIXED, mixed_from_tiles, tile_padding
-from traceinsight.model.row_chunks import CHUNK, chunked, gather
+from traceinsight.model.row_chunks import CHUNK, NULL, chunked, gather
 from traceinsight.model.toml_tables import versioned_tables
 from traceinsight.queries import sql
 
@@ -185,7 +185,7 @@ class StepTimes:
 
 
 # A range time of None in StepTimes.
-NO_TIME = -(2**63)
+NO_TIME = NULL
 TIME_FIELDS = ("start_ns", "end_ns", "range_start_ns", "range_end_ns")
 # Step's fields, in its constructor's order (its repr and equality).
 STEP_FIELDS = ("index", "name", "source", "range_id", "start_ns", "end_ns", "kernel_count", "launches", "key",

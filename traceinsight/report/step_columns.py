@@ -16,9 +16,9 @@ import numpy as np
 
 from traceinsight.model.kernel_columns import kernel_columns
 from traceinsight.model.step_arrays import ARENA_FIELDS as ARENA_FIELDS  # tables.py reads them here
-from traceinsight.model.step_arrays import NO_RANGE as NO_RANGE
 from traceinsight.model.step_arrays import StepArrays, int64s, step_arrays
 from traceinsight.model.step_arrays import columns as _columns
+from traceinsight.model.step_breakdown import NO_RANGE as NO_RANGE
 
 # A split-KV state as a code: False, True, None (unknown).
 SPLIT_CODES = {False: 0, True: 1, None: 2}
