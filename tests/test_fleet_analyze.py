@@ -67,6 +67,9 @@ set -e
 ip link set lo up
 export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
 export RAY_USAGE_STATS_ENABLED=0
+# A loaded CI machine can starve the GCS for a minute: Ray's default 60 s before a worker gives up on it
+# ("Failed to connect to GCS within 60 seconds") failed this fixture once under a concurrent test run.
+export RAY_gcs_rpc_server_reconnect_timeout_s=300
 ray=$(dirname "$PYTHON")/ray
 "$ray" start --head --port=6379 --num-cpus=2 --include-dashboard=false --disable-usage-stats \
     --temp-dir="$RAY_TMP" --object-store-memory=200000000 > "$RAY_TMP/start.log" 2>&1
