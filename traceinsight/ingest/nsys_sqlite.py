@@ -212,9 +212,12 @@ def _read(
 
 def _longer_than(con: sqlite3.Connection, table: str, rows: int) -> bool:
     """Whether `table` has more than `rows` rows: not where its rowids span at most `rows` (two b-tree seeks), else
-    SQLite steps over `rows` of them (not the whole table)."""
-    span = con.execute(f"SELECT max(rowid) - min(rowid) FROM {table}").fetchone()
-    if span is None or span[0] is None or span[0] < rows:
+    SQLite steps over `rows` of them (not the whole table). The seeks are two queries: SQLite answers a lone
+    `min(rowid)` or `max(rowid)` from the b-tree's edge, but `max(rowid) - min(rowid)` by a scan of every row (1.1
+    CPU-s for the 6.9M runtime rows of the 1M-kernel export)."""
+    low = con.execute(f"SELECT min(rowid) FROM {table}").fetchone()
+    high = con.execute(f"SELECT max(rowid) FROM {table}").fetchone()
+    if low is None or high is None or low[0] is None or high[0] is None or high[0] - low[0] < rows:
         return False
     return con.execute(f"SELECT 1 FROM {table} LIMIT 1 OFFSET {int(rows)}").fetchone() is not None
 
