@@ -3,6 +3,11 @@ nsys's MPI trace names a thread after."""
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
+
+from traceinsight.ingest import sqlite_arrow
+from traceinsight.ingest.arrow_numpy import int64_array
 from traceinsight.ingest.base import Columns
 from traceinsight.ingest.nsys_export import (
     MPI_RANK,
@@ -74,11 +79,13 @@ def ranges(reader: ExportReader) -> None:
         ],
         "NVTX domain",
     )
+    # The constant columns as Arrow arrays: Python lists the store would have DuckDB convert row by row.
     n = len(cols["name"])
-    cols["kind"] = ["nvtx"] * n
-    cols["side"] = ["cpu"] * n
-    cols["device_id"] = [None] * n
-    cols["stream_id"] = [None] * n
+    zeros = int64_array(np.zeros(n, np.int64))
+    cols["kind"] = sqlite_arrow.dictionary(zeros, ["nvtx"])
+    cols["side"] = sqlite_arrow.dictionary(zeros, ["cpu"])
+    cols["device_id"] = pa.nulls(n, pa.int64())
+    cols["stream_id"] = pa.nulls(n, pa.int64())
     reader.ingest.tables["ranges"] = cols
 
 
