@@ -12,9 +12,9 @@ is ever written beside the user's export.
 
 The large activity tables (kernels, memory operations, launches) come back as Arrow columns through the ADBC
 SQLite driver (`sqlite_arrow`), with no Python object per value; string columns are dictionary-encoded (one
-entry per distinct name), so a million launches of one kernel cost a million small integers. The small tables
-(NVTX ranges, GPUs) are read with `sqlite3`, which is also the route for the large ones wherever the driver
-cannot read the file.
+entry per distinct name), so a million launches of one kernel cost a million small integers. NVTX ranges go through
+the driver too (their text as well: `sqlite_arrow.text_column`); the small tables (GPUs, enums, StringIds) are read
+with `sqlite3`, which is also the route for the large ones wherever the driver cannot read the file.
 
 Damaged input: SQLite stores any value in any column, so every value is checked: an integer out of its column's
 range, a REAL, TEXT or BLOB where an integer belongs becomes None, and rows whose start/end are not integers with
