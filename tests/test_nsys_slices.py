@@ -82,3 +82,19 @@ def test_graph_replays_from_the_slices_kept(tmp_path: Path, h200: Path) -> None:
     dest = tmp_path / "graph_level.sqlite"
     _graph_level_export(GRAPHS, dest)
     assert len(_same(dest, 9)["graph_replays"]) == 100
+
+
+def test_longer_than_counts_rows_not_the_rowid_span(tmp_path: Path) -> None:
+    import sqlite3
+
+    con = sqlite3.connect(tmp_path / "rows.sqlite")
+    con.execute("CREATE TABLE sparse (x INTEGER)")
+    con.executemany("INSERT INTO sparse (rowid, x) VALUES (?, 0)", [(i,) for i in (-5, 3, 100, 1000)])
+    con.execute("CREATE TABLE dense (x INTEGER)")
+    con.executemany("INSERT INTO dense (rowid, x) VALUES (?, 0)", [(i,) for i in range(7, 17)])
+    con.execute("CREATE TABLE empty (x INTEGER)")
+    longer = nsys_sqlite._longer_than
+    assert [longer(con, "sparse", n) for n in (2, 3, 4, 1005)] == [True, True, False, False]
+    assert [longer(con, "dense", n) for n in (8, 9, 10, 11)] == [True, True, False, False]
+    assert not longer(con, "empty", 0)
+    con.close()

@@ -100,3 +100,32 @@ def test_dictionary_helpers() -> None:
     assert names.to_pylist() == ["a", "b", "", "a", ""] and sorted(labels) == ["", "", "a", "b"]
     assert sqlite_arrow.count_codes(pa.array([0, 1, 1, 2], pa.int32()), [1, 2]) == 3
     assert sqlite_arrow.count_codes(pa.array([0, 1], pa.int32()), []) == 0
+
+
+def test_texts_read_as_sqlite3_reads_them(tmp_path: Path) -> None:
+    """`ExportReader.texts` gives what `fetch` gives: text, blobs read as text, NULL for numbers; text that is not
+    UTF-8 (the driver would hand its bytes on) sends it to `fetch`, which reads them as U+FFFD."""
+    from traceinsight.ingest.base import Ingest
+    from traceinsight.ingest.nsys_query import ExportReader
+    from traceinsight.ingest.nsys_sqlite import connect
+
+    def texts(rows: list[object]) -> tuple[list[object], list[object]]:
+        path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.sqlite"
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE t (x)")  # no affinity: numbers stay numbers
+        con.executemany("INSERT INTO t VALUES (?)", [(r,) for r in rows])
+        con.commit()
+        con.close()
+        con = connect(path)
+        reader = ExportReader(con, {"t"}, Ingest(format="x"), path)
+        expr = nsys_sql.text_sql('"x"')
+        try:
+            return reader.texts("t", expr, "rowid > 1"), list(reader.fetch("t", [expr], ["x"], "rowid > 1")["x"])
+        finally:
+            con.close()
+
+    assert texts(["skipped", None, "a", b"bc", 7, 2.5, "é"]) == ([None, "a", "bc", None, None, "é"],) * 2
+    assert texts(["skipped", None, None]) == ([None, None],) * 2
+    assert texts(["skipped", "ok", b"\xff\xfe"]) == (["ok", "\ufffd\ufffd"],) * 2
+    with pytest.raises(sqlite_arrow.Unreadable):
+        sqlite_arrow.text_column(tmp_path / "t0.sqlite", "rowid", "FROM t")  # integers: not text

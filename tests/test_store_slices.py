@@ -32,6 +32,7 @@ def test_sliced_insert_equals_one_insert(monkeypatch: pytest.MonkeyPatch) -> Non
     text = store._text_bytes(whole.con.sql("SELECT name, mangled_name FROM kernels").to_arrow_table())
     assert text > 60_000  # 70 kernels of FlashInfer's long templated names
     monkeypatch.setattr(store, "CHECKPOINT_TEXT_BYTES", 10_000)  # ~7 slices of the kernel table
+    monkeypatch.setattr(store, "ROW_GROUP_ROWS", 4)  # each slice whole groups of 4 rows (DuckDB's are 122,880)
     sliced = _ingest(EXPORT)
     for table in ("kernels", "memops", "launches", "ranges", "devices"):
         query = f"SELECT * FROM {table} ORDER BY ALL"

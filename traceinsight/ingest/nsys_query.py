@@ -203,6 +203,18 @@ class ExportReader:
         lists = self.fetch(table, [int_sql(e) for e in exprs], names, where)
         return {n: _int64s(v) for n, v in lists.items()}
 
+    def texts(self, table: str, expr: str, where: str) -> list[Any]:
+        """`expr` (TEXT or NULL, `text_sql`) over the rows of `table` matching `where`, in rowid order: through the
+        Arrow driver, else (text that is not UTF-8 among them) through `fetch`."""
+        if self.arrow_path is not None:
+            try:
+                values: list[Any] = sqlite_arrow.text_column(
+                    self.arrow_path, expr, f"FROM {table} WHERE {where} ORDER BY rowid").to_pylist()
+                return values
+            except sqlite_arrow.Unreadable:
+                pass
+        return list(self.fetch(table, [expr], ["_text"], where)["_text"])
+
     def strings(self, ids: Iterable[Any]) -> dict[int, str]:
         """StringIds values of `ids` (None, unknown ids and values that are not text are left out)."""
         wanted = sorted(i for i in set(ids) if isinstance(i, int))

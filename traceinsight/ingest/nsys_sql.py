@@ -19,7 +19,6 @@ SQL_PARAMS = 900
 
 # GlobalId serialization: bits 24..47 hold the process id, bits 0..23 the thread id.
 PID_SQL = "(({col} >> 24) & 16777215)"
-TID_SQL = "({col} & 16777215)"
 
 # Value ranges of the normalized columns (INTEGER is int32, BIGINT int64).
 I32 = (-(2**31), 2**31 - 1)

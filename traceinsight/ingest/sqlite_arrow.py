@@ -60,6 +60,24 @@ def int_columns(path: Path, exprs: list[str], names: list[str], source: str) -> 
     return out
 
 
+def text_column(path: Path, expr: str, source: str) -> pa.Array:
+    """`SELECT expr source` (an expression giving TEXT or NULL) as one string array. Raises Unreadable where the
+    driver cannot run it, types the column otherwise, or reads text that is not UTF-8 (`sqlite3` reads it with
+    U+FFFD for the bad bytes)."""
+    table = _query(path, f"SELECT {expr} {source}")
+    column = table.column(0)
+    values = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if pa.types.is_null(values.type):
+        return values.cast(pa.string())
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        raise Unreadable(f"not text: {values.type}")
+    try:
+        values.validate(full=True)  # UTF-8 too
+    except pa.ArrowInvalid as exc:
+        raise Unreadable(_message(exc)) from None
+    return values
+
+
 def int_slices(
     path: Path, table: str, exprs: list[str], names: list[str], where: str, rows: int | None, after: int
 ) -> Iterator[tuple[int, dict[str, pa.Array]]]:

@@ -29,6 +29,10 @@ _DURATION_TABLES = {"kernels", "ranges", "memops", "host_ops"}
 # compressed before the next: a 10M-kernel trace then needs the memory of one slice, not 9 GB of names (at
 # 400 MB the 1M-kernel export's ingest peaks at 1.7 GB instead of 2.2 GB, in the same time).
 CHECKPOINT_TEXT_BYTES = 400_000_000
+# DuckDB's rows per row group (its `row_group_size`): the slices of a long insert are whole row groups, so that no
+# checkpoint compresses a part-filled last group the next slice then fills and compresses again (the 1M-kernel
+# export's kernels: 0.2 CPU-s of 2.1 less, and a tenth fewer page faults).
+ROW_GROUP_ROWS = 122_880
 # In-memory tables larger than this are compressed once loaded (TraceDB.compress).
 COMPRESS_MIN_BYTES = 256_000_000
 # The in-memory database's name (attached with compression; see CHECKPOINT_TEXT_BYTES).
@@ -387,6 +391,7 @@ class TraceDB:
             self.con.execute(insert)
             return
         per_slice = max(1, n * CHECKPOINT_TEXT_BYTES // text)
+        per_slice = max(ROW_GROUP_ROWS, per_slice // ROW_GROUP_ROWS * ROW_GROUP_ROWS)
         for first in range(0, n, per_slice):
             rows = arrow.slice(first, per_slice)  # noqa: F841
             self.con.execute(insert)
