@@ -36,6 +36,7 @@ from traceinsight.model.occupancy import BACKENDS, CUDA_CORE, FA2, FA3, occupanc
 from traceinsight.model.phases import PREFILL_PHASES, phase_from_query_lengths, tile_padding
 from traceinsight.model.planners import Plan
 from traceinsight.model.schedule import Measured, Schedule, StepBatch
+from traceinsight.model.shared_objects import first_rows
 from traceinsight.model.steps import Kernel, Launch, Step
 from traceinsight.model.thresholds import kernel_threshold, threads_per_block
 from traceinsight.queries import sql
@@ -114,12 +115,9 @@ def _fa3_contradiction(launch: Launch, cut: int, s_static: int | None, said: str
 def _by_shape(kernels: list[Kernel]) -> list[tuple[Kernel, int]]:
     """The kernels' distinct view shapes (`Kernel._shape`, by identity) in first-seen order: the first kernel of
     each and how many kernels have it (numpy over the shapes' ids: no Python step per kernel)."""
-    if not kernels:
-        return []
-    ids = np.fromiter(map(id, map(_SHAPE, kernels)), np.int64, len(kernels))
-    _, first, counts = np.unique(ids, return_index=True, return_counts=True)
-    order = np.argsort(first, kind="stable")
-    return [(kernels[i], c) for i, c in zip(first[order].tolist(), counts[order].tolist(), strict=True)]
+    first, codes = first_rows(list(map(_SHAPE, kernels)))
+    counts = np.bincount(codes, minlength=len(first))
+    return [(kernels[i], c) for i, c in zip(first.tolist(), counts.tolist(), strict=True)]
 
 
 # The properties that make devices rows one GPU model (trace_gpu.sql compares the same).

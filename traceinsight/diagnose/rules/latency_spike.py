@@ -185,8 +185,7 @@ def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], Table]:
     named: list[dict[int, tuple[str | None, str, Finding | None]]] = []
     for p in table.parts:
         rows = np.flatnonzero(p.spike)
-        every = p.components() if len(rows) else []
-        comps = [every[r] for r in rows.tolist()]
+        comps = p.components(rows) if len(rows) else []
         cause, finding = causes.of(p, rows, comps)
         named.append(dict(zip(rows.tolist(), zip(comps, cause, finding, strict=True), strict=True)))
     out: list[Incident] = []
