@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from traceinsight.components import IDLE, IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT, PREFILL
-from traceinsight.diagnose.baseline import fit_spikes, rolling_quantile
+from traceinsight.diagnose.baseline import fit_spikes, rolling_quantiles
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.model.step_arrays import StepArrays
 from traceinsight.model.steps import ATTENTION
@@ -221,15 +221,16 @@ def series(arrays: StepArrays) -> list[np.ndarray]:
     return out
 
 
-def _component_baselines(values: np.ndarray, use: Sequence[bool], half: int, tokens: Sequence[int] | None,
-                         per_token: bool) -> list[float]:
+def _component_baselines(values: np.ndarray, use: np.ndarray, half: int, tokens: Sequence[int] | None,
+                         per_token: bool) -> np.ndarray:
+    """A component's baseline per step (float64): its rolling quantile over the used steps (per KV token when
+    `per_token` and the steps' tokens are known, scaled back), over arrays (no Python float per step)."""
     if per_token and tokens is not None:
         t = np.asarray(tokens, float)
         rate = np.divide(values, t, out=np.zeros_like(values, dtype=float), where=t > 0)
-        base = rolling_quantile(rate.tolist(), half, use, COMPONENT_QUANTILE)
-        scaled: list[float] = (np.asarray(base) * t).tolist()
+        scaled: np.ndarray = rolling_quantiles(rate, half, use, COMPONENT_QUANTILE) * t
         return scaled
-    return rolling_quantile(values.tolist(), half, use, COMPONENT_QUANTILE)
+    return rolling_quantiles(values.astype(float), half, use, COMPONENT_QUANTILE)
 
 
 @dataclass(frozen=True)
@@ -256,28 +257,31 @@ class SeriesPart:
                                host_long_delta_ns=float(self.long_delta[row]), data=self.data, row=row,
                                ran_prefill=bool(self.prefill[row]))
 
-    def components(self) -> list[str | None]:
-        """Every row's `StepAttribution.component` (what grew the most), computed for all rows at once."""
+    def components(self, rows: np.ndarray | None = None) -> list[str | None]:
+        """Each row's `StepAttribution.component` (what grew the most) of `rows` (all when None), computed for
+        them at once."""
         d = self.data
-        n = len(self.steps)
+        values, bases, prefill = ((d.values, d.bases, self.prefill) if rows is None
+                                  else (d.values[rows], d.bases[rows], self.prefill[rows]))
+        n = len(values)
         names = d.names
         if not names:
             return [None] * n
-        delta = d.values - d.bases
+        delta = values - bases
         labels: list[str | None] = [*names, PREFILL, None]  # code -1: None
         codes = np.argmax(delta, axis=1)
         codes = np.where(delta[np.arange(n), codes] > 0, codes, -1)
         if PREFILL in names:
             jp = names.index(PREFILL)
-            case = self.prefill & (d.values[:, jp] > d.bases[:, jp])
+            case = prefill & (values[:, jp] > bases[:, jp])
             if case.any():  # the step's GPU work and the host time it waited for are one group, `prefill`
                 apart = [j for j, c in enumerate(names) if c in IDLE and c != IDLE_HOST]
                 v = np.zeros(int(case.sum()))
                 b = np.zeros(len(v))
                 for j in range(len(names)):  # summed in the order StepAttribution._groups sums
                     if j not in apart:
-                        v = v + d.values[case, j]
-                        b = b + d.bases[case, j]
+                        v = v + values[case, j]
+                        b = b + bases[case, j]
                 groups = np.column_stack([delta[case][:, apart], v - b])
                 best = np.argmax(groups, axis=1)
                 col = np.array([*apart, len(names)], np.int64)[best]
@@ -392,21 +396,21 @@ def _attribute(arrays: StepArrays, members: np.ndarray, gi: int, tokens_of: Mapp
             else [False] * len(at)
         fit = fit_spikes(walls, tokens, ratio=ratio, min_excess_ns=min_excess_ns, half_window=half,
                          exclude=slow, min_fit_points=min_fit)
-        use = [not (f or k) for f, k in zip(fit.spikes, slow, strict=True)]
-        if sum(use) < min_fit:
-            use = [not f for f in fit.spikes]
+        spike = np.asarray(fit.spikes, bool)
+        use = ~(spike | np.asarray(slow, bool))
+        if int(use.sum()) < min_fit:
+            use = ~spike
         values, names = arrays.component_matrix(at)
         bases = np.zeros_like(values)
         for j, c in enumerate(names):
             bases[:, j] = _component_baselines(values[:, j], use, half, tokens, c == ATTENTION)
-        longs = arrays.host_long[at].tolist()
-        long_base = rolling_quantile(longs, half, use, COMPONENT_QUANTILE)
+        longs = arrays.host_long[at].astype(float)
+        long_base = rolling_quantiles(longs, half, use, COMPONENT_QUANTILE)
         baseline = np.asarray(fit.baseline_ns, float)
         data = _Series(names, values, bases, wall.astype(float) - baseline)
         out.append(SeriesPart(
             series=gi, method=fit.method, data=data, steps=index, positions=rows.astype(np.int64), wall=wall,
-            baseline=baseline, spike=np.asarray(fit.spikes, bool),
-            long_delta=np.asarray(longs, float) - np.asarray(long_base, float), prefill=arrays.prefill[at]))
+            baseline=baseline, spike=spike, long_delta=longs - long_base, prefill=arrays.prefill[at]))
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import duckdb
@@ -27,17 +28,16 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.views import LaunchView, kernel_family, launch_views
 from traceinsight.diagnose.views import backend_counts as views_backend_counts
 from traceinsight.ingest.arrow_numpy import (
-    bool_array,
     dictionary_array,
     first_seen_codes,
-    float_array,
     int64_array,
-    int_array,
     ints,
     numbers,
     python_values,
     text_array,
 )
+from traceinsight.model.kernel_columns import kernel_ints
+from traceinsight.model.shared_objects import bool_codes, bools_of, distinct, first_rows, floats_of, ints_of
 from traceinsight.queries import sql
 
 # The columns of `attention_launches` (one row per launch of `launch_views`, in its order) and their types (text
@@ -77,47 +77,64 @@ def build(views: Sequence[LaunchView]) -> pa.Table:
     n = len(views)
     if not n:
         return SCHEMA.empty_table()
+    launches = list(map(_LAUNCH, views))
+    kernels = list(map(_ATTENTION, launches))
+    # The kernel names numbered in first-seen order, read once per kernel view shape (`Kernel._shape`: a name and
+    # the shared columns), not per launch.
     names: dict[str, int] = {}  # kernel name -> its number, in first-seen order
     first: list[LaunchView] = []  # the first view of each name, in number order
-
-    def number(v: LaunchView) -> int:
-        code = names.get(name := v.launch.attention.name)
+    shape_rows, shape_of = first_rows(list(map(_SHAPE, kernels)))
+    shape_name = np.empty(len(shape_rows), np.int64)
+    for j, r in enumerate(shape_rows.tolist()):
+        code = names.get(name := kernels[r].name)
         if code is None:
             code = names[name] = len(first)
-            first.append(v)
-        return code
-
-    name_codes = np.fromiter(map(number, views), np.int64, n)
+            first.append(views[r])
+        shape_name[j] = code
+    name_codes = shape_name[shape_of]
     families = [kernel_family(v) for v in first]
     family_of_name = first_seen_codes(families)[1]
     b_th = [v.threshold.b_threshold if v.threshold is not None else None for v in first]
     per_name = functools.partial(dictionary_array, codes=name_codes)
+    # Per launch, from its row (kernel ints) or attribute (C getters); what a shared object decides (the step's
+    # batch, the launch model, the measurement: a few distinct among 10^6 launches) once per object.
+    own = kernel_ints(kernels, ("kernel_id", "dur_ns"))
+    models, model_of = distinct(list(map(_MODEL, views)))
+    batches, batch_of = distinct(list(map(_BATCH, views)))
+    measured, measured_of = distinct(list(map(_MEASURED, views)))
     out: dict[str, pa.Array] = {
         "pos": int64_array(np.arange(n)),
-        "launch_id": int_array((v.launch.attention.kernel_id for v in views), n),
-        "step": int_array((v.step.index for v in views), n),
+        "launch_id": int64_array(own["kernel_id"]),
+        "step": int64_array(np.fromiter(map(_STEP_INDEX, views), np.int64, n)),
         "name": per_name(list(names)),
         "name_id": int64_array(name_codes),
         "kernel": per_name([v.kernel for v in first]),
         "family_key": per_name(families),
         "family_id": int64_array(family_of_name[name_codes].astype(np.int64)),
         "backend": per_name([v.backend for v in first]),
-        "phase": text_array((v.launch.phase for v in views), n),
-        "split_kv": bool_array((v.launch.split_kv for v in views), n),
-        "dur_ns": int_array((v.launch.attention.dur_ns for v in views), n),
-        "predicted_ns": int_array((None if v.model is None else v.model.predicted_ns for v in views), n),
-        "balanced_ns": int_array((None if v.model is None else v.model.balanced_ns for v in views), n),
-        "simulated": bool_array((v.model is not None and v.model.sim is not None and bool(v.model.predicted_ns)
-                             for v in views), n),
-        "sm_idle_measured": float_array((None if v.measured is None else v.measured.sm_idle for v in views), n),
-        "sm_idle_model": float_array((None if v.model is None else v.model.sm_idle for v in views), n),
-        "batch_size": int_array((None if v.batch is None else v.batch.batch_size for v in views), n),
-        "batch_source": text_array((None if v.batch is None else v.batch.source for v in views), n),
+        "phase": text_array(map(_PHASE, launches), n),
+        "split_kv": bool_codes(np.fromiter(map(_SPLIT_CODE.__getitem__, map(_SPLIT, launches)), np.int8, n)),
+        "dur_ns": int64_array(own["dur_ns"]),
+        "predicted_ns": ints_of([None if m is None else m.predicted_ns for m in models], model_of),
+        "balanced_ns": ints_of([None if m is None else m.balanced_ns for m in models], model_of),
+        "simulated": bools_of([m is not None and m.sim is not None and bool(m.predicted_ns) for m in models],
+                              model_of),
+        "sm_idle_measured": floats_of([None if x is None else x.sm_idle for x in measured], measured_of),
+        "sm_idle_model": floats_of([None if m is None else m.sm_idle for m in models], model_of),
+        "batch_size": ints_of([None if b is None else b.batch_size for b in batches], batch_of),
+        "batch_source": dictionary_array([None if b is None else b.source for b in batches], batch_of),
         "b_threshold": int64_array(np.array([b or 0 for b in b_th], np.int64)[name_codes],
                               np.array([b is not None for b in b_th], bool)[name_codes]),
-        "cuda_graph": bool_array((v.cuda_graph for v in views), n),
+        "cuda_graph": bool_codes(np.fromiter(map(_CUDA_GRAPH, views), np.int8, n)),
     }
     return pa.table({f.name: out[f.name] for f in SCHEMA})  # text stays dictionaries (SCHEMA: their value type)
+
+
+_LAUNCH, _ATTENTION, _STEP_INDEX = attrgetter("launch"), attrgetter("attention"), attrgetter("step.index")
+_MODEL, _BATCH, _MEASURED, _CUDA_GRAPH = (attrgetter("model"), attrgetter("batch"), attrgetter("measured"),
+                                          attrgetter("cuda_graph"))
+_PHASE, _SPLIT, _SHAPE = attrgetter("phase"), attrgetter("split_kv"), attrgetter("_shape")
+_SPLIT_CODE = {False: 0, True: 1, None: 2}  # a bool column's value while it is built (2: NULL)
 
 
 def connect(table: pa.Table, cursor: Callable[[], duckdb.DuckDBPyConnection] | None = None

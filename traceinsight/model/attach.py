@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import replace
+from itertools import chain
+from operator import attrgetter
 from typing import Any
+
+import numpy as np
 
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.batches import (
@@ -32,9 +36,12 @@ from traceinsight.model.occupancy import BACKENDS, CUDA_CORE, FA2, FA3, occupanc
 from traceinsight.model.phases import PREFILL_PHASES, phase_from_query_lengths, tile_padding
 from traceinsight.model.planners import Plan
 from traceinsight.model.schedule import Measured, Schedule, StepBatch
+from traceinsight.model.shared_objects import first_rows
 from traceinsight.model.steps import Kernel, Launch, Step
 from traceinsight.model.thresholds import kernel_threshold, threads_per_block
 from traceinsight.queries import sql
+
+_SHAPE = attrgetter("_shape")
 
 
 # ---------------------------------------------------------------------------------------------- phases
@@ -105,6 +112,14 @@ def _fa3_contradiction(launch: Launch, cut: int, s_static: int | None, said: str
 
 
 # ---------------------------------------------------------------------------------------------- main
+def _by_shape(kernels: list[Kernel]) -> list[tuple[Kernel, int]]:
+    """The kernels' distinct view shapes (`Kernel._shape`, by identity) in first-seen order: the first kernel of
+    each and how many kernels have it (numpy over the shapes' ids: no Python step per kernel)."""
+    first, codes = first_rows(list(map(_SHAPE, kernels)))
+    counts = np.bincount(codes, minlength=len(first))
+    return [(kernels[i], c) for i, c in zip(first.tolist(), counts.tolist(), strict=True)]
+
+
 # The properties that make devices rows one GPU model (trace_gpu.sql compares the same).
 _MODEL_COLUMNS = ("name", "num_sms", "compute_major", "compute_minor", "total_mem_bytes")
 
@@ -181,22 +196,25 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
         sched.notes.append(note)
 
     # (a) thresholds, one per attention kernel variant (its most common launch shape: the first launch of that
-    # shape represents it). One pass over the launches, counting shapes as it goes.
+    # shape represents it). Counted over the kernels' view shapes (`kernel_columns.Kernel._shape`: one object per
+    # distinct label and shared columns), not four fields read of each of 10^5-10^6 launches.
+    launches = [launch for s in steps for launch in s.launches]
     shapes: dict[str, Counter[tuple[Any, ...]]] = defaultdict(Counter)
     first_of: dict[tuple[str, tuple[Any, ...]], Kernel] = {}
+    for k, count in _by_shape([launch.attention for launch in launches]):
+        shape = (k.grid, k.block, k.registers_per_thread, k.smem_bytes)
+        shapes[k.name][shape] += count
+        first_of.setdefault((k.name, shape), k)
     hint: dict[str, int] = {}
+    for s in steps if matched else ():
+        r = matched.get(s.index)
+        if r and r.get("kv_heads"):
+            for launch in s.launches:
+                hint[launch.attention.name] = int(r["kv_heads"])
     merge_kernels: dict[str, Kernel] = {}  # the first kernel of each merge name
-    for s in steps:
-        r = matched.get(s.index) if matched else None
-        for launch in s.launches:
-            k = launch.attention
-            shape = (k.grid, k.block, k.registers_per_thread, k.smem_bytes)
-            shapes[k.name][shape] += 1
-            first_of.setdefault((k.name, shape), k)
-            if r and r.get("kv_heads"):
-                hint[k.name] = int(r["kv_heads"])
-            for m in launch.merges:
-                merge_kernels.setdefault(m.name, m)
+    for m, _ in _by_shape(list(chain.from_iterable(launch.merges for launch in launches))):
+        merge_kernels.setdefault(m.name, m)
+    del launches
     for name, counts in shapes.items():
         rep = first_of[(name, counts.most_common(1)[0][0])]
         thr = kernel_threshold(rep, gpu, hint.get(name))
@@ -212,6 +230,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
     plans: dict[int, tuple[Plan, int]] = {}
     samples: dict[str, dict[int, tuple[Plan, list[int]]]] = defaultdict(dict)
     trace_batches: dict[tuple[Any, ...], StepBatch] = {}  # batch_from_trace by trace_batch_key
+    by_shape: dict[tuple[Any, ...], StepBatch] = {}  # the same by the first launch's kernels' shape objects
     fa3_clashes: list[tuple[int, str]] = []  # (step, what the sidecar said against the trace)
     for s in steps:
         if not s.launches:
@@ -226,12 +245,17 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             sb = batch_from_sidecar(r, first, thr)
             if sb.cuda_graph is not None:
                 cuda_graph = sb.cuda_graph
-        else:
-            mo = merge_occ.get(first.merges[0].name) if first.merges else None
-            key = trace_batch_key(first, thr, cuda_graph, mo)
-            found = trace_batches.get(key)
+        else:  # by the kernels' view shapes first (what trace_batch_key reads of them), then by the key
+            merge = first.merges[0] if first.merges else None
+            same = (id(first.attention._shape), first.split_kv, cuda_graph, None if merge is None else id(merge._shape))
+            found = by_shape.get(same)
             if found is None:
-                found = trace_batches[key] = batch_from_trace(first, thr, cuda_graph, gpu, mo)
+                mo = merge_occ.get(merge.name) if merge is not None else None
+                key = trace_batch_key(first, thr, cuda_graph, mo)
+                found = trace_batches.get(key)
+                if found is None:
+                    found = trace_batches[key] = batch_from_trace(first, thr, cuda_graph, gpu, mo)
+                by_shape[same] = found
             sb = found
         if s.engine is not None:
             sb = with_engine(sb, s.engine)
@@ -240,10 +264,12 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             sb = replace(sb, graph_mode=mode, cuda_graph=True if sb.cuda_graph is None or r is None else sb.cuda_graph)
         sched.batches[s.index] = sb
         pb = planner_batch(sb) if sb.source == "sidecar" else None
+        if pb is None:
+            continue  # no launch of the step is planned
         for launch in s.launches:
             k = launch.attention
             t = sched.thresholds.get(k.name)
-            if pb is None or t is None or k.backend not in BACKENDS or launch.phase in PREFILL_PHASES:
+            if t is None or k.backend not in BACKENDS or launch.phase in PREFILL_PHASES:
                 continue
             occ = t.occupancy if k.backend in (CUDA_CORE, FA2) else 1
             opts = fa3_options(k, sb) if k.backend == FA3 else {}

@@ -227,7 +227,13 @@ _SHAPE = attrgetter("_shape")
 
 def kernel_ids(kernels: Sequence[Kernel]) -> np.ndarray:
     """These kernels' kernel_id as int64, read from their rows rather than through each view's property."""
-    return gather(kernels, _CHUNK, _ROW, ("kernel_id",))["kernel_id"]
+    return kernel_ints(kernels, ("kernel_id",))["kernel_id"]
+
+
+def kernel_ints(kernels: Sequence[Kernel], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """These kernels' own integers `names` (of kernel_id, start_ns, end_ns, dur_ns) as int64 arrays, read from their
+    rows rather than through each view's properties."""
+    return gather(kernels, _CHUNK, _ROW, names)
 
 
 def kernel_columns(kernels: Sequence[Kernel]) -> tuple[dict[str, np.ndarray], list[tuple[Any, ...]]]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from itertools import chain, repeat
+from operator import is_, itemgetter
 from typing import Any
 
 # `key=value` tokens in step names, e.g. "decode tc=0 dist=skew80 bs=384 step=2".
@@ -96,6 +98,9 @@ def threshold_for(thresholds: list[dict[str, Any]], kernel: str | None,
     return None, None
 
 
+_PAIR, _SPLIT = itemgetter(0, 1), itemgetter(2)  # of a launch's (kernel, backend, split)
+
+
 def sweep_panels(steps: Iterable[SweepStep], thresholds: list[dict[str, Any]]) -> list[SweepPanel]:
     """Panels of latency vs batch size per distribution, from steps named with `dist=… bs=…` tokens. Steps
     whose names carry other tokens (like `tc=0`) are split into one panel per value; `step=`/`iter=` tokens
@@ -115,17 +120,16 @@ def sweep_panels(steps: Iterable[SweepStep], thresholds: list[dict[str, Any]]) -
     panels = []
     for key in sorted(cases):
         series = []
-        kernels: dict[tuple[str | None, str | None], int] = defaultdict(int)
+        kernels: Counter[tuple[str | None, str | None]] = Counter()
         for dist in sorted(cases[key], key=_dist_order):
             ser = SweepSeries(dist)
             for b in sorted(cases[key][dist]):
                 case = cases[key][dist][b]
                 ser.batch.append(b)
                 ser.median_ns.append(int(statistics.median(s[1] for s in case)))
-                launches = [x for s in case for x in s[2]]
-                ser.split_off.append(bool(launches) and all(x[2] is False for x in launches))
-                for kernel, backend, _ in launches:
-                    kernels[(kernel, backend)] += 1
+                launches = list(chain.from_iterable(s[2] for s in case))  # a case's 10^4-10^5 launches: in C
+                ser.split_off.append(bool(launches) and all(map(is_, map(_SPLIT, launches), repeat(False))))
+                kernels.update(map(_PAIR, launches))
             series.append(ser)
         if sum(len(s.batch) for s in series) < 2:
             continue

@@ -91,8 +91,11 @@ def gantt_for(analysis: TraceAnalysis, doc: dict[str, Any]) -> Gantt | str:
 def stored_gantt(analysis: TraceAnalysis) -> str | None:
     """The report's Gantt as the `analyses` table keeps it (JSON of `gantt_for`'s result), when the schedule model
     simulated a launch; None otherwise (`gantt_from_doc` then says why from the document alone)."""
+    from traceinsight.model.shared_objects import distinct
+
     sched = getattr(analysis, "schedule", None)
-    if sched is None or not any(getattr(m, "sim", None) is not None for m in sched.models.values()):
+    if sched is None or not any(getattr(m, "sim", None) is not None  # each shared model once
+                                for m in distinct(list(sched.models.values()))[0]):
         return None
     g = gantt_for(analysis, _worst_launch_doc(analysis))
     if isinstance(g, str):

@@ -137,6 +137,25 @@ def trace_sections(a: TraceAnalysis, columns: StepColumns | None = None) -> dict
     }
 
 
+def _attached_uses(groups: Sequence[Sequence[Any]], phases: Sequence[str]) -> Iterable[tuple[str, str]]:
+    """(kernel name, its launch's phase) of each merge or prepare kernel of these groups (one group per launch),
+    in order: the names read once per kernel view shape (`model.kernel_columns.Kernel._shape`)."""
+    from itertools import chain
+    from operator import attrgetter
+
+    import numpy as np
+
+    from traceinsight.model.shared_objects import first_rows
+
+    lengths = np.fromiter(map(len, groups), np.int64, len(groups))
+    if not lengths.any():
+        return ()
+    kernels = list(chain.from_iterable(groups))
+    rows, shape_of = first_rows(list(map(attrgetter("_shape"), kernels)))
+    names = np.array([kernels[r].name for r in rows.tolist()], object)[shape_of].tolist()
+    return zip(names, np.array(phases, object).repeat(lengths).tolist(), strict=True)
+
+
 def kernel_rows(a: TraceAnalysis, columns: StepColumns | None = None) -> list[dict[str, Any]]:
     """The kernel table with each attention, merge and prepare kernel's phase taken from its launches (the phase
     the steps and findings use): one phase when every launch has it, `mixed` when they differ. The phase the
@@ -148,7 +167,7 @@ def kernel_rows(a: TraceAnalysis, columns: StepColumns | None = None) -> list[di
     # (kernel name, its launch's phase) of every attention, merge and prepare kernel, counted
     uses = Counter(zip(c.k_name, c.l_phase, strict=True))
     for groups in (c.merges, c.prepares):
-        uses.update((k.name, phase) for g, phase in zip(groups, c.l_phase, strict=True) if g for k in g)
+        uses.update(_attached_uses(groups, c.l_phase))
     phases: dict[str, set[str]] = {}
     launched: Counter[str] = Counter()
     for (name, phase), n in uses.items():
@@ -241,7 +260,7 @@ def _floor_total(findings: list[Any], walls: _Walls) -> int:
             continue
         if per_step:  # where the rule placed its saving, at most each step's wall time
             at = walls.positions(per_step)
-            claimed = np.fromiter((max(0, int(v)) for v in per_step.values()), np.int64, len(per_step))[at >= 0]
+            claimed = np.maximum(np.fromiter(map(int, per_step.values()), np.int64, len(per_step)), 0)[at >= 0]
             at = at[at >= 0]
             claimed = np.minimum(claimed, wall[at])
         else:  # spread over its steps in proportion to their wall time

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.model.kernel_columns import kernel_columns
+from traceinsight.model.kernel_columns import kernel_columns, kernel_ints
 from traceinsight.model.step_arrays import ARENA_FIELDS as ARENA_FIELDS  # tables.py reads them here
 from traceinsight.model.step_arrays import StepArrays, int64s, step_arrays
 from traceinsight.model.step_arrays import columns as _columns
@@ -98,11 +98,14 @@ class StepColumns:
 
 
 def _group_ns(groups: tuple[Sequence[Any], ...]) -> np.ndarray:
-    """Each group's kernels' dur_ns added up (most groups are empty)."""
+    """Each group's kernels' dur_ns added up (most groups are empty), from the kernels' rows."""
+    lengths = np.fromiter(map(len, groups), np.int64, len(groups))
     out = np.zeros(len(groups), np.int64)
-    full = [i for i, g in enumerate(groups) if g]
-    if full:
-        out[full] = [sum(k.dur_ns for k in groups[i]) for i in full]
+    full = np.flatnonzero(lengths)
+    if len(full):
+        dur = kernel_ints(list(itertools.chain.from_iterable(groups)), ("dur_ns",))["dur_ns"]
+        starts = np.cumsum(lengths[full]) - lengths[full]
+        out[full] = np.add.reduceat(dur, starts)
     return out
 
 

@@ -29,7 +29,10 @@ from traceinsight.ingest.arrow_numpy import (
 from traceinsight.ingest.schema import analysis_table_names
 from traceinsight.ingest.schema import mentions_analysis as mentions_analysis  # `sql` asks it without pyarrow
 from traceinsight.ingest.store import TraceDB
+from traceinsight.model import shared_objects
+from traceinsight.model.kernel_columns import kernel_ids, kernel_ints
 from traceinsight.model.planners.types import gc_paused
+from traceinsight.model.shared_objects import first_rows
 from traceinsight.report import json_doc
 from traceinsight.report.step_columns import ARENA_FIELDS, NO_RANGE, SPLIT_CODES, StepColumns, step_columns
 
@@ -117,8 +120,7 @@ def _launch_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[s
 
     def attached_ids(groups: tuple[Sequence[Any], ...]) -> pa.Array:
         lengths = np.fromiter(map(len, groups), np.int64, n)
-        ids = int_array((k.kernel_id for g in groups if g for k in g), int(lengths.sum()), nullable=False)
-        return list_array(lengths, ids)
+        return list_array(lengths, int64_array(kernel_ids(list(chain.from_iterable(groups)))))
 
     tiles = c.tiles
     return {
@@ -158,6 +160,7 @@ def _launch_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[s
     }
 
 
+_SHAPE = attrgetter("_shape")
 _MODEL = attrgetter("source", "work_items", "chunk_tokens", "split_kv", "predicted_ns", "sm_idle", "tail_ns",
                     "balanced_ns", "grid_matches", "longest_item_tokens", "note")
 
@@ -171,29 +174,47 @@ def _model_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, pa.
     order = np.argsort(kids, kind="stable")
     if n and (order[1:] < order[:-1]).any():  # not already in kernel_id order
         kids, ms = kids[order], [ms[i] for i in order.tolist()]
+    # A model is shared by the launches that have its inputs (`launch_models`): its fields read once per model.
+    objects, codes = shared_objects.distinct(ms)
     (source, work_items, chunk_tokens, split_kv, predicted_ns, sm_idle, tail_ns, balanced_ns, grid_matches,
-     longest, note) = [()] * 11 if not n else zip(*map(_MODEL, ms), strict=True)
+     longest, note) = [()] * 11 if not n else zip(*map(_MODEL, objects), strict=True)
     meas = [sched.measured.get(kid) for kid in kids.tolist()] if sched is not None and sched.measured else None
     return {
         "trace_id": _repeat(a.trace_id, n),
         "kernel_id": int64_array(kids),
-        "source": text_array(source, n),
-        "work_items": _python(work_items),
-        "chunk_tokens": _python(chunk_tokens),
-        "split_kv": _python(split_kv),
-        "predicted_ns": _python(predicted_ns),
-        "sm_idle": _python(sm_idle),
-        "tail_ns": _python(tail_ns),
-        "balanced_ns": _python(balanced_ns),
-        "grid_matches": _python(grid_matches),
-        "longest_item_tokens": _python(longest),
+        "source": dictionary_array(source, codes),
+        "work_items": _python_of(work_items, codes),
+        "chunk_tokens": _python_of(chunk_tokens, codes),
+        "split_kv": _python_of(split_kv, codes),
+        "predicted_ns": _python_of(predicted_ns, codes),
+        "sm_idle": _python_of(sm_idle, codes),
+        "tail_ns": _python_of(tail_ns, codes),
+        "balanced_ns": _python_of(balanced_ns, codes),
+        "grid_matches": _python_of(grid_matches, codes),
+        "longest_item_tokens": _python_of(longest, codes),
         "measured_sm_idle": (pa.nulls(n) if meas is None else
                              python_array([x.sm_idle if x is not None else None for x in meas])),
-        "note": text_array(note, n),
+        "note": dictionary_array(note, codes),
     }
 
 
-def _finding_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, list[Any]]:
+def _python_of(values: Sequence[Any], codes: np.ndarray) -> pa.Array:
+    """`_python` of the rows values[codes[i]] (one value per shared object): the usual kinds (None, integers,
+    booleans, numbers) built from the objects' values, any other through the rows' values."""
+    n = len(codes)
+    kinds = set(map(type, values)) - {type(None)}
+    if not kinds:
+        return pa.nulls(n)
+    if kinds == {int}:
+        return shared_objects.ints_of(values, codes)
+    if kinds == {bool}:
+        return shared_objects.bools_of(values, codes)
+    if kinds <= {int, float}:
+        return shared_objects.floats_of(values, codes)
+    return _python([values[c] for c in codes.tolist()])
+
+
+def _finding_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, Any]:
     cols: dict[str, list[Any]] = {c: [] for c in (
         "trace_id", "finding", "rule_id", "severity", "steps", "summary", "cause", "saving_ns", "evidence_json",
         "remedy", "explanation", "ref", "supports", "related", "attributed_saving_ns", "saving_basis")}
@@ -206,7 +227,10 @@ def _finding_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, l
                      ("supports", j["supports"]), ("related", j["related"]),
                      ("attributed_saving_ns", j["attributed_saving_ns"]), ("saving_basis", j["saving_basis"])):
             cols[c].append(v)
-    return cols
+    steps = cols.pop("steps")  # 10^5-10^6 step indexes in all on a long trace: from numpy, not a scan per value
+    lengths = np.fromiter(map(len, steps), np.int64, len(steps))
+    flat = np.fromiter(chain.from_iterable(steps), np.int64, int(lengths.sum()))
+    return {**cols, "steps": list_array(lengths, int64_array(flat))}
 
 
 def _check_rows(a: TraceAnalysis, _: Callable[[], StepColumns]) -> dict[str, list[Any]]:
@@ -290,24 +314,23 @@ def _triples(values: Sequence[tuple[int, int, int]]) -> pa.Array:
 
 def _attached_json(groups: Sequence[Sequence[Any]]) -> pa.Array:
     """Each launch's merge or prepare kernels as the document lists them, as JSON: `_json(_attached(group))`, the
-    text of each kernel but its duration written once per kernel name and grid."""
-    heads: dict[tuple[str, tuple[int, ...]], str] = {}
-
-    def text(group: Sequence[Any]) -> str:
-        parts = []
-        for m in group:
-            if type(m.dur_ns) is not int:  # a number orjson might write otherwise
-                return _json(_attached(group))
-            head = heads.get(key := (m.kernel, m.grid))
-            if head is None:
-                head = heads[key] = _json({"kernel": m.kernel, "grid": list(m.grid)})[:-1] + ',"dur_ns":'
-            parts.append(f"{head}{m.dur_ns}}}")
-        return "[" + ",".join(parts) + "]"
-
+    text of each kernel but its duration written once per kernel view shape (kernel name and grid among its
+    fields), the durations read from the kernels' rows."""
     full = [i for i, g in enumerate(groups) if g]  # most launches have none
     codes = np.zeros(len(groups), np.int64)
     codes[full] = np.arange(1, len(full) + 1)
-    return dictionary_array(["[]", *(text(groups[i]) for i in full)], codes)
+    kernels = list(chain.from_iterable(groups[i] for i in full))
+    rows, shape_of = first_rows(list(map(_SHAPE, kernels)))
+    heads = [_json({"kernel": kernels[r].kernel, "grid": list(kernels[r].grid)})[:-1] + ',"dur_ns":'
+             for r in rows.tolist()]
+    parts = [f"{h}{d}}}" for h, d in zip(map(heads.__getitem__, shape_of.tolist()),
+                                          kernel_ints(kernels, ("dur_ns",))["dur_ns"].tolist(), strict=True)]
+    if len(kernels) == len(full):  # one kernel each (a merge kernel per split launch)
+        texts = [f"[{p}]" for p in parts]
+    else:
+        ends = np.cumsum(np.fromiter((len(groups[i]) for i in full), np.int64, len(full))).tolist()
+        texts = ["[" + ",".join(parts[a:b]) + "]" for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    return dictionary_array(["[]", *texts], codes)
 
 
 def _attached(kernels: Sequence[Any]) -> list[dict[str, Any]]:

@@ -4,21 +4,24 @@ FlashInfer's tensor-core decode path plans decode as a prefill with one query ro
 `BatchPrefillWithPagedKVCacheKernel` (FA2 backend) or `PrefillWithKVCacheKernel` (SM90 backend) in decode
 steps. The phase comes from the launch's context (the step's range name) or the kernel's template arguments
 (MaskMode 0 with a 16-row query tile), or, when neither tells, from a sidecar batch recorded for the step.
-The launches are selected in SQL (prefill_named_decode_launches.sql, the words from PREFILL_KERNEL_WORDS); the
-saving is a replay on the CUDA-core path, in Python.
+The launches are selected in SQL (prefill_named_decode_launches.sql, the words from PREFILL_KERNEL_WORDS) and read
+as the launch relation's columns; the saving is a replay on the CUDA-core path, in Python.
 """
 
 from __future__ import annotations
 
-import statistics
+from collections.abc import Iterator
+
+import numpy as np
 
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
-from traceinsight.diagnose.launch_table import select_groups
+from traceinsight.diagnose.launch_table import launch_column, launch_db, launch_relation, select_table
 from traceinsight.diagnose.rule import Input
 from traceinsight.diagnose.savings import excess_over_reference_ns, spread_by_time
-from traceinsight.diagnose.views import LaunchView, spread_sample, steps_of
+from traceinsight.diagnose.views import LaunchView, spread_sample
 from traceinsight.diagnose.whatif import path_alternative
+from traceinsight.ingest.arrow_numpy import ints, numbers
 from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
 from traceinsight.units import fmt_ns
 
@@ -50,15 +53,52 @@ def _decode_evidence(v: LaunchView) -> str:
     return f"the sidecar describes step {v.step.index} as a decode batch (key {step_key!r})"
 
 
+def _groups(ctx: TraceAnalysis) -> Iterator[tuple[np.ndarray, list[LaunchView]]]:
+    """The selected launches per kernel name (in the order the names first appear): their positions in the launch
+    relation (pos, in order) and the views of those a sidecar batch describes. Over the query's and the relation's
+    columns: a trace on this path has 10^5-10^6 such launches, and only a sidecar's need their views."""
+    result, views = select_table(ctx, "prefill_named_decode_launches", words=list(PREFILL_KERNEL_WORDS))
+    if not result.num_rows:
+        return
+    pos = numbers(result.column("pos").combine_chunks())
+    name_pos = numbers(result.column("name_pos").combine_chunks())
+    source = launch_relation(ctx).column("batch_source").combine_chunks()
+    words = source.dictionary.to_pylist()
+    sidecar = np.zeros(len(views), bool)
+    if "sidecar" in words:
+        sidecar = ints(source.indices, -1) == words.index("sidecar")
+    cuts = np.flatnonzero(name_pos[1:] != name_pos[:-1]) + 1
+    for mine in np.split(pos, cuts):
+        yield mine, [views[p] for p in mine[sidecar[mine]].tolist()]
+
+
+def _median(values: np.ndarray) -> float:
+    """statistics.median of these integers (the mean of the two middle ones, as a float, for an even count)."""
+    n = len(values)
+    half = n // 2
+    if n % 2:
+        return int(np.partition(values, half)[half])
+    low, high = (int(x) for x in np.partition(values, (half - 1, half))[half - 1:half + 1])
+    return (low + high) / 2
+
+
+def _distinct_sorted(values: np.ndarray) -> list[int]:
+    """The distinct values, ascending (np.unique without its index arrays imports numpy.ma: 70 ms of a short
+    trace's analysis)."""
+    got = np.sort(values)
+    keep = np.ones(len(got), bool)
+    keep[1:] = got[1:] != got[:-1]
+    out: list[int] = got[keep].tolist()
+    return out
+
+
 def apply(ctx: TraceAnalysis) -> list[Finding]:
     out = []
-    for group in select_groups(ctx, "prefill_named_decode_launches", words=list(PREFILL_KERNEL_WORDS)):
-        vs = [v for v, _ in group]
-        v0 = vs[0]
+    for group, known in _groups(ctx):
+        v0 = launch_db(ctx)[1][int(group[0])]
         thr = v0.threshold
         saving = 0.0
         compared = 0
-        known = [v for v in vs if v.batch is not None and v.batch.source == "sidecar"]
         if ctx.schedule is not None:
             for v in spread_sample(known, REPLAY_MAX_LAUNCHES):
                 alt = path_alternative(ctx.schedule, CUDA_CORE, v.batch)  # type: ignore[arg-type]
@@ -69,11 +109,11 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
             saving *= len(known) / compared
         policy = _SPLIT_POLICY.get(v0.backend or "", "its split-KV policy differs from the CUDA-core kernel's")
         b_th = thr.b_threshold if thr else None
-        median_dur_ns = round(statistics.median(v.dur_ns for v in vs))
+        median_dur_ns = round(_median(launch_column(ctx, "dur_ns")[group]))
         evidence = {
             "kernel": v0.kernel,
             "backend": v0.backend,
-            "launches": len(vs),
+            "launches": len(group),
             "phase_evidence": _decode_evidence(v0),
             "grid": list(v0.launch.attention.grid),
             "median_dur_ns": median_dur_ns,
@@ -84,8 +124,8 @@ def apply(ctx: TraceAnalysis) -> list[Finding]:
         out.append(Finding(
             id=ID,
             severity=Severity.WARNING,
-            steps=tuple(steps_of(vs)),
-            summary=(f"{len(vs)} decode launches ran on {v0.kernel} ({v0.backend}): the tensor-core decode path, "
+            steps=tuple(_distinct_sorted(launch_column(ctx, "step")[group])),
+            summary=(f"{len(group)} decode launches ran on {v0.kernel} ({v0.backend}): the tensor-core decode path, "
                      f"{thr_text or 'a different split-KV policy'}; median {fmt_ns(median_dur_ns)}"),
             evidence=evidence,
             explanation=(

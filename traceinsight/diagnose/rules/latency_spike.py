@@ -185,11 +185,11 @@ def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], Table]:
     named: list[dict[int, tuple[str | None, str, Finding | None]]] = []
     for p in table.parts:
         rows = np.flatnonzero(p.spike)
-        every = p.components() if len(rows) else []
-        comps = [every[r] for r in rows.tolist()]
+        comps = p.components(rows) if len(rows) else []
         cause, finding = causes.of(p, rows, comps)
         named.append(dict(zip(rows.tolist(), zip(comps, cause, finding, strict=True), strict=True)))
     out: list[Incident] = []
+    steps_of = [p.steps.tolist() for p in table.parts]  # read per spike: Python ints, not numpy scalars
     for _, (part, row) in sorted(table.series_rows().items(), key=lambda kv: kv[0]):
         spike = np.zeros(len(part), bool)
         for k, p in enumerate(table.parts):
@@ -199,10 +199,11 @@ def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], Table]:
         parts, rows = part.tolist(), row.tolist()
         current: Incident | None = None
         last = -2
+        spiked = spike.tolist()
         for pos in np.flatnonzero(spike).tolist():
             k, r = parts[pos], rows[pos]
             component, cause, finding = named[k][r]
-            step = int(table.parts[k].steps[r])
+            step = steps_of[k][r]
             if current is not None and last == pos - 1 and current.cause == cause:
                 current.steps.append(step)
                 last = pos
@@ -211,8 +212,9 @@ def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], Table]:
             current = Incident(cause, component, finding, [step])
             if component is not None:
                 j = pos - 1
-                while j >= 0 and not spike[j] and table.parts[parts[j]].jumped(rows[j], component, ratio, excess_min):
-                    current.onset.insert(0, int(table.parts[parts[j]].steps[rows[j]]))
+                while j >= 0 and not spiked[j] and table.parts[parts[j]].jumped(rows[j], component, ratio,
+                                                                                  excess_min):
+                    current.onset.insert(0, steps_of[parts[j]][rows[j]])
                     j -= 1
             out.append(current)
     return out, table
@@ -454,7 +456,7 @@ class _Records:
         of each other (rounding never reorders)."""
         ratio = self.worst_ratio[members]
         near = np.flatnonzero(ratio >= ratio.max() - 0.02).tolist() or list(range(len(members)))
-        rounded = [round(float(ratio[j]), 2) for j in near]
+        rounded = [round(x, 2) for x in ratio[near].tolist()]
         if least_step:
             step = self.worst_step[members]
             best = max(range(len(near)), key=lambda i: (rounded[i], -int(step[near[i]])))

@@ -130,10 +130,10 @@ def slow_steps(ctx: TraceAnalysis, table: Table) -> list[_Found]:
             continue
         w = whole[rows]
         j = best[rows]
-        comps = p.components() if w.any() else []
+        comps = iter(p.components(rows[w]) if w.any() else [])  # the whole-step rows', in row order
         out.append(_Found(
             p, rows.tolist(),
-            [comps[r] if wr else d.names[jr] for r, wr, jr in zip(rows.tolist(), w.tolist(), j.tolist(), strict=True)],
+            [next(comps) if wr else d.names[jr] for wr, jr in zip(w.tolist(), j.tolist(), strict=True)],
             np.where(w, wall[rows] - base[rows], deltas[rows, j]).tolist(),
             np.where(w, wall[rows] / np.where(w, base[rows], 1.0),
                      values[rows, j] / np.where(w, 1.0, bases[rows, j])).tolist(),
