@@ -196,7 +196,7 @@ class Step:
     """A decode step. Its four times are a row of int64 columns (`StepTimes`, shared by up to row_chunks.CHUNK
     steps: `_t`, its row `_i`), read as Python ints: four int objects a step were ~128 bytes of each step."""
 
-    __slots__ = ("_i", "_name", "_t", "breakdown", "engine", "evidence", "index", "kernel_count", "key", "launches",
+    __slots__ = ("_i", "_t", "breakdown", "engine", "evidence", "index", "kernel_count", "key", "launches", "name",
                  "range_id", "range_side", "source")
 
     def __init__(self, index: int, name: str, source: str, range_id: int | None, start_ns: int, end_ns: int,
@@ -204,7 +204,7 @@ class Step:
                  range_end_ns: int | None = None, range_side: str | None = None, breakdown: Any = None,
                  evidence: str = "launch", engine: engine_steps.StepInfo | None = None) -> None:
         self.index = index
-        self._name: str | None = name
+        self.name = name
         self.source = source  # 'range:<kind>' or 'launch'
         self.range_id = range_id
         self.kernel_count = kernel_count  # kernels of the step (all families; `step_kernels` reads them)
@@ -218,17 +218,6 @@ class Step:
                  NO_TIME if range_end_ns is None else range_end_ns)
         self._t = StepTimes(*(array("q", [v]) for v in times))
         self._i = 0
-
-    @property
-    def name(self) -> str:
-        """The step's range name; for a step without one, its first launch's kernel and its index ('<kernel> launch
-        <index>'), made when read (a string per step held ~90 bytes of each of 10^6-10^7 steps)."""
-        name = self._name
-        return name if name is not None else f"{self.launches[0].attention.kernel} launch {self.index}"
-
-    @name.setter
-    def name(self, name: str) -> None:
-        self._name = name
 
     @property
     def start_ns(self) -> int:
@@ -494,7 +483,7 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
     n = len(keys)
     lo, k = first[order].tolist(), count[order].tolist()
     mine = [launches[a:a + m] for a, m in zip(lo, k, strict=True)]
-    names = [name or None for name in names]  # None: Step.name names it by its first launch and index when read
+    names = [name or f"{x[0].attention.kernel} launch {i}" for i, (name, x) in enumerate(zip(names, mine, strict=True))]
     launch_steps = bool(n) and not ranged[0]  # a list holds one kind: range steps, or launch steps alone
     no_range = np.full(n, NO_TIME, np.int64)
     times = [ints(col["start_ns"], 0)[order], ints(col["end_ns"], 0)[order]]
@@ -519,12 +508,12 @@ def step_times(steps: Sequence[Step]) -> dict[str, np.ndarray]:
     return gather(steps, attrgetter("_t"), attrgetter("_i"), TIME_FIELDS)
 
 
-def _step(index: int, name: str | None, source: str, range_id: int | None, kernel_count: int, launches: list[Launch],
+def _step(index: int, name: str, source: str, range_id: int | None, kernel_count: int, launches: list[Launch],
           key: int, range_side: str | None, evidence: str, times: StepTimes, row: int) -> Step:
     """A Step whose times are row `row` of `times` (no engine, breakdown yet)."""
     s = object.__new__(Step)
     s.index = index
-    s._name = name
+    s.name = name
     s.source = source
     s.range_id = range_id
     s.kernel_count = kernel_count
