@@ -287,18 +287,17 @@ class LaunchModels(Mapping[int, "LaunchModel"]):
         """`ids[i]`'s model is `kinds[codes[i]]`; a repeated id keeps its first place and its last model (as a
         dict made from the pairs)."""
         ids = np.asarray(ids, np.int64)
-        if len(np.unique(ids)) != len(ids):
+        in_order = len(ids) < 2 or bool((ids[1:] > ids[:-1]).all())
+        order = None if in_order else np.argsort(ids, kind="stable")
+        if order is not None and bool((ids[order][1:] == ids[order][:-1]).any()):  # a repeated id
             pairs = dict(zip(ids.tolist(), np.asarray(codes).tolist(), strict=True))
             ids, codes = np.fromiter(pairs, np.int64, len(pairs)), np.fromiter(pairs.values(), np.int64, len(pairs))
+            order = np.argsort(ids, kind="stable")
         self._ids = ids
         self._codes = np.asarray(codes, np.int32 if len(kinds) < 2**31 else np.int64)
         self._kinds = list(kinds)
-        if len(ids) < 2 or bool((ids[1:] > ids[:-1]).all()):
-            self._order: np.ndarray | None = None
-            self._sorted = ids
-        else:
-            self._order = np.argsort(ids, kind="stable").astype(np.int64)
-            self._sorted = ids[self._order]
+        self._order: np.ndarray | None = order
+        self._sorted = ids if order is None else ids[order]
 
     def _find(self, ids: np.ndarray) -> np.ndarray:
         """Each id's position in `_ids`, -1 where it has no model."""
