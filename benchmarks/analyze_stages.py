@@ -87,11 +87,18 @@ class _PeakSampler:
         return round(self.peak / 2**20)
 
 
-def _memory() -> dict[str, float]:
+def _memory(python_peak: bool = False) -> dict[str, float]:
+    """Memory now; `python_peak`: also Python's peak since the last reset (and reset it)."""
     out = {"peak_rss_mb": round(_peak_mb()), "rss_mb": round(_rss_mb()), "duckdb_mb": round(_duckdb_mb())}
     if tracemalloc.is_tracing():
         out["python_mb"] = round(_python_mb())
+        if python_peak:
+            out["python_peak_mb"] = round(tracemalloc.get_traced_memory()[1] / 2**20)
+            tracemalloc.reset_peak()
     return out
+
+
+_python_peaks: list[int] = []  # rules' peaks, for the rules stage's own
 
 
 def _top(limit: int = 12) -> list[str]:
@@ -106,7 +113,8 @@ def _show(r: dict[str, Any]) -> None:
     print(f"{r['stage']:16} {r['wall_s']:8.2f} s  {r.get('cpu_s', 0):8.2f} cpu-s  peak RSS {r['peak_rss_mb']:6} MB"
           f"  in the stage {r.get('stage_peak_rss_mb', 0):6} MB"
           f"  RSS now {r['rss_mb']:6} MB"
-          f"  DuckDB {r['duckdb_mb']:6} MB" + (f"  Python {r['python_mb']:6} MB" if "python_mb" in r else ""),
+          f"  DuckDB {r['duckdb_mb']:6} MB" + (f"  Python {r['python_mb']:6} MB (peak {r.get('python_peak_mb', '-')})"
+                                                if "python_mb" in r else ""),
           file=sys.stderr, flush=True)
     for line in r.get("python_top", []):
         print("    " + line, file=sys.stderr, flush=True)
@@ -137,6 +145,9 @@ def main() -> None:
         def run(*a: Any, **k: Any) -> Any:
             outer = sampler.peak  # a rule's row is inside the rules stage: its peak counts for the stage too
             sampler.restart()
+            if args.tracemalloc:  # Python's peak within the stage (a rule's peak counts for the rules stage too)
+                outer_python = tracemalloc.get_traced_memory()[1]
+                tracemalloc.reset_peak()
             t0, c0 = time.perf_counter(), time.process_time()
             out = fn(*a, **k)
             if name == "load":
@@ -144,6 +155,16 @@ def main() -> None:
             row = {"stage": STAGES.get(name, name), "wall_s": round(time.perf_counter() - t0, 3),
                    "cpu_s": round(time.process_time() - c0, 3), "stage_peak_rss_mb": sampler.mb(), **_memory()}
             sampler.peak = max(outer, sampler.peak) if name.startswith("rule ") else sampler.peak
+            if args.tracemalloc:
+                peak = tracemalloc.get_traced_memory()[1]
+                if name == "diagnose":
+                    peak = max([peak, *_python_peaks])
+                row["python_peak_mb"] = round(peak / 2**20)
+                if name.startswith("rule "):
+                    row["python_top"] = _top(6)
+                    tracemalloc.reset_peak()
+                    # The rules stage's peak: its rules' and its own (reset_peak keeps the current as the peak).
+                    _python_peaks.append(max(outer_python, peak))
             if args.tracemalloc and name in ("group_steps", "attach", "breakdowns", "diagnose"):
                 row["python_top"] = _top()
             rows.append(row)
@@ -163,21 +184,24 @@ def main() -> None:
     started = time.perf_counter()
     db, analyses = pipeline.analyze([args.trace], cache=False)
     sampler.restart()
+    _memory(python_peak=True)  # resets Python's peak
     t0, c0 = time.perf_counter(), time.process_time()
     write_tables(db, analyses)  # what every document is read from (report/saved.py)
     rows.append({"stage": "analysis tables", "wall_s": round(time.perf_counter() - t0, 3),
-                 "cpu_s": round(time.process_time() - c0, 3), "stage_peak_rss_mb": sampler.mb(), **_memory()})
+                 "cpu_s": round(time.process_time() - c0, 3), "stage_peak_rss_mb": sampler.mb(),
+                 **_memory(python_peak=True)})
     _show(rows[-1])
     documents = [("JSON document (default: the steps that matter)", "selected"),
                  ("JSON document (--steps all, streamed)", "all")]
     for label, steps in documents[:1] if args.no_all_steps else documents:
         sampler.restart()
         t0, c0 = time.perf_counter(), time.process_time()
+        _memory(python_peak=True)  # resets Python's peak
         sink = _Counting()
         write_documents(of_analyses(db.con, analyses), cast(IO[bytes], sink), steps)
         rows.append({"stage": label, "wall_s": round(time.perf_counter() - t0, 3),
-                     "cpu_s": round(time.process_time() - c0, 3), "stage_peak_rss_mb": sampler.mb(), **_memory(),
-                     "bytes": sink.bytes})
+                     "cpu_s": round(time.process_time() - c0, 3), "stage_peak_rss_mb": sampler.mb(),
+                     **_memory(python_peak=True), "bytes": sink.bytes})
         _show(rows[-1])
     a = analyses[0]
     result = {"trace": str(args.trace), "kernels": sum(k["count"] for k in a.kernels), "steps": len(a.steps),

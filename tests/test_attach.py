@@ -119,3 +119,26 @@ def test_idle_gaps_lie_between_steps() -> None:
         assert not any(s < g.end_ns and g.start_ns < e for s, e in spans)  # inside no step
         nxt = a.steps[g.before_step]
         assert nxt.start_ns >= g.end_ns
+
+
+def test_launch_models_as_columns_read_as_the_dict_of_their_pairs() -> None:
+    """`LaunchModels` (ids, a code per launch, the distinct models) reads as the dict made from its pairs: ids out
+    of order, a repeated id (first place, last model), ids it lacks; `of` looks many up at once."""
+    import numpy as np
+
+    from traceinsight.model.schedule import LaunchModels
+
+    kinds = [object(), object(), object()]
+    ids = [40, 7, 99, 7, 12]
+    codes = [0, 1, 2, 0, 1]
+    got = LaunchModels(np.array(ids, np.int64), np.array(codes, np.int32), kinds)  # type: ignore[arg-type]
+    want = dict(zip(ids, (kinds[c] for c in codes), strict=True))
+    assert list(got) == list(want) and len(got) == len(want)
+    assert list(got.values()) == list(want.values()) and dict(got.items()) == want
+    assert all(got[k] is v for k, v in want.items())
+    assert got.get(8) is None and 8 not in got and 7 in got and got.get(np.int64(99)) is kinds[2]
+    asked = np.array([12, 8, 40, 7, 1000, -1], np.int64)
+    assert got.of(asked) == [want.get(k) for k in asked.tolist()]
+    ordered = LaunchModels(np.array([1, 2, 3], np.int64), np.array([2, 2, 0], np.int32), kinds)  # type: ignore[arg-type]
+    assert ordered.of(np.array([3, 4, 0], np.int64)) == [kinds[0], None, None] and ordered[2] is kinds[2]
+    assert LaunchModels(np.zeros(0, np.int64), np.zeros(0, np.int32), []).of(asked) == [None] * len(asked)

@@ -4,10 +4,12 @@ are left out, and the running maximum carries from one record batch to the next.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from test_queries import Inline, T
 
 import traceinsight.model.idle_gaps as idle
+from traceinsight.model.schedule import IdleGaps
 from traceinsight.model.steps import Step
 
 
@@ -60,3 +62,19 @@ def test_a_long_kernel_keeps_the_gpu_busy_across_batches(monkeypatch: pytest.Mon
     steps = [_step(0, 0, 1_000), _step(1, 2_000, 9_000), _step(2, 12_000, 13_000)]
     assert _gaps(x, steps) == [(1_000, 2_000, 1), (9_000, 12_000, 2)]
     assert _gaps(x, steps[:1]) == []
+
+
+@pytest.mark.parametrize("longest", [5_000, 2**32 - 1, 2**32, 3 * 2**40])
+def test_idle_gaps_held_compact_read_back_whole(longest: int) -> None:
+    """Gaps are held as start and length (uint32 where every length fits): their ends, lengths, chunks and
+    items read back exactly, a gap of 2^32 ns or more included."""
+    start = np.array([10, 2**40, 2**41 + 7], np.int64)
+    end = start + np.array([1_000, longest, 3], np.int64)
+    before = np.array([1, 2, 3], np.int32)
+    gaps = IdleGaps(start, end, before)
+    assert gaps._dur.dtype == (np.uint32 if longest < 2**32 else np.int64)
+    assert gaps.end_ns.tolist() == end.tolist() and gaps.dur_ns.tolist() == (end - start).tolist()
+    g0, g1, b = gaps.chunk(1, 3)
+    assert (g0.tolist(), g1.tolist(), b.tolist()) == (start[1:].tolist(), end[1:].tolist(), [2, 3])
+    assert [tuple(g) for g in gaps] == list(zip(start.tolist(), end.tolist(), [1, 2, 3], strict=True))
+    assert gaps[1].dur_ns == longest and gaps[0:2][1].end_ns == int(end[1])

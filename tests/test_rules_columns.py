@@ -71,3 +71,22 @@ def test_threshold_proximity_applies_as_the_views_say(case: str) -> None:
         assert want is (case != "h200_sweep_trace_only")
     finally:
         launch_table.release(a)
+
+
+def test_the_launches_are_let_go_after_their_last_reader() -> None:
+    """The rules outside registry.LAUNCH_READERS build neither the launch relation nor the launch views (the runner
+    lets both go before them), and the rules' findings are the same either way."""
+    from traceinsight.diagnose import registry
+
+    _, a = analyze_golden("h200_sweep")
+    held = [f.to_json() for f in registry.run_rules(a)[0]]
+    assert held and "launch-table" not in a.cache and a.schedule is not None
+    assert not any(k[0] == "launch_views" for k in a.schedule.cache if isinstance(k, tuple))
+    others = [r for r in registry.RULES if r.ID not in registry.LAUNCH_READERS]
+    assert others and len(others) < len(registry.RULES)
+    for r in others:
+        registry.run_rules(a, (r,))
+        assert "launch-table" not in a.cache, r.ID
+        assert not any(k[0] == "launch_views" for k in a.schedule.cache if isinstance(k, tuple)), r.ID
+    findings, _ = registry.run_rules(a)
+    assert [f.to_json() for f in findings] == held

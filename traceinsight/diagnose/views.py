@@ -9,9 +9,10 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from traceinsight.diagnose.context import TraceAnalysis
+from traceinsight.model.kernel_columns import kernel_ids
 from traceinsight.model.occupancy import FA3
 from traceinsight.model.phases import PREFILL_PHASES
-from traceinsight.model.schedule import KernelThreshold, LaunchModel, Measured, StepBatch
+from traceinsight.model.schedule import KernelThreshold, LaunchModel, LaunchModels, Measured, StepBatch
 from traceinsight.model.steps import Launch, Step
 
 
@@ -63,17 +64,18 @@ def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
                 if launch.phase not in PREFILL_PHASES:  # the decode rules do not judge prefill or mixed launches
                     out.append(LaunchView(step, launch, None, None, None, None, False))
         return out
+    skip = PREFILL_PHASES  # the decode rules and models do not judge prefill or mixed launches
+    steps = [step for step in ctx.steps for launch in step.launches if launch.phase not in skip]
+    launches = [launch for step in ctx.steps for launch in step.launches if launch.phase not in skip]
+    ids = kernel_ids([launch.attention for launch in launches])  # from the kernels' rows, at once
+    models = s.models.of(ids) if isinstance(s.models, LaunchModels) else list(map(s.models.get, ids.tolist()))
     # The schedule's lookups bound once (a long trace has 10^6 launches); the fields in LaunchView's order.
-    threshold, batch, model, measured = s.thresholds.get, s.batches.get, s.models.get, s.measured.get
+    threshold, batch, measured = s.thresholds.get, s.batches.get, s.measured.get
     graph = s.cuda_graph_kernels
-    view, skip, append = LaunchView, PREFILL_PHASES, out.append
-    for step in ctx.steps:
-        for launch in step.launches:
-            if launch.phase in skip:
-                continue  # the decode rules and models do not judge prefill or mixed launches
-            k = launch.attention
-            kid = k.kernel_id  # a property of the kernel's row (model.kernel_columns): read once
-            append(view(step, launch, threshold(k.name), batch(step.index), model(kid), measured(kid), kid in graph))
+    view, append = LaunchView, out.append
+    for step, launch, m, kid in zip(steps, launches, models, ids.tolist(), strict=True):
+        append(view(step, launch, threshold(launch.attention.name), batch(step.index), m, measured(kid),
+                    kid in graph))
     s.cache[key] = tuple(out)
     return out
 

@@ -8,13 +8,15 @@ import math
 import statistics
 from typing import Any, cast
 
+import numpy as np
+
 from traceinsight.model.calibration import calibrate
 from traceinsight.model.gpus import GPU
 from traceinsight.model.kernel_columns import kernel_ids
 from traceinsight.model.occupancy import BACKENDS, FA3, SM90
 from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.planners import Batch, Plan, plan
-from traceinsight.model.schedule import LaunchModel
+from traceinsight.model.schedule import LaunchModel, LaunchModels
 from traceinsight.model.simulate import CostModel, SimResult, simulate
 from traceinsight.model.steps import Kernel, Launch, Step
 
@@ -183,7 +185,7 @@ def model_from_trace(launch: Launch) -> LaunchModel:
 
 
 def launch_models(steps: list[Step], plans: dict[int, tuple[Plan, int]], gpu: GPU, costs: dict[str, CostModel],
-                  cache: dict[Any, Any]) -> dict[int, LaunchModel]:
+                  cache: dict[Any, Any]) -> LaunchModels:
     """Every modelled attention launch's model by kernel id, in step order: planned launches (`plans`: plan and
     occupancy by kernel id) from their plan and cost model, the other decode launches of a known backend from the
     trace alone. One model per distinct input, shared by the launches that have it (what a model reads: the plan,
@@ -192,7 +194,9 @@ def launch_models(steps: list[Step], plans: dict[int, tuple[Plan, int]], gpu: GP
     planned_kinds: dict[tuple[int, str, tuple[int, ...]], LaunchModel] = {}
     trace_kinds: dict[tuple[Any, ...], LaunchModel] = {}
     modelled: list[Kernel] = []
-    models: list[LaunchModel] = []
+    kinds: dict[int, int] = {}  # id of a distinct model -> its number
+    models: list[LaunchModel] = []  # the distinct models
+    codes: list[int] = []
     for s in steps:
         for launch in s.launches:
             k = launch.attention
@@ -211,5 +215,10 @@ def launch_models(steps: list[Step], plans: dict[int, tuple[Plan, int]], gpu: GP
             else:
                 continue
             modelled.append(k)
-            models.append(m)
-    return dict(zip(kernel_ids(modelled).tolist(), models, strict=True))  # the ids from the kernels' rows
+            code = kinds.get(id(m))
+            if code is None:
+                code = kinds[id(m)] = len(models)
+                models.append(m)
+            codes.append(code)
+    # The ids from the kernels' rows, no int object per launch.
+    return LaunchModels(kernel_ids(modelled), np.array(codes, np.int32), models)

@@ -4,7 +4,7 @@ composition, per launch its model and measurement, the GPU's idle gaps, and the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, ValuesView
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast, overload
 
@@ -221,15 +221,21 @@ class IdleGap(NamedTuple):
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
 class IdleGaps:
-    """The GPU's idle gaps between steps as columns (start_ns, end_ns, before_step: int64 arrays): a long trace
-    has one between most of its kernels (2.5M at 1M kernels), too many to hold as objects. Indexing and
-    iteration give `IdleGap`s."""
+    """The GPU's idle gaps between steps as columns: a long trace has one between most of its kernels (2.5M at 1M
+    kernels), too many to hold as objects. Held as start_ns (int64), each gap's length (uint32 where every one
+    fits: a third less than an end_ns column, 24M gaps at 10M kernels) and before_step; `end_ns` and `dur_ns` are
+    made as int64 when asked, `chunk` gives a slice's start, end and step. Indexing and iteration give
+    `IdleGap`s."""
 
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    before_step: np.ndarray
+    __slots__ = ("_dur", "before_step", "start_ns")
+
+    def __init__(self, start_ns: np.ndarray, end_ns: np.ndarray, before_step: np.ndarray) -> None:
+        self.start_ns = np.asarray(start_ns, np.int64)
+        dur = np.asarray(end_ns, np.int64) - self.start_ns
+        fits = not len(dur) or (int(dur.min()) >= 0 and int(dur.max()) < 2**32)
+        self._dur = dur.astype(np.uint32) if fits else dur
+        self.before_step = before_step
 
     @staticmethod
     def empty() -> IdleGaps:
@@ -237,8 +243,17 @@ class IdleGaps:
         return IdleGaps(none, none, none)
 
     @property
+    def end_ns(self) -> np.ndarray:
+        return cast(np.ndarray, self.start_ns + self._dur.astype(np.int64))
+
+    @property
     def dur_ns(self) -> np.ndarray:
-        return cast(np.ndarray, self.end_ns - self.start_ns)
+        return self._dur.astype(np.int64)
+
+    def chunk(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Gaps lo..hi-1 as start_ns, end_ns (int64) and before_step."""
+        start = self.start_ns[lo:hi]
+        return start, start + self._dur[lo:hi].astype(np.int64), self.before_step[lo:hi]
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -255,7 +270,85 @@ class IdleGaps:
     def __getitem__(self, i: int | slice) -> IdleGap | list[IdleGap]:
         if isinstance(i, slice):
             return list(IdleGaps(self.start_ns[i], self.end_ns[i], self.before_step[i]))
-        return IdleGap(int(self.start_ns[i]), int(self.end_ns[i]), int(self.before_step[i]))
+        return IdleGap(int(self.start_ns[i]), int(self.start_ns[i]) + int(self._dur[i]), int(self.before_step[i]))
+
+    def __repr__(self) -> str:
+        return f"IdleGaps({len(self)} gaps)"
+
+
+class LaunchModels(Mapping[int, "LaunchModel"]):
+    """Launch models by attention kernel id, in the order given, as columns: the ids (int64) and, for each, the
+    number of its model among the few distinct ones (a long trace shares a handful of models among 10^6-10^7
+    launches, and a dict of fresh int keys held ~75 bytes a launch; ~14 here). `of` looks up many ids at once."""
+
+    __slots__ = ("_codes", "_ids", "_kinds", "_order", "_sorted")
+
+    def __init__(self, ids: np.ndarray, codes: np.ndarray, kinds: list[LaunchModel]) -> None:
+        """`ids[i]`'s model is `kinds[codes[i]]`; a repeated id keeps its first place and its last model (as a
+        dict made from the pairs)."""
+        ids = np.asarray(ids, np.int64)
+        in_order = len(ids) < 2 or bool((ids[1:] > ids[:-1]).all())
+        order = None if in_order else np.argsort(ids, kind="stable")
+        if order is not None and bool((ids[order][1:] == ids[order][:-1]).any()):  # a repeated id
+            pairs = dict(zip(ids.tolist(), np.asarray(codes).tolist(), strict=True))
+            ids, codes = np.fromiter(pairs, np.int64, len(pairs)), np.fromiter(pairs.values(), np.int64, len(pairs))
+            order = np.argsort(ids, kind="stable")
+        self._ids = ids
+        self._codes = np.asarray(codes, np.int32 if len(kinds) < 2**31 else np.int64)
+        self._kinds = list(kinds)
+        self._order: np.ndarray | None = order
+        self._sorted = ids if order is None else ids[order]
+
+    def _find(self, ids: np.ndarray) -> np.ndarray:
+        """Each id's position in `_ids`, -1 where it has no model."""
+        at = np.searchsorted(self._sorted, ids)
+        inside = at < len(self._sorted)
+        found = np.zeros(len(ids), bool)
+        found[inside] = self._sorted[at[inside]] == ids[inside]
+        pos = at if self._order is None else self._order[np.minimum(at, max(len(self._sorted) - 1, 0))]
+        return np.where(found, pos, -1)
+
+    def of(self, ids: np.ndarray) -> list[LaunchModel | None]:
+        """The model of each of `ids` (None for an id without one), looked up at once."""
+        if not len(ids) or not len(self._ids):
+            return [None] * len(ids)
+        pos = self._find(np.asarray(ids, np.int64))
+        kinds = np.empty(len(self._kinds) + 1, dtype=object)
+        kinds[:-1] = self._kinds
+        kinds[-1] = None
+        codes = np.where(pos >= 0, self._codes[np.maximum(pos, 0)], len(self._kinds))
+        out: list[LaunchModel | None] = kinds[codes].tolist()
+        return out
+
+    def __getitem__(self, kernel_id: int) -> LaunchModel:
+        if isinstance(kernel_id, (int, np.integer)) and len(self._ids):
+            pos = int(self._find(np.array([kernel_id], np.int64))[0])
+            if pos >= 0:
+                return self._kinds[int(self._codes[pos])]
+        raise KeyError(kernel_id)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids.tolist())
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def values(self) -> ValuesView[LaunchModel]:
+        return _ModelValues(self)
+
+    def __repr__(self) -> str:
+        return f"LaunchModels({dict(self.items())!r})"
+
+
+class _ModelValues(ValuesView["LaunchModel"]):
+    """The models of `LaunchModels`, in its order, without a lookup per id."""
+
+    def __init__(self, models: LaunchModels) -> None:
+        super().__init__(models)
+        self._models = models
+
+    def __iter__(self) -> Iterator[LaunchModel]:
+        return map(self._models._kinds.__getitem__, self._models._codes.tolist())
 
 
 @dataclass
@@ -272,7 +365,7 @@ class Schedule:
     gpu: GPU | None
     thresholds: dict[str, KernelThreshold] = field(default_factory=dict)
     batches: dict[int, StepBatch] = field(default_factory=dict)
-    models: dict[int, LaunchModel] = field(default_factory=dict)
+    models: Mapping[int, LaunchModel] = field(default_factory=dict)
     measured: dict[int, Measured] = field(default_factory=dict)
     costs: dict[str, CostModel] = field(default_factory=dict)
     idle_gaps: IdleGaps = field(default_factory=IdleGaps.empty)

@@ -66,8 +66,9 @@ def outside_window_chunks(gaps: IdleGaps, ctx: TraceAnalysis, min_ns: int = 0
     n = len(gaps)
     arrays = ctx.step_arrays()
     if not n or not arrays.windowed.any():
-        keep = gaps.end_ns - gaps.start_ns >= min_ns if min_ns > 0 else slice(None)
-        yield gaps.start_ns[keep], gaps.end_ns[keep], gaps.before_step[keep]
+        g0, g1, before = gaps.chunk(0, n)
+        keep = g1 - g0 >= min_ns if min_ns > 0 else slice(None)
+        yield g0[keep], g1[keep], before[keep]
         return
     starts = arrays.window_start[arrays.windowed]
     order = np.argsort(starts, kind="stable")
@@ -75,8 +76,7 @@ def outside_window_chunks(gaps: IdleGaps, ctx: TraceAnalysis, min_ns: int = 0
     w1 = np.maximum.accumulate(arrays.window_end[arrays.windowed][order])
     del starts, order
     for at in range(0, n, CHUNK_MAX_GAPS):
-        g0, g1 = gaps.start_ns[at:at + CHUNK_MAX_GAPS], gaps.end_ns[at:at + CHUNK_MAX_GAPS]
-        before = gaps.before_step[at:at + CHUNK_MAX_GAPS]
+        g0, g1, before = gaps.chunk(at, at + CHUNK_MAX_GAPS)
         if min_ns > 0:
             long = g1 - g0 >= min_ns
             g0, g1, before = g0[long], g1[long], before[long]
