@@ -12,12 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from readme_sample import README_WIDTH, current, sample
 
 from traceinsight.cli.main import main
-from traceinsight.diagnose.rootcause import attribute, floors
+from traceinsight.diagnose.rootcause import StepBudget, attribute, floors
 from traceinsight.pipeline import analyze
 from traceinsight.report.saved import document_of
 from traceinsight.report.sections import finding_groups, saving_totals, step_tags
@@ -295,6 +296,23 @@ def test_floors_take_the_remedy_that_saves_a_step_the_most() -> None:
     # The same claims attributed against wall - floor: the step-by-step claims take what is left, in order.
     budget = {s: walls[s] - got[s] for s in walls}
     assert attribute([(900, [0, 1], {0: 800, 1: 100}), (600, [1, 2], {1: 300, 2: 300})], budget) == [900, 500]
+
+
+def test_step_budget_is_the_dict_it_replaces() -> None:
+    """Budgets over every step are arrays (2.3M steps at 10M kernels): each step index once, where it first
+    comes, with its last value, as `dict(zip(...))` keeps them; the bounds come out as they do from the dict."""
+    keys, values = np.array([3, 1, 3, 2, 1]), np.array([10, 20, 30, 40, 50])
+    got = StepBudget.last_of(keys, values)
+    assert got == dict(zip(keys.tolist(), values.tolist(), strict=True)) == {3: 30, 1: 50, 2: 40}
+    assert list(got) == [3, 1, 2] and got[1] == 50 and 7 not in got
+    with pytest.raises(KeyError):
+        got[7]
+    assert StepBudget.last_of(np.array([0, 1, 2]), np.array([5, 6, 7])) == {0: 5, 1: 6, 2: 7}
+    walls = {2: 500, 0: 1000, 1: 1000}
+    claims = [(900, [0, 1], {0: 800, 1: 100}), (600, [1, 2], {1: 300, 2: 300}), (10_000, [2], {})]
+    assert floors(StepBudget.of(walls), claims) == floors(walls, claims) == {0: 200, 1: 700, 2: 0}
+    spread = [(150, [0, 1]), (200, [1, 2]), (5, [])]
+    assert attribute(spread, StepBudget.of(walls)) == attribute(spread, walls) == [150, 200, 5]
 
 
 def test_incidents_of_one_cause_are_one_root_cause() -> None:

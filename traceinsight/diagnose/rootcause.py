@@ -28,8 +28,8 @@ steps' time minus their floor plus the time between them, and each basis is boun
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
-from operator import attrgetter, sub
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -178,15 +178,71 @@ def _spread(left: _Budget, pos: np.ndarray, got: int, avail: int) -> int:
     return taken
 
 
+class StepBudget(Mapping[int, int]):
+    """ns per step index as two int64 arrays, read-only: `keys` (distinct step indexes) and `values`. A mapping
+    like the dict it replaces (equal to one with the same items), without a Python int per step: `consolidate`'s
+    budgets, floors and what is left of them cover every step (2.3M at 10M kernels: ~1 GB as dicts)."""
+
+    __slots__ = ("keys_", "values_", "_sorted")
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
+        self.keys_, self.values_ = keys, values
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+
+    @classmethod
+    def of(cls, budget: Mapping[int, int]) -> StepBudget:
+        """`budget` as a StepBudget (itself when it is one)."""
+        if isinstance(budget, StepBudget):
+            return budget
+        n = len(budget)
+        return cls(np.fromiter(budget.keys(), np.int64, n), np.fromiter(map(int, budget.values()), np.int64, n))
+
+    @classmethod
+    def last_of(cls, keys: np.ndarray, values: np.ndarray) -> StepBudget:
+        """`dict(zip(keys, values))` as arrays: each key once, where it first comes, with its last value."""
+        n = len(keys)
+        if n < 2 or bool((keys[1:] > keys[:-1]).all()):  # increasing: already distinct (the pipeline's numbering)
+            return cls(keys, values)
+        _, first = np.unique(keys, return_index=True)
+        _, last_reversed = np.unique(keys[::-1], return_index=True)
+        order = np.argsort(first, kind="stable")
+        return cls(keys[first[order]], values[(n - 1 - last_reversed)[order]])
+
+    def positions(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each of `steps` is among the keys, for those the budget holds, and which of `steps` those are."""
+        if self._sorted is None:
+            order = np.argsort(self.keys_, kind="stable")
+            self._sorted = order, self.keys_[order]
+        order, ordered = self._sorted
+        if not len(ordered):
+            return np.zeros(0, np.int64), np.zeros(len(steps), bool)
+        at = np.minimum(np.searchsorted(ordered, steps), len(ordered) - 1)
+        held = ordered[at] == steps
+        return order[at[held]], held
+
+    def __getitem__(self, step: int) -> int:
+        pos, _ = self.positions(np.array([step], np.int64))
+        if not len(pos):
+            raise KeyError(step)
+        return int(self.values_[pos[0]])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.keys_.tolist())
+
+    def __len__(self) -> int:
+        return len(self.keys_)
+
+    def __repr__(self) -> str:
+        return f"StepBudget({dict(self.items())!r})"
+
+
 class _Budget:
-    """A budget ({step: ns}) as arrays: the steps and what is left of each (at least 0)."""
+    """What is left of a budget ({step: ns}, or a StepBudget), as arrays: the steps and what is left of each (at
+    least 0)."""
 
     def __init__(self, budget: Mapping[int, int]) -> None:
-        n = len(budget)
-        self.keys = np.fromiter(budget.keys(), np.int64, n)
-        self.left = np.maximum(np.fromiter(map(int, budget.values()), np.int64, n), 0)
-        self.order = np.argsort(self.keys, kind="stable")
-        self.sorted = self.keys[self.order]
+        self.table = StepBudget.of(budget)
+        self.left = np.maximum(self.table.values_, 0)
 
     def where(self, steps: Iterable[int], values: Iterable[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The positions of those of `steps` (distinct) that the budget holds, in their order, and their `values`
@@ -194,14 +250,11 @@ class _Budget:
         got = np.fromiter(steps, np.int64)
         vals = (np.maximum(np.fromiter(map(int, values), np.int64, len(got)), 0) if values is not None
                 else np.zeros(len(got), np.int64))
-        if not len(self.sorted):
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        at = np.minimum(np.searchsorted(self.sorted, got), len(self.sorted) - 1)
-        held = self.sorted[at] == got
-        return self.order[at[held]], vals[held]
+        pos, held = self.table.positions(got)
+        return pos, vals[held]
 
 
-def budgets(steps: Sequence[Any], arrays: StepArrays | None = None) -> dict[str, dict[int, int]]:
+def budgets(steps: Sequence[Any], arrays: StepArrays | None = None) -> dict[str, StepBudget]:
     """Per basis, each step's budget (ns): its wall time (BASIS_STEPS) and the time between the end of the
     previous step's window and the start of its own (BASIS_SPAN; 0 for the first step, and 0 for a pause of
     the workload, a gap of gpu-idle-gaps' PAUSE_MIN_NS or more, which that rule leaves out too). `arrays`: the
@@ -210,24 +263,23 @@ def budgets(steps: Sequence[Any], arrays: StepArrays | None = None) -> dict[str,
 
     n = len(steps)
     if arrays is not None and arrays.n == n:
-        index = arrays.index.tolist()
+        index = np.asarray(arrays.index, np.int64)
         start, end = arrays.window_start, arrays.window_end
-        walls = dict(zip(index, (end - start).tolist(), strict=True))
+        wall = end - start
     else:
-        index = [s.index for s in steps]
+        index = np.fromiter((s.index for s in steps), np.int64, n)
         windows = [b if (b := getattr(s, "breakdown", None)) is not None else s for s in steps]
         start = np.fromiter((w.start_ns for w in windows), np.int64, n)
         end = np.fromiter((w.end_ns for w in windows), np.int64, n)
-        walls = dict(zip(index, map(int, (s.wall_ns for s in steps)), strict=True))
+        wall = np.fromiter((s.wall_ns for s in steps), np.int64, n)
     # The windows in (start, end, index) order; each gap from the furthest end of the windows before it.
-    order = np.lexsort((np.asarray(index, np.int64), end, start))
+    order = np.lexsort((index, end, start))
     reach = np.maximum.accumulate(end[order])
     gap = np.zeros(n, np.int64)
     if n > 1:
         gap[1:] = np.maximum(0, start[order][1:] - reach[:-1])
     gap[gap >= PAUSE_MIN_NS] = 0
-    gaps = dict(zip(np.asarray(index, np.int64)[order].tolist(), gap.tolist(), strict=True))
-    return {BASIS_STEPS: walls, BASIS_SPAN: gaps}
+    return {BASIS_STEPS: StepBudget.last_of(index, wall), BASIS_SPAN: StepBudget.last_of(index[order], gap)}
 
 
 def consolidate(findings: Sequence[Finding], steps: Sequence[Any], arrays: StepArrays | None = None
@@ -265,7 +317,7 @@ def consolidate(findings: Sequence[Finding], steps: Sequence[Any], arrays: StepA
     walls = basis_budget[BASIS_STEPS]
     in_steps = [i for i in root_idx if saving_basis(ordered[i].id) == BASIS_STEPS]
     floor = floors(walls, [(claims[i][0], ordered[i].steps, claims[i][1]) for i in in_steps])
-    basis_budget[BASIS_STEPS] = dict(zip(walls, map(sub, walls.values(), floor.values()), strict=True))
+    basis_budget[BASIS_STEPS] = StepBudget(walls.keys_, walls.values_ - floor.values_)
     attributed: dict[int, int | None] = {}
     for basis in (BASIS_STEPS, BASIS_SPAN):
         mine = [i for i in root_idx if saving_basis(ordered[i].id) == basis]
@@ -359,13 +411,13 @@ def step_claims(saving_ns: int | None, steps: Sequence[int], per_step: Mapping[i
 
 
 def floors(walls: Mapping[int, int], claims: Sequence[tuple[int | None, Sequence[int], Mapping[int, int]]]
-           ) -> dict[int, int]:
+           ) -> StepBudget:
     """Each step's floor (ns): the least it would still take with a remedy applied, its wall time minus the
     largest saving any root cause claims in it (a step no root names keeps its wall time). Remedies are not
     stacked: each claim's reference is the whole step with that one remedy. Pure; over arrays of the steps
     (`step_claims` one step at a time)."""
     table = _Budget(walls)
-    wall = np.fromiter(map(int, walls.values()), np.int64, len(walls))
+    wall = table.table.values_
     best = np.zeros(len(wall), np.int64)
     for saving, steps, per_step in claims:
         if saving is None:
@@ -381,10 +433,10 @@ def floors(walls: Mapping[int, int], claims: Sequence[tuple[int | None, Sequence
             rate = min(1.0, max(0, int(saving)) / total)
             claim = (wall[pos] * rate).astype(np.int64)
         best[pos] = np.maximum(best[pos], claim)
-    return dict(zip(walls.keys(), (wall - np.minimum(wall, best)).tolist(), strict=True))
+    return StepBudget(table.table.keys_, wall - np.minimum(wall, best))
 
 
-def step_floors(findings: Sequence[Finding], steps: Sequence[Any]) -> dict[int, int]:
+def step_floors(findings: Sequence[Finding], steps: Sequence[Any]) -> StepBudget:
     """The floor of every step (`floors`) from consolidated findings: the root causes whose saving lies inside
     steps."""
     walls = budgets(steps)[BASIS_STEPS]
