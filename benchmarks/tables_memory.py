@@ -79,10 +79,11 @@ def main() -> None:
             if sql.startswith("INSERT") and stats:
                 cur, peak = tracemalloc.get_traced_memory()
                 stats[-1].update(insert_peak_mb=round(peak / MB, 1), after_mb=round(cur / MB, 1),
-                                rss_peak_mb=round(((sampler.peak - start_rss) / MB)),
+                                rss_peak_mb=round((sampler.peak - start_rss) / MB),
                                 rss_mb=round(((resident_bytes() or 0) - start_rss) / MB),
-                                arrow_mb=round(pa.total_allocated_bytes() / MB), duckdb_mb=round(db.duckdb_bytes() / MB))
-                sampler.peak = resident_bytes() or 0
+                                arrow_mb=round(pa.total_allocated_bytes() / MB),
+                                duckdb_mb=round(db.duckdb_bytes() / MB))
+                sampler.peak = resident_bytes() or 0  # the next table's own peak
             return out
 
     start_rss = resident_bytes() or 0
@@ -95,7 +96,8 @@ def main() -> None:
              "python_peak_above_start_mb": round(max([peak / MB, *(r.get("insert_peak_mb", 0) for r in stats),
                                                       *(r["build_peak_mb"] for r in stats)]), 1),
              "python_after_mb": round(cur / MB, 1), "rss_start_mb": round(start_rss / MB),
-             "rss_peak_above_start_mb": round((sampler.peak - start_rss) / MB)}
+             "rss_peak_above_start_mb": max([round((sampler.peak - start_rss) / MB),
+                                             *(r.get("rss_peak_mb", 0) for r in stats)])}
     for r in stats:
         print(f"{r['table']:20} build peak {r['build_peak_mb']:7.1f} MB  built {r['built_mb']:7.1f}  insert peak "
               f"{r.get('insert_peak_mb', 0):7.1f}  after {r.get('after_mb', 0):7.1f}  RSS peak in table "
