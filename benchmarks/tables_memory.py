@@ -74,8 +74,12 @@ def main() -> None:
     class _Con:  # the inserts' peak: after the build's row, until the next table's build
         def execute(self, sql: str, *a: Any) -> Any:
             rows = sys._getframe(1).f_locals.get("rows")  # noqa: F841 (the caller's table, scanned by name)
+            c0 = time.process_time()
             out = con.execute(sql, *a)
             del rows
+            if stats and sql.split()[0] in ("INSERT", "CHECKPOINT"):  # the DuckDB side of the table's time
+                key = "insert_cpu_s" if sql.startswith("INSERT") else "checkpoint_cpu_s"
+                stats[-1][key] = round(stats[-1].get(key, 0) + time.process_time() - c0, 2)
             if sql.startswith("INSERT") and stats:
                 cur, peak = tracemalloc.get_traced_memory()
                 stats[-1].update(insert_peak_mb=round(peak / MB, 1), after_mb=round(cur / MB, 1),
@@ -102,7 +106,9 @@ def main() -> None:
         print(f"{r['table']:20} build peak {r['build_peak_mb']:7.1f} MB  built {r['built_mb']:7.1f}  insert peak "
               f"{r.get('insert_peak_mb', 0):7.1f}  after {r.get('after_mb', 0):7.1f}  RSS peak in table "
               f"+{r.get('rss_peak_mb', 0)} MB, after +{r.get('rss_mb')}  Arrow {r.get('arrow_mb')}  DuckDB "
-              f"{r.get('duckdb_mb')}", file=sys.stderr)
+              f"{r.get('duckdb_mb')}  insert {r.get('insert_cpu_s', 0)} cpu-s, checkpoint "
+              f"{r.get('checkpoint_cpu_s', 0)}",
+              file=sys.stderr)
     print(json.dumps(total), file=sys.stderr)
     if args.out:
         args.out.write_text(json.dumps({"trace": str(args.trace), "tables": stats, **total}, indent=1) + "\n")
