@@ -41,7 +41,7 @@ ANALYSIS_TABLES = analysis_table_names()
 # In a compressed in-memory database, a table of at least CHECKPOINT_MIN_ROWS rows is inserted CHECKPOINT_ROWS at a
 # time (whole row groups), each slice compressed before the next (`_insert`).
 CHECKPOINT_MIN_ROWS = 50_000
-CHECKPOINT_ROWS = ROW_GROUP_ROWS
+CHECKPOINT_ROWS = 2 * ROW_GROUP_ROWS
 
 
 def _step_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, pa.Array]:
