@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -26,18 +25,10 @@ import traceinsight.pipeline as pipeline
 import traceinsight.report.tables as tables
 from traceinsight.ingest.store import resident_bytes
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from analyze_stages import _PeakSampler  # noqa: E402
+
 MB = 2**20
-
-
-class _Peak:
-    def __init__(self) -> None:
-        self.peak = resident_bytes() or 0
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            self.peak = max(self.peak, resident_bytes() or 0)
-            time.sleep(0.002)
 
 
 def main() -> None:
@@ -52,7 +43,7 @@ def main() -> None:
     else:
         tune()
     db, analyses = pipeline.analyze([args.trace], cache=False)
-    sampler = _Peak()
+    sampler = _PeakSampler()
     stats: list[dict[str, Any]] = []
     phase = {"table": "-"}
 
