@@ -175,3 +175,26 @@ def test_the_document_follows_a_changed_analysis() -> None:
     a.steps = a.steps[:3]
     assert document_of(a)["step_summary"]["count"] == 3 and len(document_of(a)["steps"]) == 3
     assert document_of(a, "selected")["steps_included"] == "selected"
+
+
+def test_long_tables_are_written_in_compressed_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the analysis's compressed in-memory database a long table goes in slices, each compressed (checkpointed)
+    before the next: the rows are those of one whole insert into a plain database, in the same order."""
+    import traceinsight.report.tables as tables
+    from traceinsight.ingest.schema import analysis_schema_sql
+
+    db, (a,) = analyze([TRACES / "h200/flashinfer_decode_small.pt.trace.json.gz"], cache=False)
+    plain = duckdb.connect()
+    plain.execute(analysis_schema_sql())
+    tables.write_tables_on(plain, [a])
+    monkeypatch.setattr(tables, "CHECKPOINT_MIN_ROWS", 2)
+    monkeypatch.setattr(tables, "CHECKPOINT_ROWS", 3)  # several slices, the last one short
+    write_tables(db, [a])
+    for name in ANALYSIS_TABLES:
+        assert db.con.execute(f"SELECT * FROM {name}").fetchall() == plain.execute(f"SELECT * FROM {name}").fetchall()
+    assert db.con.execute("SELECT count(*) FROM steps").fetchone()[0] > 3  # type: ignore[index]
+    persistent = {p for (p,) in db.con.execute("SELECT DISTINCT persistent FROM pragma_storage_info('steps')")
+                  .fetchall()}
+    assert persistent == {True}  # compressed: none left as inserted
+    assert {p for (p,) in plain.execute("SELECT DISTINCT persistent FROM pragma_storage_info('steps')")
+            .fetchall()} == {False}
