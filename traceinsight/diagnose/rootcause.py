@@ -37,6 +37,7 @@ import numpy as np
 from traceinsight.diagnose.finding import BASIS_SPAN as BASIS_SPAN  # (defined beside the JSON that splits by them)
 from traceinsight.diagnose.finding import BASIS_STEPS as BASIS_STEPS
 from traceinsight.diagnose.finding import Finding, sort_findings
+from traceinsight.model.int_keys import KeyIndex, last_of
 from traceinsight.model.step_arrays import StepArrays
 
 SPIKE_ID = "latency-spike"
@@ -183,11 +184,11 @@ class StepBudget(Mapping[int, int]):
     like the dict it replaces (equal to one with the same items), without a Python int per step: `consolidate`'s
     budgets, floors and what is left of them cover every step (2.3M at 10M kernels: ~1 GB as dicts)."""
 
-    __slots__ = ("keys_", "values_", "_sorted")
+    __slots__ = ("keys_", "values_", "_index")
 
     def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
         self.keys_, self.values_ = keys, values
-        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        self._index: KeyIndex | None = None
 
     @classmethod
     def of(cls, budget: Mapping[int, int]) -> StepBudget:
@@ -200,25 +201,15 @@ class StepBudget(Mapping[int, int]):
     @classmethod
     def last_of(cls, keys: np.ndarray, values: np.ndarray) -> StepBudget:
         """`dict(zip(keys, values))` as arrays: each key once, where it first comes, with its last value."""
-        n = len(keys)
-        if n < 2 or bool((keys[1:] > keys[:-1]).all()):  # increasing: already distinct (the pipeline's numbering)
-            return cls(keys, values)
-        _, first = np.unique(keys, return_index=True)
-        _, last_reversed = np.unique(keys[::-1], return_index=True)
-        order = np.argsort(first, kind="stable")
-        return cls(keys[first[order]], values[(n - 1 - last_reversed)[order]])
+        return cls(*last_of(keys, values))
 
     def positions(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where each of `steps` is among the keys, for those the budget holds, and which of `steps` those are."""
-        if self._sorted is None:
-            order = np.argsort(self.keys_, kind="stable")
-            self._sorted = order, self.keys_[order]
-        order, ordered = self._sorted
-        if not len(ordered):
-            return np.zeros(0, np.int64), np.zeros(len(steps), bool)
-        at = np.minimum(np.searchsorted(ordered, steps), len(ordered) - 1)
-        held = ordered[at] == steps
-        return order[at[held]], held
+        if self._index is None:
+            self._index = KeyIndex(self.keys_)
+        pos = self._index.find(steps)
+        held = pos >= 0
+        return pos[held], held
 
     def __getitem__(self, step: int) -> int:
         pos, _ = self.positions(np.array([step], np.int64))

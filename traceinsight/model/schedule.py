@@ -11,6 +11,7 @@ from typing import Any, NamedTuple, cast, overload
 import numpy as np
 
 from traceinsight.model.gpus import GPU
+from traceinsight.model.int_keys import KeyIndex, last_of
 from traceinsight.model.planners import Plan
 from traceinsight.model.simulate import CostModel, SimResult
 from traceinsight.model.steps import Kernel
@@ -281,32 +282,20 @@ class LaunchModels(Mapping[int, "LaunchModel"]):
     number of its model among the few distinct ones (a long trace shares a handful of models among 10^6-10^7
     launches, and a dict of fresh int keys held ~75 bytes a launch; ~14 here). `of` looks up many ids at once."""
 
-    __slots__ = ("_codes", "_ids", "_kinds", "_order", "_sorted")
+    __slots__ = ("_codes", "_ids", "_index", "_kinds")
 
     def __init__(self, ids: np.ndarray, codes: np.ndarray, kinds: list[LaunchModel]) -> None:
         """`ids[i]`'s model is `kinds[codes[i]]`; a repeated id keeps its first place and its last model (as a
         dict made from the pairs)."""
-        ids = np.asarray(ids, np.int64)
-        in_order = len(ids) < 2 or bool((ids[1:] > ids[:-1]).all())
-        order = None if in_order else np.argsort(ids, kind="stable")
-        if order is not None and bool((ids[order][1:] == ids[order][:-1]).any()):  # a repeated id
-            pairs = dict(zip(ids.tolist(), np.asarray(codes).tolist(), strict=True))
-            ids, codes = np.fromiter(pairs, np.int64, len(pairs)), np.fromiter(pairs.values(), np.int64, len(pairs))
-            order = np.argsort(ids, kind="stable")
+        ids, codes = last_of(np.asarray(ids, np.int64), np.asarray(codes))
         self._ids = ids
         self._codes = np.asarray(codes, np.int32 if len(kinds) < 2**31 else np.int64)
         self._kinds = list(kinds)
-        self._order: np.ndarray | None = order
-        self._sorted = ids if order is None else ids[order]
+        self._index = KeyIndex(ids)
 
     def _find(self, ids: np.ndarray) -> np.ndarray:
         """Each id's position in `_ids`, -1 where it has no model."""
-        at = np.searchsorted(self._sorted, ids)
-        inside = at < len(self._sorted)
-        found = np.zeros(len(ids), bool)
-        found[inside] = self._sorted[at[inside]] == ids[inside]
-        pos = at if self._order is None else self._order[np.minimum(at, max(len(self._sorted) - 1, 0))]
-        return np.where(found, pos, -1)
+        return self._index.find(ids)
 
     def of(self, ids: np.ndarray) -> list[LaunchModel | None]:
         """The model of each of `ids` (None for an id without one), looked up at once."""
