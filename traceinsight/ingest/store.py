@@ -112,6 +112,16 @@ def spill_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"traceinsight-spill-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 
+def insert_in_slices(con: duckdb.DuckDBPyConnection, insert: str, arrow: pa.Table, per_slice: int) -> None:
+    """Run `insert` (SQL that reads the Arrow table `rows` by name) over `arrow` `per_slice` rows at a time, each
+    slice compressed (a checkpoint) before the next: a compressed in-memory database holds rows as inserted until
+    a checkpoint, so a long insert then needs the memory of one slice."""
+    for first in range(0, arrow.num_rows, per_slice):
+        rows = arrow.slice(first, per_slice)  # noqa: F841  (scanned by name)
+        con.execute(insert)
+        con.execute("CHECKPOINT")
+
+
 class TraceDB:
     """One DuckDB connection holding the normalized tables of one or more traces, its memory capped by
     `memory_limit()` and its spill files under `spill_dir()`."""
@@ -391,11 +401,7 @@ class TraceDB:
             self.con.execute(insert)
             return
         per_slice = max(1, n * CHECKPOINT_TEXT_BYTES // text)
-        per_slice = max(ROW_GROUP_ROWS, per_slice // ROW_GROUP_ROWS * ROW_GROUP_ROWS)
-        for first in range(0, n, per_slice):
-            rows = arrow.slice(first, per_slice)  # noqa: F841
-            self.con.execute(insert)
-            self.con.execute("CHECKPOINT")
+        insert_in_slices(self.con, insert, arrow, max(ROW_GROUP_ROWS, per_slice // ROW_GROUP_ROWS * ROW_GROUP_ROWS))
 
     def _insert_rows(self, trace_id: int, table: str, rows: pa.Table | dict[str, np.ndarray], n: int) -> None:
         """One insert of `rows` (an Arrow table, or numpy arrays of Python values, scanned by DuckDB) into `table`,

@@ -28,7 +28,7 @@ from traceinsight.ingest.arrow_numpy import (
 )
 from traceinsight.ingest.schema import analysis_table_names
 from traceinsight.ingest.schema import mentions_analysis as mentions_analysis  # `sql` asks it without pyarrow
-from traceinsight.ingest.store import ROW_GROUP_ROWS, TraceDB
+from traceinsight.ingest.store import ROW_GROUP_ROWS, TraceDB, insert_in_slices
 from traceinsight.model import shared_objects
 from traceinsight.model.kernel_columns import kernel_ids, kernel_ints
 from traceinsight.model.planners.types import gc_paused
@@ -394,11 +394,7 @@ def _insert(con: Any, table: str, rows: pa.Table, compress: bool) -> None:
     if not compress or rows.num_rows < CHECKPOINT_MIN_ROWS:
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rows")
         return
-    whole = rows
-    for first in range(0, whole.num_rows, CHECKPOINT_ROWS):
-        rows = whole.slice(first, CHECKPOINT_ROWS)
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rows")
-        con.execute("CHECKPOINT")
+    insert_in_slices(con, f"INSERT INTO {table} BY NAME SELECT * FROM rows", rows, CHECKPOINT_ROWS)
 
 
 def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
