@@ -6,10 +6,14 @@ to those it makes without the arrays."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
+
 import pytest
 from golden import analyze_golden
 
-from traceinsight.diagnose import launch_table, rootcause, slowdown, views
+from traceinsight.diagnose import attribution, host, launch_table, rootcause, slowdown, views
+from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 
 
@@ -74,15 +78,15 @@ def test_threshold_proximity_applies_as_the_views_say(case: str) -> None:
 
 
 def test_the_launches_are_let_go_after_their_last_reader() -> None:
-    """The rules outside registry.LAUNCH_READERS build neither the launch relation nor the launch views (the runner
-    lets both go before them), and the rules' findings are the same either way."""
+    """The rules that do not declare the launches in their USES build neither the launch relation nor the launch
+    views (the runner lets both go before them), and the rules' findings are the same either way."""
     from traceinsight.diagnose import registry
 
     _, a = analyze_golden("h200_sweep")
     held = [f.to_json() for f in registry.run_rules(a)[0]]
     assert held and "launch-table" not in a.cache and a.schedule is not None
     assert not any(k[0] == "launch_views" for k in a.schedule.cache if isinstance(k, tuple))
-    others = [r for r in registry.RULES if r.ID not in registry.LAUNCH_READERS]
+    others = [r for r in registry.RULES if views.LAUNCHES not in getattr(r, "USES", ())]
     assert others and len(others) < len(registry.RULES)
     for r in others:
         registry.run_rules(a, (r,))
@@ -90,3 +94,60 @@ def test_the_launches_are_let_go_after_their_last_reader() -> None:
         assert not any(k[0] == "launch_views" for k in a.schedule.cache if isinstance(k, tuple)), r.ID
     findings, _ = registry.run_rules(a)
     assert [f.to_json() for f in findings] == held
+
+
+def _held(a: TraceAnalysis) -> set[str]:
+    """The products (registry.PRODUCTS) the analysis holds now."""
+    assert a.schedule is not None
+    held = {views.LAUNCHES: "launch-table" in a.cache or any(k[0] == "launch_views" for k in a.schedule.cache
+                                                             if isinstance(k, tuple)),
+            attribution.ATTRIBUTION: "attribution" in a.cache, host.HOST_RANGES: "host.cpu-step-ranges" in a.cache}
+    return {name for name, yes in held.items() if yes}
+
+
+def _probe(name: str, seen: dict[str, set[str]], make: Callable[[TraceAnalysis], object] | None = None,
+           reads: tuple[str, ...] = ()) -> ModuleType:
+    """A rule that finds nothing and records the products held while it runs, after making one (`make`, a reader
+    that does not declare it in USES)."""
+    m = ModuleType(name)
+    m.ID = m.NAME = name
+    m.DESCRIPTION = m.PASSED = ""
+    m.NEEDS = m.OPTIONAL = ()
+    m.READS = reads
+
+    def apply(ctx: TraceAnalysis) -> list[Finding]:
+        if make is not None:
+            seen[f"{name} made"] = {repr(make(ctx))}
+        seen[name] = _held(ctx)
+        return []
+
+    m.apply = apply
+    return m
+
+
+def test_each_product_is_let_go_after_its_last_user_and_made_again_when_asked() -> None:
+    """registry.PRODUCTS: while the rules run, each product is held from its first maker until its last user (the
+    launches from decode-on-prefill-kernel to kv-bandwidth, the steps' host ranges latency-spike's alone, the
+    attribution table latency-spike's and slow-steps'), let go after it, and made again by a reader that does not
+    declare it (then let go after that reader); none is held when the rules are done. The findings are those of
+    the rules alone."""
+    from traceinsight.diagnose import registry
+    from traceinsight.diagnose.rules import latency_spike, slow_steps
+
+    _, a = analyze_golden("h200_sweep")
+    want = [f.to_json() for f in registry.run_rules(a)[0]]
+    assert not _held(a)
+    seen: dict[str, set[str]] = {}
+    rules = list(registry.RULES)
+    rules.insert(1, _probe("after-the-first", seen))
+    rules.insert(rules.index(slow_steps), _probe("between", seen, make=host._cpu_step_ranges))
+    rules.insert(rules.index(slow_steps) + 1, _probe("next", seen))
+    rules.append(_probe("last", seen, make=lambda c: len(latency_spike.attributions(c)), reads=latency_spike.READS))
+    findings, checks = registry.run_rules(a, tuple(rules))
+    assert [f.to_json() for f in findings] == want
+    assert seen["after-the-first"] == {views.LAUNCHES}
+    assert seen["between"] == {attribution.ATTRIBUTION, host.HOST_RANGES}  # the ranges made again by the probe
+    assert seen["next"] == set()  # after slow-steps: its ranges and the table let go
+    assert seen["last"] == {attribution.ATTRIBUTION} and seen["last made"] == {repr(len(a.steps))}
+    assert not _held(a)
+    assert {c.id for c in checks} >= {"between", "last"}

@@ -12,7 +12,7 @@ decode steps around it, since it stalls them). In a series:
   per token of those steps times the step's tokens);
 - the step's excess (wall minus baseline) is split over the components that grew, in proportion to how much
   each grew; the largest is the step's cause component.
-Pure computation over the analysis; `table()` caches its result on the analysis.
+Pure computation over the analysis; `table()` caches its result on the analysis (`release` lets it go).
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ HOST_STALL = "host-stall"
 HOST_LAUNCH_BOUND = "host-launch-bound"
 # idle-host growth counts as a stall when at least this share of it came in long stretches.
 STALL_SHARE = 0.5
+# The cached product the rules that judge steps against their series declare they read (`rule.USES`): the
+# attribution `table`.
+ATTRIBUTION = "attribution"
+_KEY = "attribution"
 
 
 @dataclass(frozen=True)
@@ -314,6 +318,7 @@ class Table(Mapping[int, StepAttribution]):
         for k, p in enumerate(parts):
             self._part[p.steps - self._lo] = k
             self._row[p.steps - self._lo] = np.arange(len(p.steps))
+        self._calm: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
 
     def locate(self, step: object) -> tuple[int, int] | None:
         """(part number, row) of a step, None when the table has no such step."""
@@ -356,6 +361,23 @@ class Table(Mapping[int, StepAttribution]):
                 wall[mine] = p.wall[rows[mine]]
                 base[mine] = p.baseline[rows[mine]]
         return wall, base
+
+    def calm_series(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per series, the positions and steps of its non-spike steps in position order, as int64 arrays (built once
+        per table, from its arrays)."""
+        if self._calm is None:
+            by: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+            for p in self.parts:
+                calm = ~p.spike
+                by[p.series].append((p.positions[calm], p.steps[calm]))
+            out = {}
+            for key, chunks in by.items():
+                pos = np.concatenate([c[0] for c in chunks])
+                st = np.concatenate([c[1] for c in chunks])
+                order = np.lexsort((st, pos))
+                out[key] = (pos[order], st[order])
+            self._calm = out
+        return self._calm
 
     def series_rows(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Per series: the part number and row of each of its steps, in series order."""
@@ -416,9 +438,10 @@ def _attribute(arrays: StepArrays, members: np.ndarray, gi: int, tokens_of: Mapp
 
 def table(ctx: TraceAnalysis, *, ratio: float, min_excess_ns: float, half_window: int, min_fit: int,
           known_slow: set[int]) -> Table:
-    """Every step's attribution (by step index), computed once per analysis and set of parameters."""
+    """Every step's attribution (by step index), computed once per analysis and set of parameters (until
+    `release`)."""
     key = ("attribution", ratio, min_excess_ns, half_window, min_fit, frozenset(known_slow))
-    got = ctx.cache.get("attribution")
+    got = ctx.cache.get(_KEY)
     if isinstance(got, tuple) and got[0] == key:
         return got[1]  # type: ignore[no-any-return]
     s = ctx.schedule
@@ -430,5 +453,11 @@ def table(ctx: TraceAnalysis, *, ratio: float, min_excess_ns: float, half_window
         parts.extend(_attribute(arrays, members, gi, tokens_of, known_slow, ratio=ratio,
                                 min_excess_ns=min_excess_ns, half=half_window, min_fit=min_fit))
     out = Table(parts)
-    ctx.cache["attribution"] = (key, out)
+    ctx.cache[_KEY] = (key, out)
     return out
+
+
+def release(ctx: TraceAnalysis) -> None:
+    """Let go of the attribution table (`ATTRIBUTION`: its component matrices and baselines, per step); asked
+    again, it is made again."""
+    ctx.cache.pop(_KEY, None)

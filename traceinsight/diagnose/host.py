@@ -20,6 +20,9 @@ from traceinsight.diagnose.context import TraceAnalysis
 
 # Ops listed per step at most.
 MAX_OPS = 5
+# The cached product a rule that reads host evidence declares (`rule.USES`): the steps' CPU ranges.
+HOST_RANGES = "host-ranges"
+_RANGES = "host.cpu-step-ranges"
 
 
 def _exclusive(ops: Sequence[Any], lo: int, hi: int) -> dict[str, tuple[float, int]]:
@@ -94,12 +97,17 @@ class _Ranges:
 
 
 def _cpu_step_ranges(ctx: TraceAnalysis) -> _Ranges:
-    """The (start, end) of every step's CPU range (built once per analysis)."""
-    got = ctx.cache.get("host.cpu-step-ranges")
+    """The (start, end) of every step's CPU range (built once per analysis, until `release`)."""
+    got = ctx.cache.get(_RANGES)
     if got is None:
-        a = ctx.step_arrays()
-        got = ctx.cache["host.cpu-step-ranges"] = _Ranges(a.cpu_range_start, a.cpu_range_end)
+        got = ctx.cache[_RANGES] = _Ranges(*ctx.step_arrays().cpu_ranges())
     return cast(_Ranges, got)
+
+
+def release(ctx: TraceAnalysis) -> None:
+    """Let go of the steps' CPU ranges (`HOST_RANGES`: two int64 arrays over the steps); asked again, they are made
+    again."""
+    ctx.cache.pop(_RANGES, None)
 
 
 def host_evidence(ctx: TraceAnalysis, step: int, baseline_steps: Sequence[int],

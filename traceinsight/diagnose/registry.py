@@ -9,10 +9,14 @@ than their baseline short of a spike, on latency-spike's step attribution) last.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 
+from traceinsight.diagnose import attribution, host
+from traceinsight.diagnose.attribution import ATTRIBUTION
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding
+from traceinsight.diagnose.host import HOST_RANGES
 from traceinsight.diagnose.launch_table import backend_counts, release
 from traceinsight.diagnose.rule import NotApplicable, RuleResult, missing_reason
 from traceinsight.diagnose.rules import (
@@ -30,7 +34,7 @@ from traceinsight.diagnose.rules import (
     threshold_proximity,
     wave_quantization,
 )
-from traceinsight.diagnose.views import release_views
+from traceinsight.diagnose.views import LAUNCHES, release_views
 
 RULES: tuple[ModuleType, ...] = (
     decode_on_prefill_kernel,
@@ -50,11 +54,23 @@ RULES: tuple[ModuleType, ...] = (
 
 RULE_IDS: tuple[str, ...] = tuple(r.ID for r in RULES)
 
-# The rules that read the launch relation or its views (`launch_table`, `views.launch_views`). After the last of
-# them that applies, `run_rules` lets both go (10^6 named tuples and an Arrow table of 20 columns at 10^7 kernels):
-# the rules after it build the step arrays. A rule missing here still works (it builds them again).
-LAUNCH_READERS = frozenset(r.ID for r in (decode_on_prefill_kernel, split_kv_off, split_kv_starved, tail_ctas,
-                                          sm_idle, threshold_proximity, wave_quantization, slow_path, kv_bandwidth))
+
+def release_launches(ctx: TraceAnalysis) -> None:
+    """Let go of the launch relation the rules select from and the launch views it was built from (their counts
+    per backend stay: `launch_table.backend_counts`)."""
+    release(ctx)
+    release_views(ctx)
+
+
+# The products the rules cache on the analysis, each as what lets it go: a rule names those it reads in its USES,
+# and `run_rules` lets each go after the last rule that applies and uses it (the launches: 10^6 named tuples and
+# an Arrow table of 20 columns at 10^7 kernels; the attribution table: a component matrix and its baselines per
+# step). Nothing after the rules reads them; a reader not declared (a rule, `explain`) makes them again.
+PRODUCTS: dict[str, Callable[[TraceAnalysis], None]] = {
+    LAUNCHES: release_launches,
+    ATTRIBUTION: attribution.release,
+    HOST_RANGES: host.release,
+}
 
 
 def rule(rule_id: str) -> ModuleType:
@@ -72,14 +88,19 @@ def run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...] = RULES) -> tupl
     try:
         return _run_rules(ctx, rules)
     finally:
-        release_launches(ctx)
+        for let_go in PRODUCTS.values():
+            let_go(ctx)
 
 
-def release_launches(ctx: TraceAnalysis) -> None:
-    """Let go of the launch relation the rules select from and the launch views it was built from (their counts
-    per backend stay: `launch_table.backend_counts`)."""
-    release(ctx)
-    release_views(ctx)
+def last_users(rules: tuple[ModuleType, ...], applies: list[bool]) -> dict[str, int]:
+    """Per product (PRODUCTS), the position in `rules` of the last rule that applies and uses it (its USES), -1
+    for a product none uses."""
+    last = dict.fromkeys(PRODUCTS, -1)
+    for i, r in enumerate(rules):
+        if applies[i]:
+            for name in getattr(r, "USES", ()):
+                last[name] = i
+    return last
 
 
 def _run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...]) -> tuple[list[Finding], list[RuleResult]]:
@@ -87,12 +108,13 @@ def _run_rules(ctx: TraceAnalysis, rules: tuple[ModuleType, ...]) -> tuple[list[
     results: list[RuleResult] = []
     ctx.findings = findings
     # What a rule needs does not change while the rules run: each rule's missing need, known before the first,
-    # says which is the last to read the launches.
+    # says which is the last to read each product.
     missing = [missing_reason(r, ctx) for r in rules]
-    last_reader = max((i for i, r in enumerate(rules) if missing[i] is None and r.ID in LAUNCH_READERS), default=-1)
+    last = last_users(rules, [m is None for m in missing])
     for i, r in enumerate(rules):
-        if i > last_reader:
-            release_launches(ctx)
+        for name, j in last.items():
+            if i > j:  # (a rule that made it again without declaring it has it let go after it, too)
+                PRODUCTS[name](ctx)
         reason = missing[i]
         if reason is None:
             # A rule sees the findings of the rules it declares it reads (READS), and no other.

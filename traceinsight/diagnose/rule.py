@@ -8,6 +8,9 @@ A rule is one module under `traceinsight.diagnose.rules` with:
 - optionally `READS`: the ids of the rules whose findings it reads (rules that run before it). While it runs,
   `ctx.findings` holds the findings of those rules and no others (none for a rule that declares none), so what
   a rule depends on is written down (`registry.run_rules`);
+- optionally `USES`: the products cached on the analysis that it reads (`registry.PRODUCTS`: the launches, the
+  attribution table, the steps' host ranges). The runner lets each go after the last rule that uses it; a rule
+  that reads one without declaring it still works (it makes it again), at the cost of making it again;
 - optionally `SAVING_BASIS`: what reports express its saving as a share of — "steps" (the default: the
   steps' time) or "span" (the time from the first step to the last, for savings that lie between steps).
 Thresholds are module constants with units in their names; `limit(ctx, ID, "NAME", DEFAULT)` lets

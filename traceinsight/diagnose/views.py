@@ -15,6 +15,10 @@ from traceinsight.model.phases import PREFILL_PHASES
 from traceinsight.model.schedule import KernelThreshold, LaunchModel, LaunchModels, Measured, StepBatch
 from traceinsight.model.steps import Launch, Step
 
+# The cached product the launch rules declare they read (`rule.USES`): the launch views (`launch_views`) and the
+# launch relation built from them (`launch_table`); the runner lets both go after their last user.
+LAUNCHES = "launches"
+
 
 class LaunchView(NamedTuple):
     """One attention launch and everything the model attached to it (a named tuple: a long trace has 10^5-10^6

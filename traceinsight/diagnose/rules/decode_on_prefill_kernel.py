@@ -19,7 +19,7 @@ from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.launch_table import launch_column, launch_db, launch_relation, select_table
 from traceinsight.diagnose.rule import Input
 from traceinsight.diagnose.savings import excess_over_reference_ns, spread_by_time
-from traceinsight.diagnose.views import LaunchView, spread_sample
+from traceinsight.diagnose.views import LAUNCHES, LaunchView, spread_sample
 from traceinsight.diagnose.whatif import path_alternative
 from traceinsight.ingest.arrow_numpy import ints, numbers
 from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
@@ -31,6 +31,7 @@ DESCRIPTION = "Decode steps run by a kernel named 'Prefill' (FlashInfer's tensor
 PASSED = "no decode step ran on a prefill-named kernel"
 NEEDS = (Input.STEPS,)
 OPTIONAL = (Input.THRESHOLDS, Input.SIDECAR, Input.SCHEDULE)
+USES = (LAUNCHES,)
 
 # Words in a kernel's short name that mark it as a prefill kernel.
 PREFILL_KERNEL_WORDS = ("Prefill",)

@@ -24,7 +24,7 @@ from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.launch_table import int64_relation, launch_db, select_groups
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import bandwidth_saving_ns, by_step
-from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
+from traceinsight.diagnose.views import LAUNCHES, LaunchView, step_ranges, steps_of
 from traceinsight.model.batches import KV_DTYPE_BYTES
 
 ID = "kv-bandwidth"
@@ -33,6 +33,7 @@ DESCRIPTION = "Decode launches that read the KV cache at a small share of peak H
 PASSED = "decode launches not slowed by imbalance streamed KV at a reasonable share of peak bandwidth"
 NEEDS = (Input.STEPS, Input.SIDECAR, Input.BANDWIDTH)
 OPTIONAL = ()
+USES = (LAUNCHES,)
 
 # Report a kernel whose median balanced launch reaches less than this share of peak HBM bandwidth.
 EFFICIENCY_MIN = 0.5

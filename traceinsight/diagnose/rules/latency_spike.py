@@ -33,16 +33,16 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from traceinsight.components import IDLE, IDLE_HOST
 from traceinsight.diagnose import attribution, remedies
-from traceinsight.diagnose.attribution import SeriesPart, StepAttribution, Table
+from traceinsight.diagnose.attribution import ATTRIBUTION, SeriesPart, StepAttribution, Table
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
-from traceinsight.diagnose.host import describe, host_evidence, read_ops
+from traceinsight.diagnose.host import HOST_RANGES, describe, host_evidence, read_ops
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.views import step_ranges
 from traceinsight.model.steps import ATTENTION, Step
@@ -59,6 +59,7 @@ ATTENTION_CAUSES = ("split-kv-off", "split-kv-starved", "tail-ctas", "sm-idle", 
                     "kv-bandwidth")
 # Rules whose findings this rule reads: the attention causes (KNOWN_SLOW, left out of the fit, is among them).
 READS = ATTENTION_CAUSES
+USES = (ATTRIBUTION, HOST_RANGES)
 
 
 
@@ -286,31 +287,12 @@ def neighbours(ctx: TraceAnalysis, table: Table, step: int, n: int) -> list[int]
     me = table.get(step)
     if me is None:
         return []
-    positions, steps = _calm_series(ctx, table)[me.series]  # the series' non-spike steps, in position order
+    positions, steps = table.calm_series()[me.series]  # the series' non-spike steps, in position order
     at = int(np.searchsorted(positions, me.position, side="left"))
     lo = max(0, at - n - 1)  # the n nearest on either side are in here
     near = zip(positions[lo:at + n + 1].tolist(), steps[lo:at + n + 1].tolist(), strict=True)
     same = sorted((p for p in near if p[1] != step), key=lambda p: (abs(p[0] - me.position), p[0]))
     return [s for _, s in same[:n]]
-
-
-def _calm_series(ctx: TraceAnalysis, table: Table) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Per series, the positions and steps of its non-spike steps in position order, as int64 arrays (built once
-    per table, from its arrays)."""
-    got = ctx.cache.get("latency-spike.calm-series")
-    if got is None or got[0] is not table:
-        by: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
-        for p in table.parts:
-            calm = ~p.spike
-            by[p.series].append((p.positions[calm], p.steps[calm]))
-        arrays = {}
-        for key, chunks in by.items():
-            pos = np.concatenate([c[0] for c in chunks])
-            st = np.concatenate([c[1] for c in chunks])
-            order = np.lexsort((st, pos))
-            arrays[key] = (pos[order], st[order])
-        got = ctx.cache["latency-spike.calm-series"] = (table, arrays)
-    return cast(dict[int, tuple[np.ndarray, np.ndarray]], got[1])
 
 
 def apply(ctx: TraceAnalysis) -> list[Finding]:

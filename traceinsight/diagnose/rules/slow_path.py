@@ -18,7 +18,7 @@ from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.launch_table import select, select_groups
 from traceinsight.diagnose.rule import Input
 from traceinsight.diagnose.savings import excess_over_reference_ns, spread_by_time
-from traceinsight.diagnose.views import spread_sample, step_ranges, steps_of
+from traceinsight.diagnose.views import LAUNCHES, spread_sample, step_ranges, steps_of
 from traceinsight.diagnose.whatif import path_alternative
 from traceinsight.model.occupancy import CUDA_CORE, FA2, SM90
 from traceinsight.units import fmt_ns
@@ -29,6 +29,7 @@ DESCRIPTION = "Decode on a backend path measured slower than an alternative for 
 PASSED = "no decode launch ran on a known slow path"
 NEEDS = (Input.STEPS,)
 OPTIONAL = (Input.SIDECAR, Input.SCHEDULE)
+USES = (LAUNCHES,)
 
 # Launches replayed on the alternatives to price the saving (an even sample; the total is scaled up).
 REPLAY_MAX_LAUNCHES = 24

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.diagnose.attribution import SeriesPart, StepAttribution, Table
+from traceinsight.diagnose.attribution import ATTRIBUTION, SeriesPart, StepAttribution, Table
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
@@ -43,6 +43,7 @@ NEEDS = (Input.STEPS,)
 OPTIONAL = (Input.SIDECAR,)
 # latency-spike's findings too: steps already in a spike incident (its onset included) are not told again.
 READS = (*latency_spike.READS, latency_spike.ID)
+USES = (ATTRIBUTION,)
 
 
 THRESHOLDS = latency_spike.THRESHOLDS

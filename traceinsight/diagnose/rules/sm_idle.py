@@ -15,7 +15,7 @@ from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.launch_table import select_groups
 from traceinsight.diagnose.rule import Input, NotApplicable, has, limit
 from traceinsight.diagnose.savings import balanced_saving_ns, by_step
-from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
+from traceinsight.diagnose.views import LAUNCHES, LaunchView, step_ranges, steps_of
 
 ID = "sm-idle"
 NAME = "SM idle fraction"
@@ -23,6 +23,7 @@ DESCRIPTION = "Kernels during which the average SM sits idle for a large share o
 PASSED = "every measured or simulated launch kept its SMs busy"
 NEEDS = (Input.STEPS,)
 OPTIONAL = (Input.NCU, Input.SCHEDULE)
+USES = (LAUNCHES,)
 
 # Idle fraction from which a launch counts.
 IDLE_MIN_FRACTION = 0.2

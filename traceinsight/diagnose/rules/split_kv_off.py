@@ -19,7 +19,7 @@ from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import by_step
 from traceinsight.diagnose.slowdown import Slowdown, slow_launches, worst
-from traceinsight.diagnose.views import step_ranges, steps_of
+from traceinsight.diagnose.views import LAUNCHES, step_ranges, steps_of
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3, FA3_MAX_DYNAMIC_SPLIT_BATCH
 from traceinsight.units import fmt_ns
 
@@ -29,6 +29,7 @@ DESCRIPTION = "Launches whose planner left long requests unsplit, so one CTA wal
 PASSED = "no unsplit launch was much slower than the kernel's balanced launches"
 NEEDS = (Input.STEPS, Input.THRESHOLDS)
 OPTIONAL = (Input.SIDECAR, Input.SCHEDULE)
+USES = (LAUNCHES,)
 
 # Backends whose split decision is modeled: a CTA budget (FlashInfer, a merge kernel shows it) or FA3's prepare
 # kernel (its cap, the call's num_splits, its static heuristic).

@@ -18,7 +18,7 @@ from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import by_step
 from traceinsight.diagnose.slowdown import Slowdown, slow_launches, worst
-from traceinsight.diagnose.views import step_ranges, steps_of
+from traceinsight.diagnose.views import LAUNCHES, step_ranges, steps_of
 from traceinsight.model.occupancy import CUDA_CORE, FA2, FA3
 from traceinsight.units import fmt_ns
 
@@ -28,6 +28,7 @@ DESCRIPTION = "Split-KV on, but too few spare CTAs to cut the longest request in
 PASSED = "every split launch ran close to the kernel's balanced time"
 NEEDS = (Input.STEPS, Input.THRESHOLDS)
 OPTIONAL = (Input.SIDECAR, Input.SCHEDULE)
+USES = (LAUNCHES,)
 
 BACKENDS = (CUDA_CORE, FA2, FA3)
 # A split launch is starved when it takes at least this many times its balanced reference...

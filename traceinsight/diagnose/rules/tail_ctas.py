@@ -23,7 +23,7 @@ from traceinsight.diagnose.launch_table import launch_column, select
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import by_step, tail_saving_ns
 from traceinsight.diagnose.slowdown import slow_columns
-from traceinsight.diagnose.views import LaunchView, step_ranges
+from traceinsight.diagnose.views import LAUNCHES, LaunchView, step_ranges
 from traceinsight.ingest.arrow_numpy import sorted_distinct
 from traceinsight.units import fmt_ns
 
@@ -33,6 +33,7 @@ DESCRIPTION = "Launches that end with a few long CTAs running while most SMs are
 PASSED = "no launch had a significant tail"
 NEEDS = (Input.STEPS,)
 OPTIONAL = (Input.SIDECAR, Input.SCHEDULE)
+USES = (LAUNCHES,)
 
 # Simulated tail at least this share of the launch...
 TAIL_MIN_FRACTION = 0.2

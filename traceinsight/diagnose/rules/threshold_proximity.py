@@ -18,7 +18,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.launch_table import launch_relation, select_groups
 from traceinsight.diagnose.rule import Input, NotApplicable, limit
-from traceinsight.diagnose.views import LaunchView, step_ranges, steps_of
+from traceinsight.diagnose.views import LAUNCHES, LaunchView, step_ranges, steps_of
 from traceinsight.diagnose.whatif import cost_for, occupancy_for
 from traceinsight.ingest.arrow_numpy import ints, numbers, valid
 from traceinsight.model.batches import fa3_options, planner_batch
@@ -33,6 +33,7 @@ DESCRIPTION = "Steps whose batch is a few requests below the size at which split
 PASSED = "no step's batch was close below its kernel's split-KV threshold"
 NEEDS = (Input.STEPS, Input.THRESHOLDS)
 OPTIONAL = (Input.SIDECAR, Input.SCHEDULE)
+USES = (LAUNCHES,)
 
 # Backends whose split threshold is modeled (FlashInfer's CTA budgets; FA3's dynamic-split cap of 992 requests).
 BACKENDS = (CUDA_CORE, FA2, FA3)

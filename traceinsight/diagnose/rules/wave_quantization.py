@@ -21,7 +21,7 @@ from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
 from traceinsight.diagnose.rule import Input, limit
 from traceinsight.diagnose.savings import by_step
-from traceinsight.diagnose.views import LaunchView, by_kernel, launch_views, step_ranges, steps_of
+from traceinsight.diagnose.views import LAUNCHES, LaunchView, by_kernel, launch_views, step_ranges, steps_of
 from traceinsight.model.launch_models import throughput_floor_ns
 from traceinsight.model.occupancy import CUDA_CORE, FA2
 
@@ -31,6 +31,7 @@ DESCRIPTION = "Grids slightly over a whole number of waves, whose last wave leav
 PASSED = "no launch lost a significant share of its time to a partial last wave"
 NEEDS = (Input.STEPS, Input.THRESHOLDS, Input.SCHEDULE)
 OPTIONAL = ()
+USES = (LAUNCHES,)
 
 BACKENDS = (CUDA_CORE, FA2)
 # The last wave counts as nearly empty when it is filled to at most this fraction.
