@@ -7,14 +7,16 @@ to those it makes without the arrays."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from types import ModuleType
 
 import pytest
 from golden import analyze_golden
 
-from traceinsight.diagnose import attribution, host, launch_table, rootcause, slowdown, views
+from traceinsight.diagnose import attribution, finding, host, launch_table, rootcause, slowdown, views
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.diagnose.finding import Finding, Severity
+from traceinsight.model.int_keys import IntMap, SortedInts
 
 
 @pytest.mark.parametrize("case", ["h200_nsys", "h200_sweep"])
@@ -46,19 +48,20 @@ def test_budgets_and_consolidation_from_the_step_arrays() -> None:
     arrays = a.step_arrays()
     assert rootcause.budgets(a.steps, arrays) == rootcause.budgets(a.steps)
     steps = tuple(s.index for s in a.steps)
-    assert len(steps) >= rootcause._SHARED_FROM  # a finding naming them is given the steps' own ints
-    wide = Finding(id="gpu-idle-gaps", severity=Severity.INFO, steps=tuple(int(str(i)) for i in steps),
-                   summary="every step", saving_ns=len(steps), step_saving_ns={int(str(i)): 1 for i in steps})
+    assert len(steps) >= finding._MANY  # a finding naming them holds them as arrays
+    wide = Finding(id="gpu-idle-gaps", severity=Severity.INFO, steps=steps[::-1] + steps[:3],
+                   summary="every step", saving_ns=len(steps), step_saving_ns={i: 1.4 for i in steps})
+    assert isinstance(wide.steps, SortedInts) and wide.steps == steps
+    assert isinstance(wide.step_saving_ns, IntMap) and wide.step_saving_ns == dict.fromkeys(steps, 1)
     findings = [*a.findings, wide]
     plain = rootcause.consolidate(findings, a.steps)
     shared = rootcause.consolidate(findings, a.steps, arrays)
     assert [f.to_json() for f in shared] == [f.to_json() for f in plain]
     assert [dict(f.step_saving_ns) for f in shared] == [dict(f.step_saving_ns) for f in plain]
     (got,) = [f for f in shared if f.summary == "every step"]
-    big = [i for i, s in enumerate(steps) if s > 256]  # (small ints are one object anyway)
-    assert big and all(got.steps[i] is steps[i] for i in big)
-    keys = list(got.step_saving_ns)
-    assert all(keys[i] is steps[i] for i in big)
+    assert got.steps is wide.steps and got.step_saving_ns is wide.step_saving_ns  # shared, not copied
+    assert got == replace(wide, ref=got.ref, supports=got.supports, related=got.related,
+                          attributed_ns=got.attributed_ns, saving_basis=got.saving_basis)
 
 
 @pytest.mark.parametrize("case", ["h200_sweep", "h200_sweep_trace_only", "fa3_variants_q32kv4d128_fa3_torch"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -60,19 +60,19 @@ def severity_rank(severity: str | None) -> int:
 class Finding:
     """One diagnosis.
 
-    id: the rule's stable id ('split-kv-off'); severity; steps: indexes of the steps it concerns (ascending);
-    summary: one line; evidence: the numbers behind it, units in the key names (dur_ns, b_threshold, ...);
-    explanation: one paragraph a non-kernel engineer can follow; remedy: what to change; saving_ns: estimated
-    GPU time saved over those steps if the remedy is applied (ns), None when it cannot be computed;
-    step_saving_ns: the same saving step by step ({step: ns}; empty when the rule cannot place it), what each
-    step would take less with the remedy, so that its time minus this is its reference (what it would still
-    take: the balanced launch, the other path, the baseline step). `traceinsight.diagnose.rootcause` bounds
-    the savings step by step with it.
+    id: the rule's stable id ('split-kv-off'); severity; steps: indexes of the steps it concerns (ascending; a
+    tuple, or for many steps a `SortedInts` read as one); summary: one line; evidence: the numbers behind it,
+    units in the key names (dur_ns, b_threshold, ...); explanation: one paragraph a non-kernel engineer can
+    follow; remedy: what to change; saving_ns: estimated GPU time saved over those steps if the remedy is applied
+    (ns), None when it cannot be computed; step_saving_ns: the same saving step by step ({step: ns}, for many
+    steps an `IntMap` read as one; empty when the rule cannot place it), what each step would take less with the
+    remedy, so that its time minus this is its reference (what it would still take: the balanced launch, the
+    other path, the baseline step). `traceinsight.diagnose.rootcause` bounds the savings step by step with it.
     """
 
     id: str
     severity: Severity
-    steps: tuple[int, ...]
+    steps: Sequence[int]
     summary: str
     evidence: Mapping[str, Any] = field(default_factory=dict)
     explanation: str = ""
@@ -113,19 +113,31 @@ class Finding:
         }
 
 
-# From this many steps a finding's steps and step savings are normalized by numpy (a finding may name 10^5 steps).
+# From this many steps a finding's steps and step savings are normalized by numpy and held as int64 arrays (a
+# finding may name 10^5-10^6 steps: `model.int_keys.SortedInts` and `IntMap`, 8 and 16 bytes a step, read as the
+# tuple and the dict they replace).
 _MANY = 256
 
 
-def _step_indexes(steps: Iterable[Any]) -> tuple[int, ...]:
-    """Distinct step indexes as ints, ascending."""
-    if isinstance(steps, tuple | list) and len(steps) >= _MANY and all(type(s) is int for s in steps[:_MANY]):
+def _step_indexes(steps: Iterable[Any]) -> Sequence[int]:
+    """Distinct step indexes as ints, ascending: a tuple, or for many a `SortedInts`."""
+    if isinstance(steps, Sized) and len(steps) >= _MANY:
         import numpy as np  # here: a kept analysis renders findings without loading numpy
 
-        got = np.fromiter(steps, np.int64, len(steps))
-        if (got[1:] > got[:-1]).all():  # already ascending and distinct (most are)
-            return tuple(got.tolist())
-        return tuple(np.unique(got).tolist())
+        from traceinsight.model.int_keys import SortedInts
+
+        if isinstance(steps, SortedInts):
+            return steps
+        got: np.ndarray
+        if isinstance(steps, np.ndarray) and steps.dtype == np.int64:
+            got = steps
+        elif isinstance(steps, tuple | list) and all(type(s) is int for s in steps[:_MANY]):
+            got = np.fromiter(steps, np.int64, len(steps))
+        else:
+            got = np.fromiter(map(int, steps), np.int64, len(steps))
+        if not (got[1:] > got[:-1]).all():  # already ascending and distinct (most are)
+            got = np.unique(got)
+        return SortedInts(got)
     return tuple(sorted({int(s) for s in steps}))
 
 
@@ -133,14 +145,23 @@ _INT = frozenset((int,))
 _NUMBER = frozenset((int, float))
 
 
-def _step_savings(savings: Mapping[Any, Any]) -> dict[int, int]:
-    """{step: ns} with int steps and ns rounded to the nearest int (halves to even, as `round`), at least 0."""
-    if len(savings) >= _MANY and set(map(type, savings)) <= _INT and set(map(type, savings.values())) <= _NUMBER:
+def _step_savings(savings: Mapping[Any, Any]) -> Mapping[int, int]:
+    """{step: ns} with int steps and ns rounded to the nearest int (halves to even, as `round`), at least 0: a
+    dict, or for many an `IntMap` (the same items, in the same order)."""
+    if len(savings) >= _MANY:
         import numpy as np
 
-        ns = np.fromiter(savings.values(), np.float64, len(savings))
-        if np.isfinite(ns).all() and (np.abs(ns) < 2.0**52).all():  # exact as float64, rounded as `round` does
-            return dict(zip(savings.keys(), np.maximum(np.rint(ns), 0).astype(np.int64).tolist(), strict=True))
+        from traceinsight.model.int_keys import IntMap
+
+        if isinstance(savings, IntMap):
+            if (savings.values_ >= 0).all():
+                return savings
+            return IntMap(savings.keys_, np.maximum(savings.values_, 0))
+        if set(map(type, savings)) <= _INT and set(map(type, savings.values())) <= _NUMBER:
+            ns = np.fromiter(savings.values(), np.float64, len(savings))
+            if np.isfinite(ns).all() and (np.abs(ns) < 2.0**52).all():  # exact as float64, rounded as `round` does
+                return IntMap(np.fromiter(savings.keys(), np.int64, len(savings)),
+                              np.maximum(np.rint(ns), 0).astype(np.int64))
     return {int(k): max(0, int(round(v))) for k, v in savings.items()}
 
 

@@ -28,8 +28,7 @@ steps' time minus their floor plus the time between them, and each basis is boun
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from operator import attrgetter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,7 @@ import numpy as np
 from traceinsight.diagnose.finding import BASIS_SPAN as BASIS_SPAN  # (defined beside the JSON that splits by them)
 from traceinsight.diagnose.finding import BASIS_STEPS as BASIS_STEPS
 from traceinsight.diagnose.finding import Finding, sort_findings
-from traceinsight.model.int_keys import KeyIndex, last_of
+from traceinsight.model.int_keys import IntMap, SortedInts, first_of
 from traceinsight.model.step_arrays import StepArrays
 
 SPIKE_ID = "latency-spike"
@@ -125,7 +124,7 @@ def attribute(claims: Sequence[tuple[int | None, Sequence[int]] | tuple[int | No
             continue
         want = max(0, int(saving))
         if per_step:
-            pos, wanted = left.where(per_step.keys(), per_step.values())
+            pos, wanted = left.where(*_columns(per_step))
             # In the claim's order, each step gives min(its saving there, what is left of it) until the claim
             # (or the pool) is met: what the steps before it gave bounds what it may give.
             can = np.minimum(wanted, left.left[pos])
@@ -136,7 +135,7 @@ def attribute(claims: Sequence[tuple[int | None, Sequence[int]] | tuple[int | No
             pool -= got
             out.append(got)
             continue
-        pos, _ = left.where(dict.fromkeys(steps))
+        pos, _ = left.where(_distinct(steps))
         if not len(pos):
             got = min(want, pool)
             pool -= got
@@ -179,52 +178,9 @@ def _spread(left: _Budget, pos: np.ndarray, got: int, avail: int) -> int:
     return taken
 
 
-class StepBudget(Mapping[int, int]):
-    """ns per step index as two int64 arrays, read-only: `keys` (distinct step indexes) and `values`. A mapping
-    like the dict it replaces (equal to one with the same items), without a Python int per step: `consolidate`'s
-    budgets, floors and what is left of them cover every step (2.3M at 10M kernels: ~1 GB as dicts)."""
-
-    __slots__ = ("keys_", "values_", "_index")
-
-    def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
-        self.keys_, self.values_ = keys, values
-        self._index: KeyIndex | None = None
-
-    @classmethod
-    def of(cls, budget: Mapping[int, int]) -> StepBudget:
-        """`budget` as a StepBudget (itself when it is one)."""
-        if isinstance(budget, StepBudget):
-            return budget
-        n = len(budget)
-        return cls(np.fromiter(budget.keys(), np.int64, n), np.fromiter(map(int, budget.values()), np.int64, n))
-
-    @classmethod
-    def last_of(cls, keys: np.ndarray, values: np.ndarray) -> StepBudget:
-        """`dict(zip(keys, values))` as arrays: each key once, where it first comes, with its last value."""
-        return cls(*last_of(keys, values))
-
-    def positions(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Where each of `steps` is among the keys, for those the budget holds, and which of `steps` those are."""
-        if self._index is None:
-            self._index = KeyIndex(self.keys_)
-        pos = self._index.find(steps)
-        held = pos >= 0
-        return pos[held], held
-
-    def __getitem__(self, step: int) -> int:
-        pos, _ = self.positions(np.array([step], np.int64))
-        if not len(pos):
-            raise KeyError(step)
-        return int(self.values_[pos[0]])
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.keys_.tolist())
-
-    def __len__(self) -> int:
-        return len(self.keys_)
-
-    def __repr__(self) -> str:
-        return f"StepBudget({dict(self.items())!r})"
+# ns per step index as two int64 arrays, read-only (`consolidate`'s budgets, floors and what is left of them cover
+# every step: 2.3M at 10M kernels, ~1 GB as dicts): a mapping equal to the dict it replaces.
+StepBudget = IntMap
 
 
 class _Budget:
@@ -235,14 +191,28 @@ class _Budget:
         self.table = StepBudget.of(budget)
         self.left = np.maximum(self.table.values_, 0)
 
-    def where(self, steps: Iterable[int], values: Iterable[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def where(self, steps: Iterable[int] | np.ndarray, values: Iterable[Any] | np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
         """The positions of those of `steps` (distinct) that the budget holds, in their order, and their `values`
-        (as ints, at least 0; zeros when None)."""
-        got = np.fromiter(steps, np.int64)
-        vals = (np.maximum(np.fromiter(map(int, values), np.int64, len(got)), 0) if values is not None
-                else np.zeros(len(got), np.int64))
+        (as ints, at least 0; zeros when None); either may be an int64 array."""
+        got = steps if isinstance(steps, np.ndarray) else np.fromiter(steps, np.int64)
+        vals = (np.zeros(len(got), np.int64) if values is None
+                else np.maximum(values if isinstance(values, np.ndarray)
+                                else np.fromiter(map(int, values), np.int64, len(got)), 0))
         pos, held = self.table.positions(got)
         return pos, vals[held]
+
+
+def _columns(per_step: Mapping[int, int]) -> tuple[Iterable[int] | np.ndarray, Iterable[int] | np.ndarray]:
+    """A claim's steps and ns: its arrays when it holds them (`IntMap`), else its keys and values."""
+    if isinstance(per_step, IntMap):
+        return per_step.keys_, per_step.values_
+    return per_step.keys(), per_step.values()
+
+
+def _distinct(steps: Sequence[int]) -> Iterable[int] | np.ndarray:
+    """A finding's steps once each: its array when it holds one (`SortedInts`: distinct already)."""
+    return steps.array if isinstance(steps, SortedInts) else dict.fromkeys(steps)
 
 
 def budgets(steps: Sequence[Any], arrays: StepArrays | None = None) -> dict[str, StepBudget]:
@@ -315,49 +285,20 @@ def consolidate(findings: Sequence[Finding], steps: Sequence[Any], arrays: StepA
         got = attribute([(claims[i][0], ordered[i].steps, claims[i][1]) for i in mine], basis_budget[basis])
         attributed.update(zip(mine, got, strict=True))
     out = []
-    shared = _StepInts(steps, arrays)
     for i, f in enumerate(ordered):
         is_root = roots[i] == i
-        out.append(_linked(f, shared, ref=refs[i], supports=None if is_root else refs[roots[i]],
+        out.append(_linked(f, ref=refs[i], supports=None if is_root else refs[roots[i]],
                            related=tuple(related.get(i, ())), attributed_ns=attributed.get(i) if is_root else None,
                            saving_basis=saving_basis(f.id)))
     return out
 
 
-# From this many steps a finding's step indexes are made the steps' own int objects (`_StepInts`).
-_SHARED_FROM = 256
-
-
-class _StepInts:
-    """The steps' own index objects, by index, when step i is at position i (as the pipeline numbers them): a
-    finding that names 10^5 steps holds those objects instead of ints of its own (~32 bytes each, and several
-    findings name the same steps). Same values; only their identity changes."""
-
-    def __init__(self, steps: Sequence[Any], arrays: StepArrays | None) -> None:
-        numbered = arrays is not None and arrays.n == len(steps) and bool((arrays.index == np.arange(arrays.n)).all())
-        self.ints: list[int] = list(map(_INDEX, steps)) if numbered else []
-
-    def share(self, values: Iterable[int], low: int, high: int) -> Iterable[int] | None:
-        """`values` (all between low and high) as the steps' own objects, None when some is not a step's index."""
-        if not self.ints or low < 0 or high >= len(self.ints):
-            return None
-        return map(self.ints.__getitem__, values)
-
-
-_INDEX = attrgetter("index")
-
-
-def _linked(f: Finding, shared: _StepInts, **links: Any) -> Finding:
+def _linked(f: Finding, **links: Any) -> Finding:
     """`dataclasses.replace(f, **links)` for the fields consolidation fills in, without normalizing the finding's
-    steps and step savings again (`Finding.__post_init__`: they already are; a finding may name 10^5 steps); a
-    finding with many steps holds the steps' own index objects (`_StepInts`)."""
+    steps and step savings again (`Finding.__post_init__`: they already are; a finding may name 10^5 steps, held
+    as arrays, which the copy shares)."""
     out = copy.copy(f)
-    savings = dict(f.step_saving_ns)
-    if len(f.steps) >= _SHARED_FROM and (got := shared.share(f.steps, f.steps[0], f.steps[-1])) is not None:
-        object.__setattr__(out, "steps", tuple(got))
-    if len(savings) >= _SHARED_FROM and (keys := shared.share(savings, min(savings), max(savings))) is not None:
-        savings = dict(zip(keys, savings.values(), strict=True))
-    for name, value in {**links, "evidence": dict(f.evidence), "step_saving_ns": savings}.items():
+    for name, value in {**links, "evidence": dict(f.evidence)}.items():
         object.__setattr__(out, name, value)
     return out
 
@@ -369,12 +310,11 @@ def _claim(i: int, findings: Sequence[Finding], roots: Sequence[int]) -> tuple[i
     if own.saving_ns is not None and own.id in BY_CAUSE and own.evidence.get("group"):
         # A recurring cause: its incidents, and those of the other rule's findings it holds (slow steps under a
         # spike group, or a lone spike under a slow-steps group), step by step.
-        per_step = dict(own.step_saving_ns)
-        for j, g in enumerate(findings):
-            if roots[j] == i and j != i and g.id in BY_CAUSE:
-                for st, v in g.step_saving_ns.items():
-                    per_step.setdefault(st, v)
-        return sum(per_step.values()), per_step
+        # Its own steps' savings, then each held finding's steps not yet seen (as dict.setdefault would), as arrays.
+        held = [IntMap.of(g.step_saving_ns) for j, g in enumerate(findings)
+                if roots[j] == i and j != i and g.id in BY_CAUSE]
+        per_step = first_of(IntMap.of(own.step_saving_ns), *held)
+        return int(per_step.values_.sum()), per_step
     if own.saving_ns is not None:
         return own.saving_ns, own.step_saving_ns
     others = [g for j, g in enumerate(findings) if roots[j] == i and j != i and g.saving_ns is not None]
@@ -414,10 +354,10 @@ def floors(walls: Mapping[int, int], claims: Sequence[tuple[int | None, Sequence
         if saving is None:
             continue
         if per_step:
-            pos, wanted = table.where(per_step.keys(), per_step.values())
+            pos, wanted = table.where(*_columns(per_step))
             claim = np.minimum(wanted, wall[pos])
         else:
-            pos, _ = table.where(dict.fromkeys(steps))
+            pos, _ = table.where(_distinct(steps))
             total = int(wall[pos].sum())
             if not total:
                 continue
