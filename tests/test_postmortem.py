@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from readme_sample import README_WIDTH, current, sample
 
 from traceinsight.cli.main import main
+from traceinsight.diagnose import rootcause
 from traceinsight.diagnose.rootcause import StepBudget, attribute, floors
 from traceinsight.pipeline import analyze
 from traceinsight.report.saved import document_of
@@ -332,3 +333,29 @@ def test_incidents_of_one_cause_are_one_root_cause() -> None:
     t = document_of(a)["savings"]
     assert t["listed_steps_ns"] <= t["steps_wall_ns"] - t["steps_floor_ns"] < t["steps_wall_ns"]
     assert t["steps_floor_ns"] > 20_000_000  # at least the balanced split-on launches and the rest of each step
+
+
+def _spread_in_python_ints(have: list[int], got: int) -> list[int]:
+    """What is left of each step after `got` is spread over it in proportion to what it has, the first steps
+    giving the rounding's rest: `attribute`'s spread, in Python ints (exact at any size)."""
+    avail = sum(have)
+    shares = [h * got // avail for h in have]
+    left = [h - x for h, x in zip(have, shares, strict=True)]
+    taken = sum(shares)
+    for k, h in enumerate(left):
+        extra = min(h, got - taken)
+        left[k], taken = h - extra, taken + extra
+    return left
+
+
+@pytest.mark.parametrize("chunk", [2, 1 << 16])
+def test_a_spread_whose_products_overflow_int64_is_exact(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim spread over steps whose budget times the claim passes int64 (gpu-idle-gaps' 10^13 ns over 10^5
+    steps of up to 10^7 ns): each step's share exact, in Python ints a chunk at a time."""
+    monkeypatch.setattr(rootcause, "_EXACT_CHUNK", chunk)
+    budget = {s: (s * 7_919_993 + 10**6) % (4 * 10**12) + 2**40 for s in range(9)}
+    got = sum(budget.values()) - 12_345
+    assert max(budget.values()) * got > 2**63  # the products overflow int64
+    (taken, rest) = attribute([(got, list(budget)), (2**62, [3, 4])], budget)
+    want = _spread_in_python_ints(list(budget.values()), got)
+    assert taken == got and rest == want[3] + want[4]

@@ -145,37 +145,33 @@ def attribute(claims: Sequence[tuple[int | None, Sequence[int]] | tuple[int | No
         avail = int(rest.sum())
         got = min(want, avail, pool)
         if avail:
-            if int(rest.max()) <= (2**63 - 1) // max(got, 1):  # h * got fits int64: the same floors in numpy
-                shares = rest * got // avail
-                have = rest - shares
-                # Rounding leaves at most len(mine) ns: take it from the first steps that still have some (each
-                # gives what it has until the rest is met).
-                need = got - int(shares.sum())
-                extra = np.minimum(have, np.maximum(0, need - (np.cumsum(have) - have)))
-                left.left[pos] = have - extra
-                got = int(shares.sum()) + int(extra.sum())
-            else:
-                got = _spread(left, pos, got, avail)
+            shares = _shares(rest, got, avail)
+            have = rest - shares
+            # Rounding leaves at most len(mine) ns: take it from the first steps that still have some (each
+            # gives what it has until the rest is met).
+            need = got - int(shares.sum())
+            extra = np.minimum(have, np.maximum(0, need - (np.cumsum(have) - have)))
+            left.left[pos] = have - extra
+            got = int(shares.sum()) + int(extra.sum())
         pool -= got
         out.append(got)
     return out
 
 
-def _spread(left: _Budget, pos: np.ndarray, got: int, avail: int) -> int:
-    """`attribute`'s spread of `got` over the steps at `pos` in proportion to what is left of each, in Python ints
-    (where h * got overflows int64); what it took."""
-    have: list[int] = left.left[pos].tolist()
-    shares = [h * got // avail for h in have]
-    taken = sum(shares)
-    have = [h - x for h, x in zip(have, shares, strict=True)]
-    for k, h in enumerate(have):
-        if taken >= got:
-            break
-        extra = min(h, got - taken)
-        have[k] = h - extra
-        taken += extra
-    left.left[pos] = have
-    return taken
+# Steps whose share `_shares` computes in Python ints at a time (where h * got overflows int64).
+_EXACT_CHUNK = 1 << 16
+
+
+def _shares(rest: np.ndarray, got: int, avail: int) -> np.ndarray:
+    """h * got // avail for each h of `rest` (int64, at least 0; got <= avail), exact: in numpy where h * got fits
+    int64, else in Python ints a chunk at a time (a claim over 10^6 steps as Python ints at once took ~0.3 GB)."""
+    if not len(rest) or int(rest.max()) <= (2**63 - 1) // max(got, 1):
+        out: np.ndarray = rest * got // avail
+        return out
+    out = np.empty(len(rest), np.int64)
+    for a in range(0, len(rest), _EXACT_CHUNK):
+        out[a:a + _EXACT_CHUNK] = [h * got // avail for h in rest[a:a + _EXACT_CHUNK].tolist()]
+    return out
 
 
 # ns per step index as two int64 arrays, read-only (`consolidate`'s budgets, floors and what is left of them cover
