@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from traceinsight.components import IDLE, IDLE_HOST, IDLE_UNKNOWN, IDLE_WAIT, PREFILL
-from traceinsight.diagnose.baseline import fit_spikes, rolling_quantiles
+from traceinsight.diagnose.baseline import fit_spikes, rolling_quantiles, rolling_spikes
 from traceinsight.diagnose.context import TraceAnalysis
 from traceinsight.model.step_arrays import StepArrays
 from traceinsight.model.steps import ATTENTION
@@ -413,13 +413,17 @@ def _attribute(arrays: StepArrays, members: np.ndarray, gi: int, tokens_of: Mapp
         at = members[rows]
         index = indexes[rows]
         wall = arrays.wall[at]
-        walls = wall.tolist()
-        slow = np.isin(index, np.fromiter(known_slow, np.int64, len(known_slow))).tolist() if known_slow \
-            else [False] * len(at)
-        fit = fit_spikes(walls, tokens, ratio=ratio, min_excess_ns=min_excess_ns, half_window=half,
-                         exclude=slow, min_fit_points=min_fit)
-        spike = np.asarray(fit.spikes, bool)
-        use = ~(spike | np.asarray(slow, bool))
+        slow = (np.isin(index, np.fromiter(known_slow, np.int64, len(known_slow))) if known_slow
+                else np.zeros(len(at), bool))
+        if tokens is None:  # over arrays: no Python number per step
+            method = "rolling-quantile"
+            baseline, spike = rolling_spikes(wall.astype(float), slow, ratio=ratio, min_excess_ns=min_excess_ns,
+                                             half_window=half, min_fit_points=min_fit)
+        else:
+            fit = fit_spikes(wall.tolist(), tokens, ratio=ratio, min_excess_ns=min_excess_ns, half_window=half,
+                             exclude=slow.tolist(), min_fit_points=min_fit)
+            method, baseline, spike = fit.method, np.asarray(fit.baseline_ns, float), np.asarray(fit.spikes, bool)
+        use = ~(spike | slow)
         if int(use.sum()) < min_fit:
             use = ~spike
         values, names = arrays.component_matrix(at)
@@ -428,10 +432,9 @@ def _attribute(arrays: StepArrays, members: np.ndarray, gi: int, tokens_of: Mapp
             bases[:, j] = _component_baselines(values[:, j], use, half, tokens, c == ATTENTION)
         longs = arrays.host_long[at].astype(float)
         long_base = rolling_quantiles(longs, half, use, COMPONENT_QUANTILE)
-        baseline = np.asarray(fit.baseline_ns, float)
         data = _Series(names, values, bases, wall.astype(float) - baseline)
         out.append(SeriesPart(
-            series=gi, method=fit.method, data=data, steps=index, positions=rows.astype(np.int64), wall=wall,
+            series=gi, method=method, data=data, steps=index, positions=rows.astype(np.int64), wall=wall,
             baseline=baseline, spike=spike, long_delta=longs - long_base, prefill=arrays.prefill[at]))
     return out
 

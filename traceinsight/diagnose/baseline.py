@@ -236,10 +236,18 @@ def fit_spikes(
                 break
             flags = new
         return SpikeFit(tuple(base), tuple(flags), method, intercept_ns=a, slope_ns_per_token=b)
-    # Over arrays (a long trace's series has 10^5-10^6 steps): the same comparisons as `_flags`, element by element.
-    ys = np.asarray(y)
-    left_out = np.asarray(out0, bool)
-    spikes = np.zeros(n, bool)
+    baseline, spikes = rolling_spikes(np.asarray(y), np.asarray(out0, bool), ratio=ratio, min_excess_ns=min_excess_ns,
+                                      half_window=half_window, q=q, min_fit_points=min_fit_points)
+    return SpikeFit(tuple(baseline.tolist()), tuple(spikes.tolist()), "rolling-quantile")
+
+
+def rolling_spikes(ys: np.ndarray, exclude: np.ndarray, *, ratio: float, min_excess_ns: float, half_window: int,
+                   q: float = BASELINE_QUANTILE, min_fit_points: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """`fit_spikes` without tokens over arrays (float64 step times, bool `exclude`): the baseline (float64) and
+    the spikes (bool), with no Python number per step (a long trace's series has 10^5-10^6 steps); the same
+    comparisons as `_flags`, element by element."""
+    left_out = exclude if len(ys) - int(exclude.sum()) >= min_fit_points else np.zeros(len(ys), bool)
+    spikes = np.zeros(len(ys), bool)
     baseline = ys
     for _ in range(MAX_ROUNDS):
         baseline = rolling_quantiles(ys, half_window, ~(spikes | left_out), q)
@@ -247,4 +255,4 @@ def fit_spikes(
         if np.array_equal(now, spikes):
             break
         spikes = now
-    return SpikeFit(tuple(baseline.tolist()), tuple(spikes.tolist()), "rolling-quantile")
+    return baseline, spikes

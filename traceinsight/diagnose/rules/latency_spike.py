@@ -190,21 +190,22 @@ def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], Table]:
         cause, finding = causes.of(p, rows, comps)
         named.append(dict(zip(rows.tolist(), zip(comps, cause, finding, strict=True), strict=True)))
     out: list[Incident] = []
-    steps_of = [p.steps.tolist() for p in table.parts]  # read per spike: Python ints, not numpy scalars
+    # Per series, its steps' part, row, spike flag and step index as arrays; Python values only for the spikes and
+    # the onset steps walked back from them (a long trace has 10^6 steps, and a Python int per step adds up).
     for _, (part, row) in sorted(table.series_rows().items(), key=lambda kv: kv[0]):
         spike = np.zeros(len(part), bool)
+        step_of = np.zeros(len(part), np.int64)
         for k, p in enumerate(table.parts):
             mine = part == k
             if mine.any():
                 spike[mine] = p.spike[row[mine]]
-        parts, rows = part.tolist(), row.tolist()
+                step_of[mine] = p.steps[row[mine]]
         current: Incident | None = None
         last = -2
-        spiked = spike.tolist()
-        for pos in np.flatnonzero(spike).tolist():
-            k, r = parts[pos], rows[pos]
+        at = np.flatnonzero(spike)
+        for pos, k, r, step in zip(at.tolist(), part[at].tolist(), row[at].tolist(), step_of[at].tolist(),
+                                   strict=True):
             component, cause, finding = named[k][r]
-            step = steps_of[k][r]
             if current is not None and last == pos - 1 and current.cause == cause:
                 current.steps.append(step)
                 last = pos
@@ -213,9 +214,9 @@ def incidents(ctx: TraceAnalysis) -> tuple[list[Incident], Table]:
             current = Incident(cause, component, finding, [step])
             if component is not None:
                 j = pos - 1
-                while j >= 0 and not spiked[j] and table.parts[parts[j]].jumped(rows[j], component, ratio,
-                                                                                  excess_min):
-                    current.onset.insert(0, steps_of[parts[j]][rows[j]])
+                while j >= 0 and not spike[j] and table.parts[int(part[j])].jumped(int(row[j]), component, ratio,
+                                                                                    excess_min):
+                    current.onset.insert(0, int(step_of[j]))
                     j -= 1
             out.append(current)
     return out, table
