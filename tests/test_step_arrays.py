@@ -63,8 +63,7 @@ def test_the_sweep_traces_steps_match_their_objects() -> None:
     assert arrays.host_long.tolist() == [s.breakdown.host_long_ns if s.breakdown else 0 for s in steps]
     cpu = [(s.range_start_ns, s.range_end_ns) for s in steps
            if s.range_side == "cpu" and s.range_start_ns is not None and s.range_end_ns is not None]
-    start, end = arrays.cpu_ranges()
-    assert list(zip(start.tolist(), end.tolist(), strict=True)) == cpu
+    assert list(zip(arrays.cpu_range_start.tolist(), arrays.cpu_range_end.tolist(), strict=True)) == cpu
     assert arrays.prefill.tolist() == [any(x.phase in PREFILL_PHASES for x in s.launches) for s in steps]
     signature = [tuple(sorted({x.attention.name for x in s.launches if x.phase not in PREFILL_PHASES}))
                  for s in steps]

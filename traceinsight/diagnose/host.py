@@ -100,7 +100,8 @@ def _cpu_step_ranges(ctx: TraceAnalysis) -> _Ranges:
     """The (start, end) of every step's CPU range (built once per analysis, until `release`)."""
     got = ctx.cache.get(_RANGES)
     if got is None:
-        got = ctx.cache[_RANGES] = _Ranges(*ctx.step_arrays().cpu_ranges())
+        a = ctx.step_arrays()
+        got = ctx.cache[_RANGES] = _Ranges(a.cpu_range_start, a.cpu_range_end)
     return cast(_Ranges, got)
 
 

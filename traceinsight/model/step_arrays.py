@@ -86,7 +86,7 @@ class StepArrays:
 
     index, start, end (GPU span), windowed (has a breakdown), window_start / window_end (the breakdown's window,
     else the GPU span), wall (what `Step.wall_ns` gives), host_long (the breakdown's host_long_ns, 0 without one),
-    `cpu_ranges()` (the step ranges on the host with both ends, made when asked for),
+    cpu_range_start / cpu_range_end (the step ranges on the host with both ends, read when asked for),
     launch_count, prefill (a launch of the step is prefill or mixed), signature (the step's decode attention
     kernels, `signatures[code]`, -1 for none); the windowed steps' breakdown numbers (`window_numbers`, `ARENA_FIELDS`),
     sources, host gaps, components' names (one tuple per distinct sequence) and ns (one after the other); and
@@ -124,9 +124,18 @@ class StepArrays:
         """`_signatures` of the steps' launches (read when first asked for: the rules ask, the tables do not)."""
         return _signatures(self.launches, self.launch_count)
 
-    def cpu_ranges(self) -> tuple[np.ndarray, np.ndarray]:
-        """The start and end of every step range on the host with both ends known (made when asked for, not held:
-        only host evidence reads them, and keeps them sorted)."""
+    @property
+    def cpu_range_start(self) -> np.ndarray:
+        return self._cpu_ranges[0]
+
+    @property
+    def cpu_range_end(self) -> np.ndarray:
+        return self._cpu_ranges[1]
+
+    @functools.cached_property
+    def _cpu_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """The start and end of every step range on the host with both ends known (read when first asked for:
+        only host evidence reads them)."""
         n = self.n
         times = step_times(self.steps)  # from the steps' rows, not two properties each
         range_start, range_end = times["range_start_ns"], times["range_end_ns"]
