@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # annotations only: a document rebuilt from saved tables (rep
 
     from traceinsight.diagnose.context import TraceAnalysis
     from traceinsight.model.schedule import Schedule
+    from traceinsight.model.shared_objects import Coded
     from traceinsight.report.step_columns import StepColumns
 
 SCHEMA = "traceinsight.analysis/1"
@@ -137,7 +138,7 @@ def trace_sections(a: TraceAnalysis, columns: StepColumns | None = None) -> dict
     }
 
 
-def _attached_uses(groups: Sequence[Sequence[Any]], phases: Sequence[str]) -> Iterable[tuple[str, str]]:
+def _attached_uses(groups: Coded, phases: Coded) -> Iterable[tuple[str, str]]:
     """(kernel name, its launch's phase) of each merge or prepare kernel of these groups (one group per launch),
     in order: the names read once per kernel view shape (`model.kernel_columns.Kernel._shape`)."""
     from itertools import chain
@@ -147,13 +148,13 @@ def _attached_uses(groups: Sequence[Sequence[Any]], phases: Sequence[str]) -> It
 
     from traceinsight.model.shared_objects import first_rows
 
-    lengths = np.fromiter(map(len, groups), np.int64, len(groups))
+    lengths = np.fromiter(map(len, groups.values), np.int64, len(groups.values))[groups.codes]
     if not lengths.any():
         return ()
     kernels = list(chain.from_iterable(groups))
     rows, shape_of = first_rows(list(map(attrgetter("_shape"), kernels)))
     names = np.array([kernels[r].name for r in rows.tolist()], object)[shape_of].tolist()
-    return zip(names, np.array(phases, object).repeat(lengths).tolist(), strict=True)
+    return zip(names, phases.at(np.repeat(np.arange(len(lengths)), lengths)), strict=True)
 
 
 def kernel_rows(a: TraceAnalysis, columns: StepColumns | None = None) -> list[dict[str, Any]]:
