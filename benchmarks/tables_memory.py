@@ -5,7 +5,7 @@ its columns are built and while they are inserted, and what it still holds after
 
     .venv/bin/python -P benchmarks/tables_memory.py TRACE [--out FILE.json]
     PYTHONPATH=/tmp/ref38 .venv/bin/python -P benchmarks/tables_memory.py TRACE   # a reference checkout
-    ... --slice-rows 24576   # slices of a tenth the rows: a 1M trace's tables in as many slices as 10M's
+    ... --slice-rows 12288   # slices of a tenth the rows: a 1M trace's tables in as many slices as 10M's
 
 Builders that yield a table's slices (session 39) are measured slice by slice: the peaks are the largest slice's.
 
@@ -38,11 +38,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace", type=Path)
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--slice-rows", type=int, help="tables.CHECKPOINT_ROWS (default: the module's): a 1M trace's "
-                    "tables in as many slices as the 10M export's have at the default (a tenth of it)")
+    ap.add_argument("--slice-rows", type=int, help="tables.SLICE_ROWS, where the checkout has it (default: the "
+                    "module's): a 1M trace's tables in as many slices as the 10M export's at the default (a tenth)")
     args = ap.parse_args()
-    if args.slice_rows:
-        tables.CHECKPOINT_ROWS = args.slice_rows
+    if args.slice_rows and hasattr(tables, "SLICE_ROWS"):
+        tables.SLICE_ROWS = args.slice_rows
     try:
         from traceinsight.tuning import tune
     except ImportError:
@@ -64,6 +64,7 @@ def main() -> None:
         for cols in slices:
             built(row)
             yield cols
+            del cols  # not held while the next slice is built
             tracemalloc.reset_peak()  # the insert's peak is the insert's (`_Con`)
 
     def wrap(name: str, build: Any) -> Any:

@@ -39,6 +39,10 @@ def small_codes(codes: np.ndarray, count: int) -> np.ndarray:
     return codes.astype(kind)
 
 
+# A Coded column of more distinct values than this is sliced over only the values its rows hold (`Coded.present`).
+FEW_VALUES = 256
+
+
 class Coded(Sequence[Any]):
     """A column of rows that share a few objects: row i is values[codes[i]]. It reads as the tuple of the rows
     would (len, index, slice, iterate) without a reference per row: 10^6 launches' kernel names, phases or grids
@@ -64,9 +68,9 @@ class Coded(Sequence[Any]):
     @overload
     def __getitem__(self, i: slice) -> Coded: ...
     def __getitem__(self, i: int | slice) -> Any:
-        if isinstance(i, slice):  # over only its rows' values when it has fewer rows than the column has values
+        if isinstance(i, slice):  # over only its rows' values when the column has many: a slice reads them once
             part = Coded(self.values, self.codes[i])
-            return part.present() if len(self.values) > len(part.codes) else part
+            return part.present() if len(self.values) > FEW_VALUES else part
         return self.values[self.codes[i]]
 
     def __iter__(self) -> Iterator[Any]:

@@ -66,13 +66,17 @@ def step_summary_of(durs: Sequence[int] | np.ndarray, attention: int,
         state = "on" if kv is True else "off" if kv is False else "unknown"
         split[state] += count
         per.setdefault((kernel, backend), {"on": 0, "off": 0, "unknown": 0})[state] += count
-    ordered = sorted(durs.tolist() if not isinstance(durs, Sequence) else durs)
+    import numpy as np
+
+    ordered = np.sort(np.asarray(durs, np.int64))  # 10^6 steps: not as Python ints
+    k = len(ordered)
+    middle = [int(v) for v in ordered[(k - 1) // 2:k // 2 + 1]]  # the one or two values the median takes
     return {
-        "count": len(ordered),
-        "total_ns": sum(ordered),
+        "count": k,
+        "total_ns": int(ordered.sum()),
         "attention_ns": int(attention),
-        "median_ns": int(statistics.median(ordered)) if ordered else None,
-        "max_ns": ordered[-1] if ordered else None,
+        "median_ns": int(statistics.median(middle)) if k else None,
+        "max_ns": int(ordered[-1]) if k else None,
         "split_kv": split,
         "split_kv_by_kernel": [{"kernel": k, "backend": b, **v} for (k, b), v in per.items()],
     }
@@ -129,7 +133,7 @@ def trace_sections(a: TraceAnalysis, columns: StepColumns | None = None) -> dict
         "families": a.families,
         "kernels": kernel_rows(a, c),
         "thresholds": thresholds,
-        "summary": summary_row(a, c.dur.tolist(), Counter(map(SPLIT_STATES.__getitem__, c.split.tolist()))),
+        "summary": summary_row(a, c.dur, Counter(map(SPLIT_STATES.__getitem__, c.split.tolist()))),
         "step_summary": step_summary_of(c.dur, int(c.attention.sum()), zip(c.k_kernel, c.k_backend, c.l_split_kv,
                                                                             strict=True)),
         "savings": savings_summary(a, c),

@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 
 from traceinsight.model.kernel_columns import kernel_columns, kernel_ints
-from traceinsight.model.shared_objects import Coded
+from traceinsight.model.shared_objects import Coded, small_codes
 from traceinsight.model.step_arrays import ARENA_FIELDS as ARENA_FIELDS  # tables.py reads them here
-from traceinsight.model.step_arrays import StepArrays, int64s, step_arrays
-from traceinsight.model.step_arrays import columns as _columns
+from traceinsight.model.step_arrays import StepArrays, step_arrays
 from traceinsight.model.step_breakdown import NO_RANGE as NO_RANGE
 
 # A split-KV state as a code: False, True, None (unknown).
@@ -38,8 +37,8 @@ class StepColumns:
     Per step: index, name, source, range_id, start, end, dur, kernel_count, breakdown (or None), windowed (has
     one), window start/end (the breakdown's window, else the GPU span), wall (its wall_ns), attention (its
     attention_ns), phase, split (SPLIT_CODES of its split_kv), launch_count. Per launch: step (its step's
-    position), launch (its place in the step), the Launch fields, each merge and prepare group, merge_ns /
-    prepare_ns, split (codes), and the attention Kernel's fields (k_*)."""
+    position), launch (its place in the step), the Launch fields, each merge and prepare group (`group_ns`: their
+    ns), split (codes), and the attention Kernel's fields (k_*)."""
 
     n: int
     index: np.ndarray
@@ -53,7 +52,6 @@ class StepColumns:
     windowed: np.ndarray
     window_start: np.ndarray
     window_end: np.ndarray
-    wall: np.ndarray
     attention: np.ndarray
     phase: Coded
     split: np.ndarray
@@ -68,8 +66,6 @@ class StepColumns:
     merges: Coded
     prepares: Coded
     tiles: Coded
-    merge_ns: np.ndarray
-    prepare_ns: np.ndarray
     k_id: np.ndarray
     k_name: Coded
     k_kernel: Coded
@@ -98,6 +94,12 @@ class StepColumns:
         return dur
 
     @property
+    def wall(self) -> np.ndarray:
+        """Each step's wall_ns: its window's length (made when asked for)."""
+        wall: np.ndarray = self.window_end - self.window_start
+        return wall
+
+    @property
     def first(self) -> np.ndarray:
         """Each step's first launch's row."""
         first: np.ndarray = np.cumsum(self.launch_count) - self.launch_count
@@ -115,7 +117,7 @@ class StepColumns:
         return out
 
 
-def _group_ns(groups: Coded) -> np.ndarray:
+def group_ns(groups: Coded) -> np.ndarray:
     """Each group's kernels' dur_ns added up (most groups are empty), from the kernels' rows: once per distinct
     group."""
     values = groups.values
@@ -146,7 +148,8 @@ def step_columns(steps: Sequence[Any], arrays: StepArrays | None = None) -> Step
     a = step_arrays(steps) if arrays is None else arrays
     n = a.n
     name, source = (Coded.of(list(map(attrgetter(f), steps))) for f in ("name", "source"))
-    range_id, kernel_count = _columns(attrgetter("range_id", "kernel_count"), steps, 2)
+    range_id = tuple(map(attrgetter("range_id"), steps))  # one attribute at a time: no tuple per step
+    kernel_count = np.fromiter(map(attrgetter("kernel_count"), steps), np.int64, n)
     counts = a.launch_count
     launches = list(itertools.chain.from_iterable(a.launches))
     m = len(launches)
@@ -157,7 +160,6 @@ def step_columns(steps: Sequence[Any], arrays: StepArrays | None = None) -> Step
     del launches
     k_name, k_kernel, k_family, k_backend, _, _, k_params, k_stream, _, k_grid, k_block, k_registers, k_smem = shape
     split = np.array([SPLIT_CODES[v] for v in l_split.values], np.int8)[l_split.codes]
-    merge_ns, prepare_ns = _group_ns(merges), _group_ns(prepares)
     k_dur_a = own["dur_ns"]
     # A step's split_kv and phase: the one state its launches share (else None; a phase by `Step.phase`'s rule).
     first = np.cumsum(counts) - counts
@@ -171,20 +173,21 @@ def step_columns(steps: Sequence[Any], arrays: StepArrays | None = None) -> Step
         words = {p: i for i, p in enumerate(dict.fromkeys(l_phase.values))}  # a code per distinct phase text
         codes = np.array([words[p] for p in l_phase.values], np.int64)[l_phase.codes]
         agree[has] = np.minimum.reduceat(codes, first[has]) == np.maximum.reduceat(codes, first[has])
-        step_phase = Coded(list(l_phase.values), l_phase.codes[last].astype(np.uint32))
+        values, codes = list(l_phase.values), l_phase.codes[last].astype(np.int64)
     else:
-        step_phase = Coded(["unknown"], np.zeros(n, np.uint32))
+        values, codes = ["unknown"], np.zeros(n, np.int64)
     for i in np.flatnonzero(~agree).tolist():
-        step_phase.codes[i] = len(step_phase.values)
-        step_phase.values.append(steps[i].phase)  # type: ignore[attr-defined]
+        codes[i] = len(values)
+        values.append(steps[i].phase)
     return StepColumns(
         n=n, index=a.index, name=name, source=source, range_id=range_id, start=a.start, end=a.end,
-        kernel_count=int64s(kernel_count), breakdown=a.breakdown, windowed=a.windowed, window_start=a.window_start,
+        kernel_count=kernel_count, breakdown=a.breakdown, windowed=a.windowed, window_start=a.window_start,
         window_end=a.window_end, window_numbers=a.window_numbers, window_source=a.window_source,
-        host_gaps=a.host_gaps, component_names=a.component_names, component_ns=a.component_ns, wall=a.wall,
-        attention=_per_step(k_dur_a + merge_ns + prepare_ns, counts), phase=step_phase, split=step_split,
+        host_gaps=a.host_gaps, component_names=a.component_names, component_ns=a.component_ns,
+        attention=_per_step(k_dur_a + group_ns(merges) + group_ns(prepares), counts),
+        phase=Coded(values, small_codes(codes, len(values))), split=step_split,
         launch_count=counts, m=m, l_phase=l_phase, l_phase_evidence=l_evidence, l_split=split, l_split_kv=l_split,
-        l_split_evidence=l_split_evidence, merges=merges, prepares=prepares, tiles=tiles, merge_ns=merge_ns,
-        prepare_ns=prepare_ns, k_id=own["kernel_id"], k_name=k_name, k_kernel=k_kernel, k_family=k_family,
-        k_backend=k_backend, k_params=k_params, k_stream=k_stream, k_start=own["start_ns"], k_dur=k_dur_a,
+        l_split_evidence=l_split_evidence, merges=merges, prepares=prepares, tiles=tiles, k_id=own["kernel_id"],
+        k_name=k_name, k_kernel=k_kernel, k_family=k_family, k_backend=k_backend, k_params=k_params,
+        k_stream=k_stream, k_start=own["start_ns"], k_dur=k_dur_a,
         k_grid=k_grid, k_block=k_block, k_registers=k_registers, k_smem=k_smem)

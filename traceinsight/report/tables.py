@@ -34,7 +34,7 @@ from traceinsight.model.kernel_columns import kernel_ids, kernel_ints
 from traceinsight.model.planners.types import gc_paused
 from traceinsight.model.shared_objects import Coded, first_rows
 from traceinsight.report import json_doc
-from traceinsight.report.step_columns import ARENA_FIELDS, NO_RANGE, SPLIT_CODES, StepColumns, step_columns
+from traceinsight.report.step_columns import ARENA_FIELDS, NO_RANGE, SPLIT_CODES, StepColumns, group_ns, step_columns
 
 # The tables this module fills (schema.sql's analysis tables), in the order they are written.
 ANALYSIS_TABLES = analysis_table_names()
@@ -42,13 +42,17 @@ ANALYSIS_TABLES = analysis_table_names()
 # time (whole row groups), each slice compressed before the next (`_insert`).
 CHECKPOINT_MIN_ROWS = 50_000
 CHECKPOINT_ROWS = 2 * ROW_GROUP_ROWS
+# The steps, step breakdown and launches tables are built SLICE_ROWS rows at a time, each slice inserted and let
+# go before the next is built (`_slices`): Python holds one slice's columns (~200 bytes a launch), not the table's.
+# A slice of one row group (half this) was slower to insert and left DuckDB ~200 MB more resident at 1M kernels.
+SLICE_ROWS = CHECKPOINT_ROWS
 
 
 def _slices(n: int) -> Iterator[slice]:
-    """The rows of a table of n rows (steps or launches) in slices of CHECKPOINT_ROWS, each built, inserted and let
-    go before the next (`_write`): the columns of one slice at a time, not the table's (one empty slice for none)."""
-    for first in range(0, max(n, 1), CHECKPOINT_ROWS):
-        yield slice(first, first + CHECKPOINT_ROWS)
+    """The rows of a table of n rows in slices of SLICE_ROWS, each built, inserted and let go before the next
+    (`_write`; one empty slice for none)."""
+    for first in range(0, max(n, 1), SLICE_ROWS):
+        yield slice(first, first + SLICE_ROWS)
 
 
 def _step_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> Iterator[dict[str, pa.Array]]:
@@ -92,7 +96,7 @@ def _step_slice(trace_id: int, c: StepColumns, rows: slice, batches: dict[int, A
         "dur_ns": int64_array(c.end[rows] - c.start[rows]),
         "attention_ns": int64_array(c.attention[rows]),
         "kernel_count": int64_array(c.kernel_count[rows]),
-        "wall_ns": int64_array(c.wall[rows]),
+        "wall_ns": int64_array(c.window_end[rows] - c.window_start[rows]),
         "window_start_ns": window("start_ns"),
         "window_end_ns": window("end_ns"),
         "window_source": text_array(sources.tolist(), n),
@@ -171,9 +175,9 @@ def _launch_slice(trace_id: int, c: StepColumns, rows: slice, ends: np.ndarray, 
         "start_ns": int64_array(c.k_start[rows]),
         "dur_ns": int64_array(c.k_dur[rows]),
         "merge_kernel_ids": attached_ids(c.merges[rows]),
-        "merge_ns": int64_array(c.merge_ns[rows]),
+        "merge_ns": int64_array(group_ns(c.merges[rows])),
         "prepare_kernel_ids": attached_ids(c.prepares[rows]),
-        "prepare_ns": int64_array(c.prepare_ns[rows]),
+        "prepare_ns": int64_array(group_ns(c.prepares[rows])),
         "tile_padding_share": (pa.nulls(n) if none_count(tiles.values) == len(tiles.values)
                                else _python_of([t["padding_share"] if t else None for t in tiles.values],
                                                tiles.codes)),
@@ -443,14 +447,28 @@ def _compressed_in_memory(con: Any, prefix: str) -> bool:
     return bool(row and row[0])
 
 
-def _insert(con: Any, table: str, rows: pa.Table, compress: bool) -> None:
-    """Insert `rows` into `table`; `compress`: a few row groups at a time, each compressed (a checkpoint) before
-    the next. DuckDB holds a row as inserted until then: ~1.2 KB a launch (its text once per row), 270 MB for the
-    1M-kernel export's launches against ~10 MB compressed, 2.7 GB at 10M."""
-    if not compress:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rows")
-        return
-    insert_in_slices(con, f"INSERT INTO {table} BY NAME SELECT * FROM rows", rows, CHECKPOINT_ROWS)
+def _insert(con: Any, table: str, slices: Iterator[Columns], compress: bool) -> None:
+    """Insert a table's slices (a builder's) into `table`; `compress`: a long table compressed (a checkpoint) each
+    CHECKPOINT_ROWS rows or so, and at its end. DuckDB holds a row as inserted until then: ~1.2 KB a launch (its
+    text once per row), 270 MB for the 1M-kernel export's launches against ~10 MB compressed, 2.7 GB at 10M."""
+    sql = f"INSERT INTO {table} BY NAME SELECT * FROM rows"
+    total = pending = 0  # rows inserted, and not yet compressed
+    for cols in slices:
+        rows = pa.table({c: v if isinstance(v, pa.Array) else python_array(v) for c, v in cols.items()})
+        del cols
+        total += rows.num_rows
+        if compress and rows.num_rows > CHECKPOINT_ROWS:  # a table built whole
+            insert_in_slices(con, sql, rows, CHECKPOINT_ROWS)
+            pending = 0
+        elif rows.num_rows:
+            con.execute(sql)
+            pending += rows.num_rows
+            if compress and pending >= CHECKPOINT_ROWS:
+                con.execute("CHECKPOINT")
+                pending = 0
+        del rows
+    if compress and pending and total >= CHECKPOINT_MIN_ROWS:
+        con.execute("CHECKPOINT")
 
 
 def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
@@ -460,12 +478,5 @@ def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
         columns = functools.cache(lambda: step_columns(a.steps, a.step_arrays()))
         for name in ANALYSIS_TABLES:
             con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
-            # a long table's slices each compressed: the first of CHECKPOINT_MIN_ROWS or more, and every later one
-            for i, cols in enumerate(BUILDERS[name](a, columns)):
-                if not len(cols["trace_id"]):
-                    continue
-                rows = pa.table({c: v if isinstance(v, pa.Array) else python_array(v) for c, v in cols.items()})
-                del cols
-                _insert(con, prefix + name, rows, compress and (i > 0 or rows.num_rows >= CHECKPOINT_MIN_ROWS))
-                del rows
+            _insert(con, prefix + name, BUILDERS[name](a, columns), compress)
     a.release_step_arrays()  # the last reader: 10^6 steps' arrays need not outlive the tables
