@@ -237,11 +237,12 @@ def kernel_ints(kernels: Sequence[Kernel], names: Sequence[str]) -> dict[str, np
     return gather(kernels, _CHUNK, _ROW, names)
 
 
-def kernel_columns(kernels: Sequence[Kernel]) -> tuple[dict[str, np.ndarray], list[Coded]]:
+def kernel_columns(kernels: Sequence[Kernel], own_fields: Sequence[str] = ("kernel_id", "start_ns", "end_ns", "dur_ns")
+                   ) -> tuple[dict[str, np.ndarray], list[Coded]]:
     """These kernels' fields as columns, read from their rows and shapes rather than through each view's
-    properties: the four own integers (kernel_id, start_ns, end_ns, dur_ns) as int64 arrays, and the shape's
-    thirteen fields (`Shape`'s order) as `Coded` columns over the few distinct shapes (one array of codes shared by
-    the thirteen, no reference per kernel)."""
-    own = gather(kernels, _CHUNK, _ROW, ("kernel_id", "start_ns", "end_ns", "dur_ns"))
+    properties: their own integers `own_fields` (of kernel_id, start_ns, end_ns, dur_ns) as int64 arrays, and the
+    shape's thirteen fields (`Shape`'s order) as `Coded` columns over the few distinct shapes (one array of codes
+    shared by the thirteen, no reference per kernel)."""
+    own = gather(kernels, _CHUNK, _ROW, own_fields)
     shapes = Coded.of(list(map(_SHAPE, kernels)))
     return own, [Coded([s[f] for s in shapes.values], shapes.codes) for f in range(len(SHAPE_FIELDS))]

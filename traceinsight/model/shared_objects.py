@@ -85,9 +85,23 @@ class Coded(Sequence[Any]):
         used, codes = np.unique(self.codes, return_inverse=True)
         return Coded([self.values[i] for i in used.tolist()], small_codes(codes.reshape(-1), len(used)))
 
-    def map(self, f: Any) -> Coded:
-        """f of each distinct value, as a column of the same rows (f called once per value, not per row)."""
-        return Coded([f(v) for v in self.values], self.codes)
+
+
+def counts(*columns: Coded) -> dict[tuple[Any, ...], int]:
+    """How many rows hold each combination of these columns' values (rows zipped), in first-seen order: what
+    `Counter(zip(*columns))` counts, from the codes (no tuple per row)."""
+    if not columns or not len(columns[0]):
+        return {}
+    key = np.zeros(len(columns[0]), np.int64)
+    for c in columns:  # the codes as one mixed-radix int64 (a few distinct values each)
+        key = key * len(c.values) + c.codes
+    _, first, count = np.unique(key, return_index=True, return_counts=True)
+    out: dict[tuple[Any, ...], int] = {}
+    for i in np.argsort(first, kind="stable").tolist():
+        row = int(first[i])
+        values = tuple(c.values[c.codes[row]] for c in columns)
+        out[values] = out.get(values, 0) + int(count[i])
+    return out
 
 
 # Columns of rows that take their values from shared objects: row i holds values[codes[i]] (one value per distinct

@@ -56,10 +56,14 @@ def step_summary(steps: Iterable[StepFacts]) -> dict[str, Any]:
     return step_summary_of(durs, attention, launches)
 
 
+# A launch as the step summary counts it: (kernel, backend, split_kv).
+LaunchKey = tuple[str, str | None, bool | None]
+
+
 def step_summary_of(durs: Sequence[int] | np.ndarray, attention: int,
-                    launches: Iterable[tuple[str, str | None, bool | None]]) -> dict[str, Any]:
+                    launches: Iterable[LaunchKey] | Mapping[LaunchKey, int]) -> dict[str, Any]:
     """`step_summary` of the steps' GPU spans, their attention time added up, and every launch's (kernel, backend,
-    split_kv) in step order (tuples, or columns zipped)."""
+    split_kv) in step order (tuples, or columns zipped), or how many launches have each, in first-seen order."""
     split = {"on": 0, "off": 0, "unknown": 0}
     per: dict[tuple[str, str | None], dict[str, int]] = {}
     for (kernel, backend, kv), count in Counter(launches).items():  # in first-seen order
@@ -102,6 +106,7 @@ def trace_sections(a: TraceAnalysis, columns: StepColumns | None = None) -> dict
     have their own tables): schema, tool, trace, families, kernels, thresholds, summary, step_summary, savings,
     model and the batch-size sweep's panels (`model.sweep`); the analysis's extra sections are kept as they are
     (`extra_json`). `columns`: `a`'s steps as columns, when the caller has them (`report.step_columns`)."""
+    from traceinsight.model.shared_objects import counts
     from traceinsight.report.step_columns import SPLIT_STATES, step_columns
     from traceinsight.report.sweep_columns import sweep_panels_of
 
@@ -134,8 +139,7 @@ def trace_sections(a: TraceAnalysis, columns: StepColumns | None = None) -> dict
         "kernels": kernel_rows(a, c),
         "thresholds": thresholds,
         "summary": summary_row(a, c.dur, Counter(map(SPLIT_STATES.__getitem__, c.split.tolist()))),
-        "step_summary": step_summary_of(c.dur, int(c.attention.sum()), zip(c.k_kernel, c.k_backend, c.l_split_kv,
-                                                                            strict=True)),
+        "step_summary": step_summary_of(c.dur, int(c.attention.sum()), counts(c.k_kernel, c.k_backend, c.l_split_kv)),
         "savings": savings_summary(a, c),
         "model": _schedule(sched),
         "sweep": [p.to_json() for p in sweep_panels_of(c, thresholds)],
@@ -166,11 +170,12 @@ def kernel_rows(a: TraceAnalysis, columns: StepColumns | None = None) -> list[di
     the steps and findings use): one phase when every launch has it, `mixed` when they differ. The phase the
     name alone gives stays as `name_phase`. Kernels no step launches keep the name's phase. `columns`: `a`'s
     steps as columns (`report.step_columns`)."""
+    from traceinsight.model import shared_objects
     from traceinsight.report.step_columns import step_columns
 
     c = step_columns(a.steps) if columns is None else columns
     # (kernel name, its launch's phase) of every attention, merge and prepare kernel, counted
-    uses = Counter(zip(c.k_name, c.l_phase, strict=True))
+    uses = Counter(shared_objects.counts(c.k_name, c.l_phase))
     for groups in (c.merges, c.prepares):
         uses.update(_attached_uses(groups, c.l_phase))
     phases: dict[str, set[str]] = {}
@@ -232,9 +237,12 @@ class _Walls:
 
         self.numbered = bool((c.index == np.arange(c.n)).all())  # step i at position i: as the pipeline numbers
         self.at: dict[int, int] = {} if self.numbered else dict(zip(c.index.tolist(), range(c.n), strict=True))
-        keep = np.arange(c.n) if self.numbered else np.fromiter(self.at.values(), np.int64, len(self.at))
-        self.wall = np.zeros(c.n, np.int64)
-        self.wall[keep] = c.wall[keep]  # a position another step of its index overrides holds 0
+        if self.numbered:
+            self.wall = c.wall
+        else:
+            keep = np.fromiter(self.at.values(), np.int64, len(self.at))
+            self.wall = np.zeros(c.n, np.int64)
+            self.wall[keep] = c.wall[keep]  # a position another step of its index overrides holds 0
 
     def positions(self, steps: Iterable[int]) -> np.ndarray:
         """Where each of these step indexes is (-1: no step has it)."""
@@ -288,10 +296,13 @@ def _between_steps(c: StepColumns) -> int:
 
     if c.n < 2:
         return 0
-    order = np.lexsort((c.index, c.window_end, c.window_start))
-    start, end = c.window_start[order], c.window_end[order]
-    gaps = np.maximum(0, start[1:] - np.maximum.accumulate(end)[:-1])
-    return int(gaps[gaps < PAUSE_MIN_NS].sum())
+    start, end = c.window_start, c.window_end
+    if not (start[1:] > start[:-1]).all():  # else in start order already, no two alike: no copies
+        order = np.lexsort((c.index, end, start))
+        start, end = start[order], end[order]
+    gaps = start[1:] - np.maximum.accumulate(end)[:-1]
+    gaps[(gaps < 0) | (gaps >= PAUSE_MIN_NS)] = 0
+    return int(gaps.sum())
 
 
 def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
@@ -312,7 +323,7 @@ def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
             for name, c in sched.costs.items()
         ],
         "idle_gaps": len(sched.idle_gaps),
-        "idle_gap_ns": int(sched.idle_gaps.dur_ns.sum()),
+        "idle_gap_ns": sched.idle_gaps.total_ns(),
         "notes": list(sched.notes),
     }
 

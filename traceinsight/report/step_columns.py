@@ -156,8 +156,10 @@ def step_columns(steps: Sequence[Any], arrays: StepArrays | None = None) -> Step
     # one attribute at a time: a column of references lives only until it is coded
     l_phase, l_evidence, l_split, l_split_evidence, merges, prepares, tiles = (
         Coded.of(list(map(attrgetter(f), launches))) for f in _LAUNCH)
-    own, shape = kernel_columns(list(map(attrgetter("attention"), launches)))  # not 13 properties of each
+    attention = list(map(attrgetter("attention"), launches))
     del launches
+    own, shape = kernel_columns(attention, ("kernel_id", "start_ns", "dur_ns"))  # not 13 properties of each
+    del attention
     k_name, k_kernel, k_family, k_backend, _, _, k_params, k_stream, _, k_grid, k_block, k_registers, k_smem = shape
     split = np.array([SPLIT_CODES[v] for v in l_split.values], np.int8)[l_split.codes]
     k_dur_a = own["dur_ns"]

@@ -42,11 +42,11 @@ def sweep_panels_of(c: StepColumns, thresholds: list[dict[str, Any]]) -> list[Sw
         case = _case(name)
         if case is not None:
             cases.setdefault(case, (name, []))[1].append(code)
-    step = c.step
     standing = []
     for name, codes in cases.values():
-        steps = np.flatnonzero(np.isin(name_code, codes))
-        launches = np.flatnonzero(np.isin(step, steps))
+        in_case = np.isin(name_code, codes)
+        steps = np.flatnonzero(in_case)
+        launches = np.flatnonzero(np.repeat(in_case, c.launch_count))  # the case's steps' launches
         off = bool((c.l_split[launches] == SPLIT_CODES[False]).all())
         pairs = Counter(zip(c.k_kernel.at(launches), c.k_backend.at(launches), strict=True))
         ran = [x for (kernel, backend), n in pairs.items() for x in [(kernel, backend, False if off else None)] * n]
