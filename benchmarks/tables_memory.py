@@ -5,7 +5,7 @@ its columns are built and while they are inserted, and what it still holds after
 
     .venv/bin/python -P benchmarks/tables_memory.py TRACE [--out FILE.json]
     PYTHONPATH=/tmp/ref38 .venv/bin/python -P benchmarks/tables_memory.py TRACE   # a reference checkout
-    ... --slice-rows 12288   # slices of a tenth the rows: a 1M trace's tables in as many slices as 10M's
+    ... --slice-rows 24576   # slices of a tenth the rows: a 1M trace's tables in as many slices as 10M's
 
 Builders that yield a table's slices (session 39) are measured slice by slice: the peaks are the largest slice's.
 

@@ -44,7 +44,7 @@ CHECKPOINT_MIN_ROWS = 50_000
 CHECKPOINT_ROWS = 2 * ROW_GROUP_ROWS
 # The steps, step breakdown and launches tables are built SLICE_ROWS rows at a time, each slice inserted and let
 # go before the next is built (`_slices`): Python holds one slice's columns (~200 bytes a launch), not the table's.
-# A slice of one row group (half this) was slower to insert and left DuckDB ~200 MB more resident at 1M kernels.
+# Slices of one row group (half this) were slower to insert and left ~150 MB more resident at 1M kernels.
 SLICE_ROWS = CHECKPOINT_ROWS
 
 
