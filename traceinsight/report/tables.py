@@ -75,28 +75,28 @@ def _step_slice(trace_id: int, c: StepColumns, rows: slice, batches: dict[int, A
         """A breakdown's number per step (NULL for a step without one, or for no host range)."""
         got = np.full(n, NO_RANGE, np.int64)
         got[windowed] = numbers[:, ARENA_FIELDS.index(field)]
-        return int64_array(got, got != NO_RANGE)
+        return int64_array(got, got != NO_RANGE, copy=False)
 
     sources = np.full(n, None, object)
     sources[windowed] = c.window_source[at]
     gap_counts = np.zeros(n, np.int64)
     gap_counts[windowed] = np.fromiter(map(len, host_gaps), np.int64, len(host_gaps))
     gaps = list(chain.from_iterable(host_gaps))
-    gap_ends = int64_array(np.fromiter(chain.from_iterable(gaps), np.int64))
+    gap_ends = int64_array(np.fromiter(chain.from_iterable(gaps), np.int64), copy=False)
     range_id = c.range_id[rows]
     return {
         "trace_id": _repeat(trace_id, n),
-        "step": int64_array(index),
+        "step": int64_array(index, copy=False),
         "name": _text(c.name[rows]),
         "source": _text(c.source[rows]),
         "range_id": int_array(range_id, len(range_id)),
         "phase": _text(c.phase[rows]),
         "split_kv": _split_array(c.split[rows]),
-        "start_ns": int64_array(c.start[rows]),
-        "dur_ns": int64_array(c.end[rows] - c.start[rows]),
-        "attention_ns": int64_array(c.attention[rows]),
-        "kernel_count": int64_array(c.kernel_count[rows]),
-        "wall_ns": int64_array(c.window_end[rows] - c.window_start[rows]),
+        "start_ns": int64_array(c.start[rows], copy=False),
+        "dur_ns": int64_array(c.end[rows] - c.start[rows], copy=False),
+        "attention_ns": int64_array(c.attention[rows], copy=False),
+        "kernel_count": int64_array(c.kernel_count[rows], copy=False),
+        "wall_ns": int64_array(c.window_end[rows] - c.window_start[rows], copy=False),
         "window_start_ns": window("start_ns"),
         "window_end_ns": window("end_ns"),
         "window_source": text_array(sources.tolist(), n),
@@ -131,9 +131,9 @@ def _breakdown_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> Ite
         at = np.arange(rows.start, min(rows.stop, total), dtype=np.int64)
         step = np.searchsorted(ends, at, side="right")  # each row's breakdown among the windowed steps
         yield {"trace_id": _repeat(a.trace_id, len(at)),
-               "step": int64_array(steps[step]),
+               "step": int64_array(steps[step], copy=False),
                "component": dictionary_array(words, table[which[step], at - (ends - lengths)[step]]),
-               "ns": int64_array(c.component_ns[rows])}
+               "ns": int64_array(c.component_ns[rows], copy=False)}
 
 
 def _launch_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> Iterator[dict[str, pa.Array]]:
@@ -159,29 +159,29 @@ def _launch_slice(trace_id: int, c: StepColumns, rows: slice, ends: np.ndarray, 
 
     def attached_ids(groups: Coded) -> pa.Array:
         lengths = np.fromiter(map(len, groups.values), np.int64, len(groups.values))[groups.codes]
-        return list_array(lengths, int64_array(kernel_ids(list(chain.from_iterable(groups)))))
+        return list_array(lengths, int64_array(kernel_ids(list(chain.from_iterable(groups))), copy=False))
 
     tiles = c.tiles[rows]
     return {
         "trace_id": _repeat(trace_id, n),
-        "step": int64_array(c.index[step]),
-        "kernel_id": int64_array(kid),
+        "step": int64_array(c.index[step], copy=False),
+        "kernel_id": int64_array(kid, copy=False),
         "kernel": _text(c.k_kernel[rows]),
         "backend": _text(c.k_backend[rows]),
         "phase": _text(c.l_phase[rows]),
         "phase_evidence": _text(c.l_phase_evidence[rows]),
         "split_kv": _split_array(c.l_split[rows]),
         "split_evidence": _text(c.l_split_evidence[rows]),
-        "start_ns": int64_array(c.k_start[rows]),
-        "dur_ns": int64_array(c.k_dur[rows]),
+        "start_ns": int64_array(c.k_start[rows], copy=False),
+        "dur_ns": int64_array(c.k_dur[rows], copy=False),
         "merge_kernel_ids": attached_ids(c.merges[rows]),
-        "merge_ns": int64_array(group_ns(c.merges[rows])),
+        "merge_ns": int64_array(group_ns(c.merges[rows]), copy=False),
         "prepare_kernel_ids": attached_ids(c.prepares[rows]),
-        "prepare_ns": int64_array(group_ns(c.prepares[rows])),
+        "prepare_ns": int64_array(group_ns(c.prepares[rows]), copy=False),
         "tile_padding_share": (pa.nulls(n) if none_count(tiles.values) == len(tiles.values)
                                else _python_of([t["padding_share"] if t else None for t in tiles.values],
                                                tiles.codes)),
-        "launch": int64_array(at - (ends - c.launch_count)[step]),
+        "launch": int64_array(at - (ends - c.launch_count)[step], copy=False),
         "name": _text(c.k_name[rows]),
         "family": _text(c.k_family[rows]),
         "params_json": _memo_json(c.k_params[rows]),
@@ -313,7 +313,7 @@ def _analysis_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict
 
 def _repeat(value: int, n: int) -> pa.Array:
     """`value` in each of n rows (a trace_id)."""
-    return int64_array(np.full(n, value, np.int64))
+    return int64_array(np.full(n, value, np.int64), copy=False)
 
 
 def _split_array(codes: np.ndarray) -> pa.Array:
@@ -359,7 +359,7 @@ def _triples(values: Coded) -> pa.Array:
     n = len(values)
     objects, codes = values.values, values.codes
     flat = np.array(objects, np.int64).reshape(-1, 3)[codes].reshape(-1) if n else np.zeros(0, np.int64)
-    return list_array(np.full(n, 3, np.int64), int64_array(flat))
+    return list_array(np.full(n, 3, np.int64), int64_array(flat, copy=False))
 
 
 def _attached_json(column: Coded) -> pa.Array:
