@@ -5,6 +5,9 @@ its columns are built and while they are inserted, and what it still holds after
 
     .venv/bin/python -P benchmarks/tables_memory.py TRACE [--out FILE.json]
     PYTHONPATH=/tmp/ref38 .venv/bin/python -P benchmarks/tables_memory.py TRACE   # a reference checkout
+    ... --slice-rows 24576   # slices of a tenth the rows: a 1M trace's tables in as many slices as 10M's
+
+Builders that yield a table's slices (session 39) are measured slice by slice: the peaks are the largest slice's.
 
 (`benchmarks/analyze_stages.py TRACE --tracemalloc` gives the stage's whole peak with the analysis traced too.)
 """
@@ -35,7 +38,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--slice-rows", type=int, help="tables.SLICE_ROWS, where the checkout has it (default: the "
+                    "module's): a 1M trace's tables in as many slices as the 10M export's at the default (a tenth)")
     args = ap.parse_args()
+    if args.slice_rows and hasattr(tables, "SLICE_ROWS"):
+        tables.SLICE_ROWS = args.slice_rows
     try:
         from traceinsight.tuning import tune
     except ImportError:
@@ -45,17 +52,31 @@ def main() -> None:
     db, analyses = pipeline.analyze([args.trace], cache=False)
     sampler = _PeakSampler()
     stats: list[dict[str, Any]] = []
-    phase = {"table": "-"}
+
+    def built(row: dict[str, Any]) -> None:  # a slice's columns built: their peak and what they hold
+        cur, peak = tracemalloc.get_traced_memory()
+        row["build_peak_mb"] = max(row["build_peak_mb"], round(peak / MB, 1))
+        row["built_mb"] = max(row["built_mb"], round(cur / MB, 1))
+        row["slices"] += 1
+        tracemalloc.reset_peak()
+
+    def sliced(row: dict[str, Any], slices: Any) -> Any:
+        for cols in slices:
+            built(row)
+            yield cols
+            del cols  # not held while the next slice is built
+            tracemalloc.reset_peak()  # the insert's peak is the insert's (`_Con`)
 
     def wrap(name: str, build: Any) -> Any:
         def run(*a: Any, **k: Any) -> Any:
+            row = {"table": name, "build_peak_mb": 0.0, "built_mb": 0.0, "slices": 0}
+            stats.append(row)
             tracemalloc.reset_peak()
             out = build(*a, **k)
-            cur, peak = tracemalloc.get_traced_memory()
-            stats.append({"table": name, "build_peak_mb": round(peak / MB, 1), "built_mb": round(cur / MB, 1)})
-            tracemalloc.reset_peak()
-            phase["table"] = name
-            return out
+            if isinstance(out, dict):  # a checkout whose builders return the whole table's columns
+                built(row)
+                return out
+            return sliced(row, out)  # a checkout whose builders yield slices of the table
         return run
 
     for name, build in list(tables.BUILDERS.items()):
@@ -73,8 +94,10 @@ def main() -> None:
                 stats[-1][key] = round(stats[-1].get(key, 0) + time.process_time() - c0, 2)
             if sql.startswith("INSERT") and stats:
                 cur, peak = tracemalloc.get_traced_memory()
-                stats[-1].update(insert_peak_mb=round(peak / MB, 1), after_mb=round(cur / MB, 1),
-                                rss_peak_mb=round((sampler.peak - start_rss) / MB),
+                row = stats[-1]  # the peaks over the table's slices, the rest after its last
+                row.update(insert_peak_mb=max(row.get("insert_peak_mb", 0), round(peak / MB, 1)),
+                           rss_peak_mb=max(row.get("rss_peak_mb", 0), round((sampler.peak - start_rss) / MB)))
+                stats[-1].update(after_mb=round(cur / MB, 1),
                                 rss_mb=round(((resident_bytes() or 0) - start_rss) / MB),
                                 arrow_mb=round(pa.total_allocated_bytes() / MB),
                                 duckdb_mb=round(db.duckdb_bytes() / MB))

@@ -56,3 +56,15 @@ def test_int_array_reads_a_sequence_and_an_iterator_alike(values: list[int | Non
     for got in (from_list, from_tuple, from_iter):
         assert got.type == pa.int64() and got.equals(want), got
         assert got.null_count == values.count(None)
+
+
+def test_int64_array_without_a_copy_reads_the_array_itself_when_it_can() -> None:
+    values = np.arange(10, dtype=np.int64) * 7
+    own = arrow_numpy.int64_array(values[2:8], copy=False)  # int64 in one piece: the array's own buffer
+    copied = arrow_numpy.int64_array(values[2:8])
+    values[2] = -1
+    assert own.to_pylist()[0] == -1 and copied.to_pylist()[0] == 14  # the caller's promise: no change meanwhile
+    for other in (values[::2], values.astype(np.int32)):  # strided, or another width: made int64 in one piece
+        assert arrow_numpy.int64_array(other, copy=False).to_pylist() == other.tolist()
+    valid = np.array([True, False, True])
+    assert arrow_numpy.int64_array(np.array([1, 2, 3]), valid, copy=False).to_pylist() == [1, None, 3]

@@ -78,3 +78,4 @@ def test_idle_gaps_held_compact_read_back_whole(longest: int) -> None:
     assert (g0.tolist(), g1.tolist(), b.tolist()) == (start[1:].tolist(), end[1:].tolist(), [2, 3])
     assert [tuple(g) for g in gaps] == list(zip(start.tolist(), end.tolist(), [1, 2, 3], strict=True))
     assert gaps[1].dur_ns == longest and gaps[0:2][1].end_ns == int(end[1])
+    assert gaps.total_ns() == int((end - start).sum()) and type(gaps.total_ns()) is int

@@ -177,9 +177,11 @@ def test_the_document_follows_a_changed_analysis() -> None:
     assert document_of(a, "selected")["steps_included"] == "selected"
 
 
-def test_long_tables_are_written_in_compressed_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("slice_rows", [2, 3, 10**6])
+def test_long_tables_are_written_in_compressed_slices(monkeypatch: pytest.MonkeyPatch, slice_rows: int) -> None:
     """In the analysis's compressed in-memory database a long table goes in slices, each compressed (checkpointed)
-    before the next: the rows are those of one whole insert into a plain database, in the same order."""
+    before the next: the rows are those of one whole insert into a plain database, in the same order, whether the
+    tables are built in slices smaller than a checkpoint's, of its size, or whole."""
     import traceinsight.report.tables as tables
     from traceinsight.ingest.schema import analysis_schema_sql
 
@@ -189,6 +191,7 @@ def test_long_tables_are_written_in_compressed_slices(monkeypatch: pytest.Monkey
     tables.write_tables_on(plain, [a])
     monkeypatch.setattr(tables, "CHECKPOINT_MIN_ROWS", 2)
     monkeypatch.setattr(tables, "CHECKPOINT_ROWS", 3)  # several slices, the last one short
+    monkeypatch.setattr(tables, "SLICE_ROWS", slice_rows)
     write_tables(db, [a])
     for name in ANALYSIS_TABLES:
         assert db.con.execute(f"SELECT * FROM {name}").fetchall() == plain.execute(f"SELECT * FROM {name}").fetchall()

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from traceinsight.ingest.arrow_numpy import ints, numbers, valid
 from traceinsight.model.row_chunks import CHUNK, chunked, gather
+from traceinsight.model.shared_objects import Coded
 
 # A kernel label's fields in Kernel's order (name, kernel, family, backend, phase, phase_evidence, params).
 LabelFields = tuple[str, str, str, str | None, str, str, dict[str, Any]]
@@ -236,19 +237,12 @@ def kernel_ints(kernels: Sequence[Kernel], names: Sequence[str]) -> dict[str, np
     return gather(kernels, _CHUNK, _ROW, names)
 
 
-def kernel_columns(kernels: Sequence[Kernel]) -> tuple[dict[str, np.ndarray], list[tuple[Any, ...]]]:
+def kernel_columns(kernels: Sequence[Kernel], own_fields: Sequence[str] = ("kernel_id", "start_ns", "end_ns", "dur_ns")
+                   ) -> tuple[dict[str, np.ndarray], list[Coded]]:
     """These kernels' fields as columns, read from their rows and shapes rather than through each view's
-    properties: the four own integers (kernel_id, start_ns, end_ns, dur_ns) as int64 arrays, and the shape's
-    thirteen fields (`Shape`'s order) as tuples, each taken from the few distinct shapes by numpy."""
-    own = gather(kernels, _CHUNK, _ROW, ("kernel_id", "start_ns", "end_ns", "dur_ns"))
-    shapes = list(map(_SHAPE, kernels))
-    _, first, inverse = np.unique(np.fromiter(map(id, shapes), np.int64, len(shapes)), return_index=True,
-                                  return_inverse=True)
-    inverse = inverse.reshape(-1)
-    out = []
-    for f in range(len(SHAPE_FIELDS)):
-        values = np.empty(len(first), dtype=object)
-        for i, r in enumerate(first.tolist()):
-            values[i] = shapes[r][f]
-        out.append(tuple(values[inverse].tolist()))
-    return own, out
+    properties: their own integers `own_fields` (of kernel_id, start_ns, end_ns, dur_ns) as int64 arrays, and the
+    shape's thirteen fields (`Shape`'s order) as `Coded` columns over the few distinct shapes (one array of codes
+    shared by the thirteen, no reference per kernel)."""
+    own = gather(kernels, _CHUNK, _ROW, own_fields)
+    shapes = Coded.of(list(map(_SHAPE, kernels)))
+    return own, [Coded([s[f] for s in shapes.values], shapes.codes) for f in range(len(SHAPE_FIELDS))]

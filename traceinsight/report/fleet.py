@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from traceinsight.diagnose.finding import severity_rank
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from traceinsight.diagnose.context import TraceAnalysis
 
 # Columns of a summary row, in display order (units in the names).
@@ -27,22 +29,24 @@ COLUMNS = (
 )
 
 
-def _percentile(values: list[int], q: float) -> int | None:
-    """Nearest-rank percentile (q in 0..1) of `values`, None when empty."""
-    if not values:
+def _percentile(ordered: np.ndarray, q: float) -> int | None:
+    """Nearest-rank percentile (q in 0..1) of these values in ascending order, None when empty."""
+    if not len(ordered):
         return None
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+    return int(ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))])
 
 
-def summary_row(a: TraceAnalysis, step_durs: Sequence[int] | None = None,
+def summary_row(a: TraceAnalysis, step_durs: Sequence[int] | np.ndarray | None = None,
                 split: Counter[bool | None] | None = None) -> dict[str, Any]:
     """One trace as a row of COLUMNS. `step_durs`, `split`: the steps' dur_ns and how many have each split_kv,
     when the caller has them as columns (`report.step_columns`)."""
-    durs = [s.dur_ns for s in a.steps] if step_durs is None else list(step_durs)
+    import numpy as np
+
+    durs = np.asarray([s.dur_ns for s in a.steps] if step_durs is None else step_durs, np.int64)  # 10^6 steps
     if split is None:
         split = Counter(s.split_kv for s in a.steps)  # once per step: each asks every launch of the step
-    slowest = a.steps[max(range(len(durs)), key=durs.__getitem__)] if durs else None
+    ordered = np.sort(durs)
+    slowest = a.steps[int(np.argmax(durs))] if len(durs) else None  # the first of the longest
     severities = Counter(str(getattr(f, "severity", "")) for f in a.findings)
     top = a.findings[0] if a.findings else None
     return {
@@ -57,9 +61,9 @@ def summary_row(a: TraceAnalysis, step_durs: Sequence[int] | None = None,
         "split_kv_on": split[True],
         "split_kv_off": split[False],
         "split_kv_off_share": (split[False] / len(a.steps)) if a.steps else None,
-        "step_p50_ns": _percentile(durs, 0.5),
-        "step_p99_ns": _percentile(durs, 0.99),
-        "step_max_ns": max(durs) if durs else None,
+        "step_p50_ns": _percentile(ordered, 0.5),
+        "step_p99_ns": _percentile(ordered, 0.99),
+        "step_max_ns": int(ordered[-1]) if len(ordered) else None,
         "slowest_step": slowest.name if slowest else None,
         "critical": severities.get("critical", 0),
         "warnings": severities.get("warning", 0),

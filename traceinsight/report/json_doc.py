@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # annotations only: a document rebuilt from saved tables (rep
 
     from traceinsight.diagnose.context import TraceAnalysis
     from traceinsight.model.schedule import Schedule
+    from traceinsight.model.shared_objects import Coded
     from traceinsight.report.step_columns import StepColumns
 
 SCHEMA = "traceinsight.analysis/1"
@@ -55,23 +56,31 @@ def step_summary(steps: Iterable[StepFacts]) -> dict[str, Any]:
     return step_summary_of(durs, attention, launches)
 
 
+# A launch as the step summary counts it: (kernel, backend, split_kv).
+LaunchKey = tuple[str, str | None, bool | None]
+
+
 def step_summary_of(durs: Sequence[int] | np.ndarray, attention: int,
-                    launches: Iterable[tuple[str, str | None, bool | None]]) -> dict[str, Any]:
+                    launches: Iterable[LaunchKey] | Mapping[LaunchKey, int]) -> dict[str, Any]:
     """`step_summary` of the steps' GPU spans, their attention time added up, and every launch's (kernel, backend,
-    split_kv) in step order (tuples, or columns zipped)."""
+    split_kv) in step order (tuples, or columns zipped), or how many launches have each, in first-seen order."""
     split = {"on": 0, "off": 0, "unknown": 0}
     per: dict[tuple[str, str | None], dict[str, int]] = {}
     for (kernel, backend, kv), count in Counter(launches).items():  # in first-seen order
         state = "on" if kv is True else "off" if kv is False else "unknown"
         split[state] += count
         per.setdefault((kernel, backend), {"on": 0, "off": 0, "unknown": 0})[state] += count
-    ordered = sorted(durs.tolist() if not isinstance(durs, Sequence) else durs)
+    import numpy as np
+
+    ordered = np.sort(np.asarray(durs, np.int64))  # 10^6 steps: not as Python ints
+    k = len(ordered)
+    middle = [int(v) for v in ordered[(k - 1) // 2:k // 2 + 1]]  # the one or two values the median takes
     return {
-        "count": len(ordered),
-        "total_ns": sum(ordered),
+        "count": k,
+        "total_ns": int(ordered.sum()),
         "attention_ns": int(attention),
-        "median_ns": int(statistics.median(ordered)) if ordered else None,
-        "max_ns": ordered[-1] if ordered else None,
+        "median_ns": int(statistics.median(middle)) if k else None,
+        "max_ns": int(ordered[-1]) if k else None,
         "split_kv": split,
         "split_kv_by_kernel": [{"kernel": k, "backend": b, **v} for (k, b), v in per.items()],
     }
@@ -97,6 +106,7 @@ def trace_sections(a: TraceAnalysis, columns: StepColumns | None = None) -> dict
     have their own tables): schema, tool, trace, families, kernels, thresholds, summary, step_summary, savings,
     model and the batch-size sweep's panels (`model.sweep`); the analysis's extra sections are kept as they are
     (`extra_json`). `columns`: `a`'s steps as columns, when the caller has them (`report.step_columns`)."""
+    from traceinsight.model.shared_objects import counts
     from traceinsight.report.step_columns import SPLIT_STATES, step_columns
     from traceinsight.report.sweep_columns import sweep_panels_of
 
@@ -128,16 +138,15 @@ def trace_sections(a: TraceAnalysis, columns: StepColumns | None = None) -> dict
         "families": a.families,
         "kernels": kernel_rows(a, c),
         "thresholds": thresholds,
-        "summary": summary_row(a, c.dur.tolist(), Counter(map(SPLIT_STATES.__getitem__, c.split.tolist()))),
-        "step_summary": step_summary_of(c.dur, int(c.attention.sum()), zip(c.k_kernel, c.k_backend, c.l_split_kv,
-                                                                            strict=True)),
+        "summary": summary_row(a, c.dur, Counter(map(SPLIT_STATES.__getitem__, c.split.tolist()))),
+        "step_summary": step_summary_of(c.dur, int(c.attention.sum()), counts(c.k_kernel, c.k_backend, c.l_split_kv)),
         "savings": savings_summary(a, c),
         "model": _schedule(sched),
         "sweep": [p.to_json() for p in sweep_panels_of(c, thresholds)],
     }
 
 
-def _attached_uses(groups: Sequence[Sequence[Any]], phases: Sequence[str]) -> Iterable[tuple[str, str]]:
+def _attached_uses(groups: Coded, phases: Coded) -> Iterable[tuple[str, str]]:
     """(kernel name, its launch's phase) of each merge or prepare kernel of these groups (one group per launch),
     in order: the names read once per kernel view shape (`model.kernel_columns.Kernel._shape`)."""
     from itertools import chain
@@ -147,13 +156,13 @@ def _attached_uses(groups: Sequence[Sequence[Any]], phases: Sequence[str]) -> It
 
     from traceinsight.model.shared_objects import first_rows
 
-    lengths = np.fromiter(map(len, groups), np.int64, len(groups))
+    lengths = np.fromiter(map(len, groups.values), np.int64, len(groups.values))[groups.codes]
     if not lengths.any():
         return ()
     kernels = list(chain.from_iterable(groups))
     rows, shape_of = first_rows(list(map(attrgetter("_shape"), kernels)))
     names = np.array([kernels[r].name for r in rows.tolist()], object)[shape_of].tolist()
-    return zip(names, np.array(phases, object).repeat(lengths).tolist(), strict=True)
+    return zip(names, phases.at(np.repeat(np.arange(len(lengths)), lengths)), strict=True)
 
 
 def kernel_rows(a: TraceAnalysis, columns: StepColumns | None = None) -> list[dict[str, Any]]:
@@ -161,11 +170,12 @@ def kernel_rows(a: TraceAnalysis, columns: StepColumns | None = None) -> list[di
     the steps and findings use): one phase when every launch has it, `mixed` when they differ. The phase the
     name alone gives stays as `name_phase`. Kernels no step launches keep the name's phase. `columns`: `a`'s
     steps as columns (`report.step_columns`)."""
+    from traceinsight.model import shared_objects
     from traceinsight.report.step_columns import step_columns
 
     c = step_columns(a.steps) if columns is None else columns
     # (kernel name, its launch's phase) of every attention, merge and prepare kernel, counted
-    uses = Counter(zip(c.k_name, c.l_phase, strict=True))
+    uses = Counter(shared_objects.counts(c.k_name, c.l_phase))
     for groups in (c.merges, c.prepares):
         uses.update(_attached_uses(groups, c.l_phase))
     phases: dict[str, set[str]] = {}
@@ -227,9 +237,12 @@ class _Walls:
 
         self.numbered = bool((c.index == np.arange(c.n)).all())  # step i at position i: as the pipeline numbers
         self.at: dict[int, int] = {} if self.numbered else dict(zip(c.index.tolist(), range(c.n), strict=True))
-        keep = np.arange(c.n) if self.numbered else np.fromiter(self.at.values(), np.int64, len(self.at))
-        self.wall = np.zeros(c.n, np.int64)
-        self.wall[keep] = c.wall[keep]  # a position another step of its index overrides holds 0
+        if self.numbered:
+            self.wall = c.wall
+        else:
+            keep = np.fromiter(self.at.values(), np.int64, len(self.at))
+            self.wall = np.zeros(c.n, np.int64)
+            self.wall[keep] = c.wall[keep]  # a position another step of its index overrides holds 0
 
     def positions(self, steps: Iterable[int]) -> np.ndarray:
         """Where each of these step indexes is (-1: no step has it)."""
@@ -283,10 +296,13 @@ def _between_steps(c: StepColumns) -> int:
 
     if c.n < 2:
         return 0
-    order = np.lexsort((c.index, c.window_end, c.window_start))
-    start, end = c.window_start[order], c.window_end[order]
-    gaps = np.maximum(0, start[1:] - np.maximum.accumulate(end)[:-1])
-    return int(gaps[gaps < PAUSE_MIN_NS].sum())
+    start, end = c.window_start, c.window_end
+    if not (start[1:] > start[:-1]).all():  # else in start order already, no two alike: no copies
+        order = np.lexsort((c.index, end, start))
+        start, end = start[order], end[order]
+    gaps = start[1:] - np.maximum.accumulate(end)[:-1]
+    gaps[(gaps < 0) | (gaps >= PAUSE_MIN_NS)] = 0
+    return int(gaps.sum())
 
 
 def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
@@ -307,7 +323,7 @@ def _schedule(sched: Schedule | None) -> dict[str, Any] | None:
             for name, c in sched.costs.items()
         ],
         "idle_gaps": len(sched.idle_gaps),
-        "idle_gap_ns": int(sched.idle_gaps.dur_ns.sum()),
+        "idle_gap_ns": sched.idle_gaps.total_ns(),
         "notes": list(sched.notes),
     }
 

@@ -36,19 +36,19 @@ def sweep_panels_of(c: StepColumns, thresholds: list[dict[str, Any]]) -> list[Sw
     (kernel, backend, split) per launch, each distinct pair's in the order they first ran: what `sweep_panels`
     counts; every split False exactly when every launch of the case ran split-KV off)."""
     numbered: defaultdict[str, int] = defaultdict(count().__next__)
-    name_code = np.fromiter(map(numbered.__getitem__, c.name), np.int64, c.n)
+    name_code = np.fromiter(map(numbered.__getitem__, c.name.values), np.int64, len(c.name.values))[c.name.codes]
     cases: dict[tuple[str, str, int], tuple[str, list[int]]] = {}
     for name, code in numbered.items():
         case = _case(name)
         if case is not None:
             cases.setdefault(case, (name, []))[1].append(code)
-    kernel_of, backend_of = np.array(c.k_kernel, object), np.array(c.k_backend, object)
     standing = []
     for name, codes in cases.values():
-        steps = np.flatnonzero(np.isin(name_code, codes))
-        launches = np.flatnonzero(np.isin(c.step, steps))
+        in_case = np.isin(name_code, codes)
+        steps = np.flatnonzero(in_case)
+        launches = np.flatnonzero(np.repeat(in_case, c.launch_count))  # the case's steps' launches
         off = bool((c.l_split[launches] == SPLIT_CODES[False]).all())
-        pairs = Counter(zip(kernel_of[launches].tolist(), backend_of[launches].tolist(), strict=True))
+        pairs = Counter(zip(c.k_kernel.at(launches), c.k_backend.at(launches), strict=True))
         ran = [x for (kernel, backend), n in pairs.items() for x in [(kernel, backend, False if off else None)] * n]
         standing.append((name, int(statistics.median(c.attention[steps].tolist())), ran))
     return sweep_panels(standing, thresholds)

@@ -6,7 +6,7 @@ numbers the JSON document holds, in rows (tests/test_tables.py holds the two tog
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 from operator import attrgetter
 from typing import Any
@@ -32,9 +32,9 @@ from traceinsight.ingest.store import ROW_GROUP_ROWS, TraceDB, insert_in_slices
 from traceinsight.model import shared_objects
 from traceinsight.model.kernel_columns import kernel_ids, kernel_ints
 from traceinsight.model.planners.types import gc_paused
-from traceinsight.model.shared_objects import first_rows
+from traceinsight.model.shared_objects import Coded, first_rows
 from traceinsight.report import json_doc
-from traceinsight.report.step_columns import ARENA_FIELDS, NO_RANGE, SPLIT_CODES, StepColumns, step_columns
+from traceinsight.report.step_columns import ARENA_FIELDS, NO_RANGE, SPLIT_CODES, StepColumns, group_ns, step_columns
 
 # The tables this module fills (schema.sql's analysis tables), in the order they are written.
 ANALYSIS_TABLES = analysis_table_names()
@@ -42,40 +42,61 @@ ANALYSIS_TABLES = analysis_table_names()
 # time (whole row groups), each slice compressed before the next (`_insert`).
 CHECKPOINT_MIN_ROWS = 50_000
 CHECKPOINT_ROWS = 2 * ROW_GROUP_ROWS
+# The steps, step breakdown and launches tables are built SLICE_ROWS rows at a time, each slice inserted and let
+# go before the next is built (`_slices`): Python holds one slice's columns (~200 bytes a launch), not the table's.
+# Slices of one row group (half this) were slower to insert and left ~150 MB more resident at 1M kernels.
+SLICE_ROWS = CHECKPOINT_ROWS
 
 
-def _step_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, pa.Array]:
+def _slices(n: int) -> Iterator[slice]:
+    """The rows of a table of n rows in slices of SLICE_ROWS, each built, inserted and let go before the next
+    (`_write`; one empty slice for none)."""
+    for first in range(0, max(n, 1), SLICE_ROWS):
+        yield slice(first, first + SLICE_ROWS)
+
+
+def _step_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> Iterator[dict[str, pa.Array]]:
     c = columns()
-    n = c.n
     batches = a.schedule.batches if a.schedule is not None else {}
-    windowed = c.windowed
-    host_gaps = c.host_gaps
+    for rows in _slices(c.n):
+        yield _step_slice(a.trace_id, c, rows, batches)
+
+
+def _step_slice(trace_id: int, c: StepColumns, rows: slice, batches: dict[int, Any]) -> dict[str, pa.Array]:
+    index = c.index[rows]
+    n = len(index)
+    windowed = c.windowed[rows]
+    first = int(np.count_nonzero(c.windowed[:rows.start]))  # the slice's first breakdown among the windowed steps
+    at = slice(first, first + int(np.count_nonzero(windowed)))
+    numbers = c.window_numbers[at]
+    host_gaps = c.host_gaps[at]
 
     def window(field: str) -> pa.Array:
         """A breakdown's number per step (NULL for a step without one, or for no host range)."""
         got = np.full(n, NO_RANGE, np.int64)
-        got[windowed] = c.window_numbers[:, ARENA_FIELDS.index(field)]
-        return int64_array(got, got != NO_RANGE)
+        got[windowed] = numbers[:, ARENA_FIELDS.index(field)]
+        return int64_array(got, got != NO_RANGE, copy=False)
 
     sources = np.full(n, None, object)
-    sources[windowed] = c.window_source
+    sources[windowed] = c.window_source[at]
     gap_counts = np.zeros(n, np.int64)
     gap_counts[windowed] = np.fromiter(map(len, host_gaps), np.int64, len(host_gaps))
     gaps = list(chain.from_iterable(host_gaps))
-    gap_ends = int64_array(np.fromiter(chain.from_iterable(gaps), np.int64))
+    gap_ends = int64_array(np.fromiter(chain.from_iterable(gaps), np.int64), copy=False)
+    range_id = c.range_id[rows]
     return {
-        "trace_id": _repeat(a.trace_id, n),
-        "step": int64_array(c.index),
-        "name": text_array(c.name, n),
-        "source": text_array(c.source, n),
-        "range_id": int_array(c.range_id, len(c.range_id)),
-        "phase": text_array(c.phase, n),
-        "split_kv": _split_array(c.split),
-        "start_ns": int64_array(c.start),
-        "dur_ns": int64_array(c.dur),
-        "attention_ns": int64_array(c.attention),
-        "kernel_count": int64_array(c.kernel_count),
-        "wall_ns": int64_array(c.wall),
+        "trace_id": _repeat(trace_id, n),
+        "step": int64_array(index, copy=False),
+        "name": _text(c.name[rows]),
+        "source": _text(c.source[rows]),
+        "range_id": int_array(range_id, len(range_id)),
+        "phase": _text(c.phase[rows]),
+        "split_kv": _split_array(c.split[rows]),
+        "start_ns": int64_array(c.start[rows], copy=False),
+        "dur_ns": int64_array(c.end[rows] - c.start[rows], copy=False),
+        "attention_ns": int64_array(c.attention[rows], copy=False),
+        "kernel_count": int64_array(c.kernel_count[rows], copy=False),
+        "wall_ns": int64_array(c.window_end[rows] - c.window_start[rows], copy=False),
         "window_start_ns": window("start_ns"),
         "window_end_ns": window("end_ns"),
         "window_source": text_array(sources.tolist(), n),
@@ -85,15 +106,16 @@ def _step_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str
         "idle_stretches": window("idle_stretches"),
         "host_gaps": list_array(gap_counts, list_array(np.fromiter(map(len, gaps), np.int64, len(gaps)), gap_ends),
                                 windowed),
-        "batch_json": _memo_json(list(map(batches.get, c.index.tolist()))) if batches else pa.nulls(n, pa.string()),
+        "batch_json": _memo_json(list(map(batches.get, index.tolist()))) if batches else pa.nulls(n, pa.string()),
     }
 
 
-def _breakdown_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, pa.Array]:
+def _breakdown_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> Iterator[dict[str, pa.Array]]:
     c = columns()
     tuples = c.component_names
     ids = np.fromiter(map(id, tuples), np.int64, len(tuples))
     _, first, which = np.unique(ids, return_index=True, return_inverse=True)
+    which = which.reshape(-1)
     distinct = [tuples[i] for i in first.tolist()]  # the shared tuples of names, each once
     words = list(dict.fromkeys(w for names in distinct for w in names))
     code = {w: i for i, w in enumerate(words)}
@@ -101,67 +123,91 @@ def _breakdown_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dic
     table = np.full((len(distinct), int(widths.max(initial=0))), -1, np.int64)  # each tuple's codes, padded
     for i, names in enumerate(distinct):
         table[i, :len(names)] = [code[w] for w in names]
-    rows = table[which.reshape(-1)]
-    component = rows[rows >= 0]  # row by row, in each tuple's order
-    lengths = widths[which.reshape(-1)]
-    n = int(lengths.sum())
-    return {"trace_id": _repeat(a.trace_id, n),
-            "step": int64_array(np.repeat(c.index[c.windowed], lengths)),
-            "component": dictionary_array(words, component),
-            "ns": int64_array(c.component_ns)}
+    lengths = widths[which]  # each windowed step's components
+    ends = np.cumsum(lengths)
+    steps = c.index[c.windowed]
+    total = int(ends[-1]) if len(ends) else 0
+    for rows in _slices(total):  # a row per component, a breakdown's in its order
+        at = np.arange(rows.start, min(rows.stop, total), dtype=np.int64)
+        step = np.searchsorted(ends, at, side="right")  # each row's breakdown among the windowed steps
+        yield {"trace_id": _repeat(a.trace_id, len(at)),
+               "step": int64_array(steps[step], copy=False),
+               "component": dictionary_array(words, table[which[step], at - (ends - lengths)[step]]),
+               "ns": int64_array(c.component_ns[rows], copy=False)}
 
 
-def _launch_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict[str, pa.Array]:
+def _launch_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> Iterator[dict[str, pa.Array]]:
     c = columns()
     measured = a.schedule.measured if a.schedule is not None else {}
-    n = c.m
-    meas = [measured.get(k) for k in c.k_id.tolist()] if measured else None
+    ends = np.cumsum(c.launch_count)
+    for rows in _slices(c.m):
+        yield _launch_slice(a.trace_id, c, rows, ends, measured)
+
+
+def _launch_slice(trace_id: int, c: StepColumns, rows: slice, ends: np.ndarray, measured: dict[int, Any]
+                  ) -> dict[str, pa.Array]:
+    kid = c.k_id[rows]
+    n = len(kid)
+    at = np.arange(n, dtype=np.int64) + rows.start
+    step = np.searchsorted(ends, at, side="right")  # each launch's step's position
+    meas = [measured.get(k) for k in kid.tolist()] if measured else None
 
     def per_measured(field: str, make: Callable[[Iterable[Any], int], pa.Array], kind: pa.DataType) -> pa.Array:
         if meas is None:
             return pa.nulls(n, kind)
         return make((None if m is None else getattr(m, field) for m in meas), n)
 
-    def attached_ids(groups: tuple[Sequence[Any], ...]) -> pa.Array:
-        lengths = np.fromiter(map(len, groups), np.int64, n)
-        return list_array(lengths, int64_array(kernel_ids(list(chain.from_iterable(groups)))))
+    def attached_ids(groups: Coded) -> pa.Array:
+        lengths = np.fromiter(map(len, groups.values), np.int64, len(groups.values))[groups.codes]
+        return list_array(lengths, int64_array(kernel_ids(list(chain.from_iterable(groups))), copy=False))
 
-    tiles = c.tiles
+    tiles = c.tiles[rows]
     return {
-        "trace_id": _repeat(a.trace_id, n),
-        "step": int64_array(c.index[c.step]),
-        "kernel_id": int64_array(c.k_id),
-        "kernel": text_array(c.k_kernel, n),
-        "backend": text_array(c.k_backend, n),
-        "phase": text_array(c.l_phase, n),
-        "phase_evidence": text_array(c.l_phase_evidence, n),
-        "split_kv": _split_array(c.l_split),
-        "split_evidence": text_array(c.l_split_evidence, n),
-        "start_ns": int64_array(c.k_start),
-        "dur_ns": int64_array(c.k_dur),
-        "merge_kernel_ids": attached_ids(c.merges),
-        "merge_ns": int64_array(c.merge_ns),
-        "prepare_kernel_ids": attached_ids(c.prepares),
-        "prepare_ns": int64_array(c.prepare_ns),
-        "tile_padding_share": (pa.nulls(n) if none_count(tiles) == n
-                               else python_array([t["padding_share"] if t else None for t in tiles])),
-        "launch": int64_array(c.launch),
-        "name": text_array(c.k_name, n),
-        "family": text_array(c.k_family, n),
-        "params_json": _memo_json(c.k_params),
-        "grid": _triples(c.k_grid),
-        "block": _triples(c.k_block),
-        "registers_per_thread": int_array(c.k_registers, len(c.k_registers)),
-        "smem_bytes": int_array(c.k_smem, len(c.k_smem)),
-        "stream": int_array(c.k_stream, len(c.k_stream)),
-        "merges_json": _attached_json(c.merges),
-        "prepares_json": _attached_json(c.prepares),
+        "trace_id": _repeat(trace_id, n),
+        "step": int64_array(c.index[step], copy=False),
+        "kernel_id": int64_array(kid, copy=False),
+        "kernel": _text(c.k_kernel[rows]),
+        "backend": _text(c.k_backend[rows]),
+        "phase": _text(c.l_phase[rows]),
+        "phase_evidence": _text(c.l_phase_evidence[rows]),
+        "split_kv": _split_array(c.l_split[rows]),
+        "split_evidence": _text(c.l_split_evidence[rows]),
+        "start_ns": int64_array(c.k_start[rows], copy=False),
+        "dur_ns": int64_array(c.k_dur[rows], copy=False),
+        "merge_kernel_ids": attached_ids(c.merges[rows]),
+        "merge_ns": int64_array(group_ns(c.merges[rows]), copy=False),
+        "prepare_kernel_ids": attached_ids(c.prepares[rows]),
+        "prepare_ns": int64_array(group_ns(c.prepares[rows]), copy=False),
+        "tile_padding_share": (pa.nulls(n) if none_count(tiles.values) == len(tiles.values)
+                               else _python_of([t["padding_share"] if t else None for t in tiles.values],
+                                               tiles.codes)),
+        "launch": int64_array(at - (ends - c.launch_count)[step], copy=False),
+        "name": _text(c.k_name[rows]),
+        "family": _text(c.k_family[rows]),
+        "params_json": _memo_json(c.k_params[rows]),
+        "grid": _triples(c.k_grid[rows]),
+        "block": _triples(c.k_block[rows]),
+        "registers_per_thread": _ints(c.k_registers[rows]),
+        "smem_bytes": _ints(c.k_smem[rows]),
+        "stream": _ints(c.k_stream[rows]),
+        "merges_json": _attached_json(c.merges[rows]),
+        "prepares_json": _attached_json(c.prepares[rows]),
         "tiles_json": _memo_json(tiles),
         "ncu_id": per_measured("ncu_id", int_array, pa.int64()),
         "sm_active_min": per_measured("sm_active_min", float_array, pa.float64()),
         "sm_active_avg": per_measured("sm_active_avg", float_array, pa.float64()),
         "sm_active_max": per_measured("sm_active_max", float_array, pa.float64()),
     }
+
+
+def _text(column: Coded) -> pa.DictionaryArray:
+    """Texts or None (a Coded column's) as an Arrow dictionary array."""
+    return dictionary_array(column.values, column.codes)
+
+
+def _ints(column: Coded) -> pa.Array:
+    """Integers or None (a Coded column's) as an int64 Arrow array."""
+    return shared_objects.ints_of(column.values, column.codes)
 
 
 _SHAPE = attrgetter("_shape")
@@ -267,7 +313,7 @@ def _analysis_rows(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> dict
 
 def _repeat(value: int, n: int) -> pa.Array:
     """`value` in each of n rows (a trace_id)."""
-    return int64_array(np.full(n, value, np.int64))
+    return int64_array(np.full(n, value, np.int64), copy=False)
 
 
 def _split_array(codes: np.ndarray) -> pa.Array:
@@ -301,25 +347,26 @@ def _distinct(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
 def _memo_json(values: Sequence[Any]) -> pa.Array:
     """Each value as JSON (None as NULL), written once per distinct object: a kernel's params dict is shared by its
     launches (parsed once per text, `model.steps`), a trace-side batch by the steps of one shape."""
-    if none_count(values) == len(values):
+    objects, codes = (values.values, values.codes) if isinstance(values, Coded) else _distinct(values)
+    if none_count(objects) == len(objects):
         return pa.nulls(len(values), pa.string())
-    objects, codes = _distinct(values)
     texts = [None if v is None else _json(v.to_json() if hasattr(v, "to_json") else v) for v in objects]
     return dictionary_array(texts, codes)
 
 
-def _triples(values: Sequence[tuple[int, int, int]]) -> pa.Array:
+def _triples(values: Coded) -> pa.Array:
     """(x, y, z) per launch as a list column (the tuples are shared: a few distinct grids)."""
     n = len(values)
-    objects, codes = _distinct(values)
+    objects, codes = values.values, values.codes
     flat = np.array(objects, np.int64).reshape(-1, 3)[codes].reshape(-1) if n else np.zeros(0, np.int64)
-    return list_array(np.full(n, 3, np.int64), int64_array(flat))
+    return list_array(np.full(n, 3, np.int64), int64_array(flat, copy=False))
 
 
-def _attached_json(groups: Sequence[Sequence[Any]]) -> pa.Array:
+def _attached_json(column: Coded) -> pa.Array:
     """Each launch's merge or prepare kernels as the document lists them, as JSON: `_json(_attached(group))`, the
     text of each kernel but its duration written once per kernel view shape (kernel name and grid among its
-    fields), the durations read from the kernels' rows."""
+    fields), the durations read from the kernels' rows; once per distinct group."""
+    groups = column.values
     full = [i for i, g in enumerate(groups) if g]  # most launches have none
     codes = np.zeros(len(groups), np.int64)
     codes[full] = np.arange(1, len(full) + 1)
@@ -334,7 +381,7 @@ def _attached_json(groups: Sequence[Sequence[Any]]) -> pa.Array:
     else:
         ends = np.cumsum(np.fromiter((len(groups[i]) for i in full), np.int64, len(full))).tolist()
         texts = ["[" + ",".join(parts[a:b]) + "]" for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-    return dictionary_array(["[]", *texts], codes)
+    return dictionary_array(["[]", *texts], codes[column.codes])
 
 
 def _attached(kernels: Sequence[Any]) -> list[dict[str, Any]]:
@@ -346,10 +393,23 @@ def _json(v: Any) -> str:
     return orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
-# Each table's columns: Arrow arrays, or Python values (a few rows) that `python_array` converts.
-BUILDERS: dict[str, Callable[[TraceAnalysis, Callable[[], StepColumns]], dict[str, Any]]] = {
+# A table's columns (Arrow arrays, or Python values of a few rows that `python_array` converts), for one slice of
+# its rows; a builder yields its table's slices in row order.
+Columns = dict[str, Any]
+Builder = Callable[[TraceAnalysis, Callable[[], StepColumns]], Iterator[Columns]]
+
+
+def _whole(build: Callable[[TraceAnalysis, Callable[[], StepColumns]], Columns]) -> Builder:
+    """A table built in one slice (a few rows, or numpy's columns already)."""
+    def slices(a: TraceAnalysis, columns: Callable[[], StepColumns]) -> Iterator[Columns]:
+        yield build(a, columns)
+    return slices
+
+
+BUILDERS: dict[str, Builder] = {
     "steps": _step_rows, "step_breakdown": _breakdown_rows, "attention_launches": _launch_rows,
-    "launch_models": _model_rows, "findings": _finding_rows, "rule_checks": _check_rows, "analyses": _analysis_rows}
+    "launch_models": _whole(_model_rows), "findings": _whole(_finding_rows), "rule_checks": _whole(_check_rows),
+    "analyses": _whole(_analysis_rows)}
 
 
 def write_tables(db: TraceDB, analyses: Iterable[TraceAnalysis], into: str | None = None) -> None:
@@ -387,14 +447,28 @@ def _compressed_in_memory(con: Any, prefix: str) -> bool:
     return bool(row and row[0])
 
 
-def _insert(con: Any, table: str, rows: pa.Table, compress: bool) -> None:
-    """Insert `rows` into `table`; `compress`: a long table a few row groups at a time, each compressed (a
-    checkpoint) before the next. DuckDB holds a row as inserted until then: ~1.2 KB a launch (its text once per
-    row), 270 MB for the 1M-kernel export's launches against ~10 MB compressed, 2.7 GB at 10M."""
-    if not compress or rows.num_rows < CHECKPOINT_MIN_ROWS:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rows")
-        return
-    insert_in_slices(con, f"INSERT INTO {table} BY NAME SELECT * FROM rows", rows, CHECKPOINT_ROWS)
+def _insert(con: Any, table: str, slices: Iterator[Columns], compress: bool) -> None:
+    """Insert a table's slices (a builder's) into `table`; `compress`: a long table compressed (a checkpoint) each
+    CHECKPOINT_ROWS rows or so, and at its end. DuckDB holds a row as inserted until then: ~1.2 KB a launch (its
+    text once per row), 270 MB for the 1M-kernel export's launches against ~10 MB compressed, 2.7 GB at 10M."""
+    sql = f"INSERT INTO {table} BY NAME SELECT * FROM rows"
+    total = pending = 0  # rows inserted, and not yet compressed
+    for cols in slices:
+        rows = pa.table({c: v if isinstance(v, pa.Array) else python_array(v) for c, v in cols.items()})
+        del cols
+        total += rows.num_rows
+        if compress and rows.num_rows > CHECKPOINT_ROWS:  # a table built whole
+            insert_in_slices(con, sql, rows, CHECKPOINT_ROWS)
+            pending = 0
+        elif rows.num_rows:
+            con.execute(sql)
+            pending += rows.num_rows
+            if compress and pending >= CHECKPOINT_ROWS:
+                con.execute("CHECKPOINT")
+                pending = 0
+        del rows
+    if compress and pending and total >= CHECKPOINT_MIN_ROWS:
+        con.execute("CHECKPOINT")
 
 
 def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
@@ -404,11 +478,5 @@ def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
         columns = functools.cache(lambda: step_columns(a.steps, a.step_arrays()))
         for name in ANALYSIS_TABLES:
             con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
-            cols = BUILDERS[name](a, columns)
-            if not len(cols["trace_id"]):
-                continue
-            rows = pa.table({c: v if isinstance(v, pa.Array) else python_array(v) for c, v in cols.items()})
-            del cols
-            _insert(con, prefix + name, rows, compress)
-            del rows
+            _insert(con, prefix + name, BUILDERS[name](a, columns), compress)
     a.release_step_arrays()  # the last reader: 10^6 steps' arrays need not outlive the tables
