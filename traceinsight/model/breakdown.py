@@ -74,7 +74,7 @@ def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labe
     """The StepBreakdowns of the windows at `which` in `w` (their rows: `rows`, windows numbered by position in
     `which`), their numbers appended to `arena`, each set as its step's `breakdown`: each window's components
     rounded to integer ns adding up to its length (`round_to`: largest remainders first, ties in component order;
-    zeros dropped), on arrays."""
+    zeros dropped), then its host gaps, on arrays."""
     n = len(which)
     w0, w1 = w.w0[which], w.w1[which]
     final = round_rows(rows.win, rows.value, w1 - w0)
@@ -82,12 +82,26 @@ def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labe
     k_win, k_label, k_val = rows.win[keep], rows.label[keep], final[keep]
     cnt = np.bincount(k_win, minlength=n)
     k_pos = np.arange(len(k_win)) - (np.cumsum(cnt) - cnt)[k_win]
-    sizes = FIXED + cnt
+    # The longest idle-host stretches of at least LONG_HOST_GAP_NS, longest first (ties in time order), as
+    # (start, end), MAX_HOST_GAPS per window.
+    lw, la, ln = rows.long_win, rows.long_at, rows.long_ns
+    order = np.lexsort((np.arange(len(lw)), -ln, lw))  # rows come by window, in time order
+    lw, la, ln = lw[order], la[order], ln[order]
+    counts = np.bincount(lw, minlength=n)
+    rank = np.arange(len(lw)) - (np.cumsum(counts) - counts)[lw]
+    kept = rank < MAX_HOST_GAPS
+    lw, la, ln, rank = lw[kept], la[kept], ln[kept], rank[kept]
+    gaps = np.bincount(lw, minlength=n)
+    sizes = FIXED + cnt + 1 + 2 * gaps  # the numbers, the components, how many gaps, the gaps
     offsets = np.cumsum(sizes) - sizes
     piece = np.zeros(int(sizes.sum()), np.int64)
     for j, col in enumerate((w0, w1, w.host_range_ns[which], rows.host_max, rows.host_long, rows.idle_n)):
         piece[offsets + j] = col
     piece[offsets[k_win] + FIXED + k_pos] = k_val
+    piece[offsets + FIXED + cnt] = gaps
+    at = offsets[lw] + FIXED + cnt[lw] + 1 + 2 * rank
+    piece[at] = la
+    piece[at + 1] = la + ln
     grid = np.full((n, int(cnt.max()) if n else 0), -1, np.int64)
     grid[k_win, k_pos] = k_label
     named = _names(grid, labels)
@@ -97,26 +111,10 @@ def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labe
     new = StepBreakdown.__new__
     chosen = _pick(steps, w.at[which])
     sources = _SOURCE_OF[w.source[which]].tolist()
-    objs: list[StepBreakdown] = []
-    for step, at, names, source in zip(chosen, (offsets + base).tolist(), named, sources, strict=True):
+    for step, at_, names, source in zip(chosen, (offsets + base).tolist(), named, sources, strict=True):
         b = new(StepBreakdown)
-        b._names, b._data, b._at, b.source, b.host_gaps = names, arena, at, source, ()
+        b._names, b._data, b._at, b.source = names, arena, at_, source
         step.breakdown = b
-        objs.append(b)
-    # The longest idle-host stretches of at least LONG_HOST_GAP_NS, longest first (ties in time order), as
-    # (start, end), MAX_HOST_GAPS per window.
-    lw, la, ln = rows.long_win, rows.long_at, rows.long_ns
-    order = np.lexsort((np.arange(len(lw)), -ln, lw))  # rows come by window, in time order
-    lw, la, ln = lw[order], la[order], ln[order]
-    counts = np.bincount(lw, minlength=n)
-    rank = np.arange(len(lw)) - (np.cumsum(counts) - counts)[lw]
-    kept = rank < MAX_HOST_GAPS
-    lw, la, ln = lw[kept], la[kept], ln[kept]
-    pairs = list(zip(la.tolist(), (la + ln).tolist(), strict=True))
-    counts = np.bincount(lw, minlength=n)
-    has = np.flatnonzero(counts)
-    for j, o, c in zip(has.tolist(), (np.cumsum(counts) - counts)[has].tolist(), counts[has].tolist(), strict=True):
-        objs[j].host_gaps = tuple(pairs[o:o + c])
 
 
 _SOURCE_OF = np.array(SOURCES, object)

@@ -23,8 +23,8 @@ from traceinsight.model.steps import NO_TIME, step_times
 
 # A breakdown's numbers as they lie in its trace's shared array, and the host range's value there for None.
 ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
-_ARENA = attrgetter("_data", "_at", "source", "host_gaps", "_names")
-_STEP = attrgetter("index", "breakdown", "launches")
+_ARENA = attrgetter("_data", "_at", "source", "_names")
+_STEP = attrgetter("breakdown", "launches")
 _SIDE = attrgetter("range_side")
 _LAUNCH = attrgetter("phase", "attention.name")
 _CPU = "cpu"
@@ -37,32 +37,65 @@ def columns(getter: attrgetter[Any], objects: Sequence[Any], width: int) -> list
     return list(zip(*map(getter, objects), strict=True))
 
 
-def window_fields(present: Sequence[Any]) -> tuple[np.ndarray, tuple[str, ...], tuple[Any, ...],
-                                                    tuple[tuple[str, ...], ...], np.ndarray]:
-    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources, host gaps,
-    component names and components' ns (all breakdowns' one after the other): the numbers read from the int64 array
-    the breakdowns of a trace share (`model.step_breakdown.StepBreakdown`: each one's numbers at its `_at`, these
-    first, then its components') when they share one and the first one's properties read the same from it; else
-    through the properties."""
-    try:
-        data, at, source, host_gaps, names = columns(_ARENA, present, 5)
-        shared = len(set(map(id, data))) == 1
-    except AttributeError:  # breakdowns that keep their numbers otherwise
-        shared = False
-    if shared:
-        arena = np.frombuffer(data[0], np.int64)
-        first = np.fromiter(at, np.int64, len(at))
+def window_fields(present: Sequence[Any]) -> tuple[np.ndarray, tuple[str, ...], tuple[tuple[str, ...], ...],
+                                                    np.ndarray]:
+    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources, component names
+    and components' ns (all breakdowns' one after the other): the numbers read from the int64 array the breakdowns
+    of a trace share (`model.step_breakdown.StepBreakdown`: each one's numbers at its `_at`, these first, then its
+    components') when they share one and the first one's properties read the same from it; else through the
+    properties."""
+    shared = _shared(present)
+    if shared is not None:
+        data, first, source, names, lengths = shared
+        arena = np.frombuffer(data, np.int64)
         rows = arena[first[:, None] + np.arange(len(ARENA_FIELDS))]
-        lengths = np.fromiter(map(len, names), np.int64, len(names))
         starts = first + len(ARENA_FIELDS) - (np.cumsum(lengths) - lengths)
         ns = arena[np.repeat(starts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)]
         del arena  # the shared array may grow again once its buffer is released
         b = present[0]
         if rows[0].tolist() == _numbers(b) and ns[:len(names[0])].tolist() == list(b.component_ns()):
-            return rows, source, host_gaps, names, ns
-    fields = columns(attrgetter("source", "host_gaps", "component_names"), present, 3)
+            return rows, source, names, ns
+    fields = columns(attrgetter("source", "component_names"), present, 2)
     rows = np.array([_numbers(b) for b in present], np.int64).reshape(-1, len(ARENA_FIELDS))
-    return rows, fields[0], fields[1], fields[2], components_ns(present)
+    return rows, fields[0], fields[1], components_ns(present)
+
+
+def _shared(present: Sequence[Any]) -> tuple[Any, np.ndarray, tuple[str, ...], tuple[tuple[str, ...], ...],
+                                             np.ndarray] | None:
+    """The int64 array these breakdowns share, where each one's numbers start in it, their sources, component
+    names and how many components each has; None when they hold their numbers otherwise."""
+    try:
+        data, at, source, names = columns(_ARENA, present, 4)
+    except AttributeError:  # breakdowns that keep their numbers otherwise
+        return None
+    if len(set(map(id, data))) != 1:
+        return None
+    lengths = np.fromiter(map(len, names), np.int64, len(names))
+    return data[0], np.fromiter(at, np.int64, len(at)), source, names, lengths
+
+
+def host_gaps(present: Sequence[Any]) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """These breakdowns' `host_gaps`, read from the int64 array they share (after each one's components: how many,
+    then their starts and ends) when they share one; else through the property."""
+    shared = _shared(present)
+    if shared is None:
+        return tuple(b.host_gaps for b in present)
+    data, first, _, _, lengths = shared
+    arena = np.frombuffer(data, np.int64)
+    where = first + len(ARENA_FIELDS) + lengths
+    counts = arena[where]
+    has = np.flatnonzero(counts)
+    twice = 2 * counts[has]
+    flat = arena[np.repeat(where[has] + 1 - (np.cumsum(twice) - twice), twice)
+                 + np.arange(int(twice.sum()), dtype=np.int64)].tolist()
+    del arena
+    pairs = list(zip(flat[::2], flat[1::2], strict=True))
+    out: list[tuple[tuple[int, int], ...]] = [()] * len(present)
+    o = 0
+    for i, c in zip(has.tolist(), counts[has].tolist(), strict=True):
+        out[i] = tuple(pairs[o:o + c])
+        o += c
+    return tuple(out)
 
 
 def _numbers(b: Any) -> list[int]:
@@ -93,9 +126,13 @@ class StepArrays:
     launches: tuple[Any, ...]
     window_numbers: np.ndarray
     window_source: tuple[str, ...]
-    host_gaps: tuple[tuple[tuple[int, int], ...], ...]
     component_names: tuple[tuple[str, ...], ...]
     component_ns: np.ndarray
+
+    @functools.cached_property
+    def host_gaps(self) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """The windowed steps' breakdowns' host gaps (read when first asked for: the tables ask, the rules do not)."""
+        return host_gaps([b for b in self.breakdown if b is not None])
 
     @property
     def prefill(self) -> np.ndarray:
@@ -218,16 +255,16 @@ class StepArrays:
 def step_arrays(steps: Sequence[Any]) -> StepArrays:
     """`steps` (model.steps.Step, each with its breakdown or None) as arrays."""
     n = len(steps)
-    index, breakdown, launch_lists = columns(_STEP, steps, 3)
-    times = step_times(steps)  # from the steps' rows, not two properties each
+    breakdown, launch_lists = columns(_STEP, steps, 2)
+    times = step_times(steps, ("start_ns", "end_ns", "index"))  # from the steps' rows, not a property each
     starts, ends = times["start_ns"], times["end_ns"]
     windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
-    numbers, source, host_gaps, names, ns = window_fields([b for b in breakdown if b is not None])
+    numbers, source, names, ns = window_fields([b for b in breakdown if b is not None])
     counts = np.fromiter(map(len, launch_lists), np.int64, n)
-    return StepArrays(n=n, index=int64s(index), start=starts, end=ends, windowed=windowed,
+    return StepArrays(n=n, index=times["index"], start=starts, end=ends, windowed=windowed,
                       steps=steps, launch_count=counts,
                       breakdown=breakdown, launches=launch_lists, window_numbers=numbers, window_source=source,
-                      host_gaps=host_gaps, component_names=names, component_ns=ns)
+                      component_names=names, component_ns=ns)
 
 
 def _signatures(launch_lists: Sequence[Sequence[Any]], counts: np.ndarray

@@ -30,16 +30,15 @@ class StepBreakdown:
     separate idle stretches the window holds; host_gaps: the MAX_HOST_GAPS longest idle-host stretches of at
     least LONG_HOST_GAP_NS as (start, end).
 
-    Its numbers (window, host range, longest host gap, long host time, idle stretches, then the components' ns)
-    are held in an int64 array, at `_at` in one shared by every step of a trace when `breakdowns` made it, beside
+    Its numbers (window, host range, longest host gap, long host time, idle stretches, then the components' ns,
+    then how many host gaps and their (start, end) one after the other) are held in an int64 array, at `_at` in one shared by every step of a trace when `breakdowns` made it, beside
     a shared tuple of the components' names: an object per field and a dict of ints was 0.4 KB a step, and a
-    long trace has 10^6 steps. `components` gives them as a dict, in the order given.
+    long trace has 10^6 steps (the host gaps as tuples, ~85 bytes a step more). `components` gives them as a dict, in the order given.
     """
 
-    __slots__ = ("_names", "_data", "_at", "source", "host_gaps")
+    __slots__ = ("_names", "_data", "_at", "source")
 
     source: str
-    host_gaps: tuple[tuple[int, int], ...]  # the longest idle-host stretches, (start, end) ns, longest first
 
     def __init__(self, start_ns: int, end_ns: int, source: str, components: dict[str, int] | None = None,
                  host_range_ns: int | None = None, host_gap_max_ns: int = 0, host_long_ns: int = 0,
@@ -54,17 +53,11 @@ class StepBreakdown:
         data.extend((start_ns, end_ns, NO_RANGE if host_range_ns is None else host_range_ns, host_gap_max_ns,
                      host_long_ns, idle_stretches))
         data.extend(components.values())
+        data.append(len(host_gaps))
+        for g in host_gaps:
+            data.extend(g)
         self._data = data
         self.source = source
-        self.host_gaps = host_gaps
-
-    @classmethod
-    def _of(cls, names: tuple[str, ...], data: array[int], at: int, source: str,
-            host_gaps: tuple[tuple[int, int], ...]) -> StepBreakdown:
-        """A breakdown whose numbers are already at `at` in `data` (`breakdowns` writes them there at once)."""
-        b = cls.__new__(cls)
-        b._names, b._data, b._at, b.source, b.host_gaps = names, data, at, source, host_gaps
-        return b
 
     @property
     def start_ns(self) -> int:
@@ -91,6 +84,16 @@ class StepBreakdown:
     def idle_stretches(self) -> int:
         return self._data[self._at + 5]
 
+    @property
+    def host_gaps(self) -> tuple[tuple[int, int], ...]:
+        """The longest idle-host stretches, (start, end) ns, longest first (new tuples; most steps have none)."""
+        at = self._at + FIXED + len(self._names)
+        n = self._data[at]
+        if not n:
+            return ()
+        flat = self._data[at + 1:at + 1 + 2 * n]
+        return tuple(zip(flat[::2], flat[1::2], strict=True))
+
     def _values(self) -> array[int]:
         at = self._at + FIXED
         return self._data[at:at + len(self._names)]
@@ -110,8 +113,8 @@ class StepBreakdown:
         return dict(zip(self._names, self._values(), strict=True))
 
     def _key(self) -> tuple[Any, ...]:
-        return (self.source, self._names, tuple(self._data[self._at:self._at + FIXED + len(self._names)]),
-                self.host_gaps)
+        end = self._at + FIXED + len(self._names)
+        return self.source, self._names, tuple(self._data[self._at:end + 1 + 2 * self._data[end]])
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StepBreakdown) and self._key() == other._key()
