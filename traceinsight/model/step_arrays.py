@@ -24,7 +24,8 @@ from traceinsight.model.steps import NO_TIME, step_times
 # A breakdown's numbers as they lie in its trace's shared array, and the host range's value there for None.
 ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
 _ARENA = attrgetter("_data", "_at", "source", "_names")
-_STEP = attrgetter("breakdown", "launches")
+_BREAKDOWN = attrgetter("breakdown")
+_LAUNCHES = attrgetter("launches")
 _SIDE = attrgetter("range_side")
 _LAUNCH = attrgetter("phase", "attention.name")
 _CPU = "cpu"
@@ -123,11 +124,15 @@ class StepArrays:
     steps: Sequence[Any]
     launch_count: np.ndarray
     breakdown: tuple[Any, ...]
-    launches: tuple[Any, ...]
     window_numbers: np.ndarray
     window_source: tuple[str, ...]
     component_names: tuple[tuple[str, ...], ...]
     component_ns: np.ndarray
+
+    @property
+    def launches(self) -> list[Any]:
+        """Each step's launches (new lists each time: not held beside the steps)."""
+        return list(map(_LAUNCHES, self.steps))
 
     @functools.cached_property
     def host_gaps(self) -> tuple[tuple[tuple[int, int], ...], ...]:
@@ -255,15 +260,14 @@ class StepArrays:
 def step_arrays(steps: Sequence[Any]) -> StepArrays:
     """`steps` (model.steps.Step, each with its breakdown or None) as arrays."""
     n = len(steps)
-    breakdown, launch_lists = columns(_STEP, steps, 2)
-    times = step_times(steps, ("start_ns", "end_ns", "index"))  # from the steps' rows, not a property each
+    breakdown = tuple(map(_BREAKDOWN, steps))
+    times = step_times(steps, ("start_ns", "end_ns", "index", "launch_count"))  # from the steps' rows
     starts, ends = times["start_ns"], times["end_ns"]
     windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
     numbers, source, names, ns = window_fields([b for b in breakdown if b is not None])
-    counts = np.fromiter(map(len, launch_lists), np.int64, n)
     return StepArrays(n=n, index=times["index"], start=starts, end=ends, windowed=windowed,
-                      steps=steps, launch_count=counts,
-                      breakdown=breakdown, launches=launch_lists, window_numbers=numbers, window_source=source,
+                      steps=steps, launch_count=times["launch_count"],
+                      breakdown=breakdown, window_numbers=numbers, window_source=source,
                       component_names=names, component_ns=ns)
 
 

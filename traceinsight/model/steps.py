@@ -172,12 +172,15 @@ class Launch:
 
 class StepTimes:
     """Up to row_chunks.CHUNK steps' integers, int64 each: their times (start_ns, end_ns, range_start_ns,
-    range_end_ns; NO_TIME for no range), index, key and range_id (NO_TIME for None)."""
+    range_end_ns; NO_TIME for no range), index, key, range_id (NO_TIME for None), and where their launches are in
+    `launch_list` (shared by the steps of a trace): launch_first, launch_count."""
 
-    __slots__ = ("end_ns", "index", "key", "range_end_ns", "range_id", "range_start_ns", "start_ns")
+    __slots__ = ("end_ns", "index", "key", "launch_count", "launch_first", "launch_list", "range_end_ns", "range_id",
+                 "range_start_ns", "start_ns")
 
     def __init__(self, start_ns: array[int], end_ns: array[int], range_start_ns: array[int],
-                 range_end_ns: array[int], index: array[int], key: array[int], range_id: array[int]) -> None:
+                 range_end_ns: array[int], index: array[int], key: array[int], range_id: array[int],
+                 launch_first: array[int], launch_count: array[int], launch_list: list[Launch]) -> None:
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.range_start_ns = range_start_ns
@@ -185,25 +188,28 @@ class StepTimes:
         self.index = index
         self.key = key
         self.range_id = range_id
+        self.launch_first = launch_first
+        self.launch_count = launch_count
+        self.launch_list = launch_list
 
 
 # A range time of None in StepTimes.
 NO_TIME = NULL
 TIME_FIELDS = ("start_ns", "end_ns", "range_start_ns", "range_end_ns")
 # StepTimes' columns, in its constructor's order.
-ROW_FIELDS = (*TIME_FIELDS, "index", "key", "range_id")
+ROW_FIELDS = (*TIME_FIELDS, "index", "key", "range_id", "launch_first", "launch_count")
 # Step's fields, in its constructor's order (its repr and equality).
 STEP_FIELDS = ("index", "name", "source", "range_id", "start_ns", "end_ns", "kernel_count", "launches", "key",
                "range_start_ns", "range_end_ns", "range_side", "breakdown", "evidence", "engine")
 
 
 class Step:
-    """A decode step. Its four times, index, key and range id are a row of int64 columns (`StepTimes`, shared by up
-    to row_chunks.CHUNK steps: `_t`, its row `_i`), read as Python ints: an int object each was ~32 bytes of each
-    step, and a long trace has 10^6 steps."""
+    """A decode step. Its four times, index, key, range id and where its launches lie in its trace's list of them
+    are a row of int64 columns (`StepTimes`, shared by up to row_chunks.CHUNK steps: `_t`, its row `_i`), read as
+    Python ints: an int object each was ~32 bytes of each step, a list of launches ~60, and a long trace has 10^6
+    steps. `launches` is a new list each time (a slice of the trace's)."""
 
-    __slots__ = ("_i", "_t", "breakdown", "engine", "evidence", "kernel_count", "launches", "name", "range_side",
-                 "source")
+    __slots__ = ("_i", "_t", "breakdown", "engine", "evidence", "kernel_count", "name", "range_side", "source")
 
     def __init__(self, index: int, name: str, source: str, range_id: int | None, start_ns: int, end_ns: int,
                  kernel_count: int, launches: list[Launch], key: int = 0, range_start_ns: int | None = None,
@@ -212,16 +218,22 @@ class Step:
         self.name = name
         self.source = source  # 'range:<kind>' or 'launch'
         self.kernel_count = kernel_count  # kernels of the step (all families; `step_kernels` reads them)
-        self.launches = launches
         self.range_side = range_side  # 'cpu' | 'gpu' | None (a step of one launch, no range)
         self.breakdown = breakdown  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
         self.evidence = evidence  # what made it a step: a key of STEPS_FROM
         self.engine = engine  # what the engine's iteration annotation says (phase, batch, tokens)
         times = (start_ns, end_ns, NO_TIME if range_start_ns is None else range_start_ns,
                  NO_TIME if range_end_ns is None else range_end_ns, index, key,
-                 NO_TIME if range_id is None else range_id)
-        self._t = StepTimes(*(array("q", [v]) for v in times))
+                 NO_TIME if range_id is None else range_id, 0, len(launches))
+        self._t = StepTimes(*(array("q", [v]) for v in times), launch_list=list(launches))
         self._i = 0
+
+    @property
+    def launches(self) -> list[Launch]:
+        """The step's attention launches, in kernel order (a new list: a slice of the trace's)."""
+        t, i = self._t, self._i
+        first = t.launch_first[i]
+        return t.launch_list[first:first + t.launch_count[i]]
 
     @property
     def index(self) -> int:
@@ -499,23 +511,24 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
 
     ranged, names, kinds, counts, sides = (pick(c) for c in ("ranged", "name", "kind", "kernel_count", "side"))
     n = len(names)
-    lo, k = first[order].tolist(), count[order].tolist()
-    mine = [launches[a:a + m] for a, m in zip(lo, k, strict=True)]
-    names = [name or f"{x[0].attention.kernel} launch {i}" for i, (name, x) in enumerate(zip(names, mine, strict=True))]
+    lo = first[order]
+    names = [name or f"{launches[a].attention.kernel} launch {i}"
+             for i, (name, a) in enumerate(zip(names, lo.tolist(), strict=True))]
     launch_steps = bool(n) and not ranged[0]  # a list holds one kind: range steps, or launch steps alone
     no_range = np.full(n, NO_TIME, np.int64)
     keys = ints(col["step_key"], 0)[order]
     times = [ints(col["start_ns"], 0)[order], ints(col["end_ns"], 0)[order]]
     times += ([no_range, no_range] if launch_steps or recovered
               else [ints(col[c], NO_TIME)[order] for c in ("range_start_ns", "range_end_ns")])
-    times += [np.arange(n, dtype=np.int64), keys, no_range if launch_steps or recovered else keys]
-    chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in chunked(times, StepTimes))
+    times += [np.arange(n, dtype=np.int64), keys, no_range if launch_steps or recovered else keys, lo, count[order]]
+    chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK)
+                                           for c in chunked(times, functools.partial(StepTimes, launch_list=launches)))
     rows = itertools.cycle(range(CHUNK))
     if launch_steps:
-        return list(map(_step, names, itertools.repeat("launch", n), counts, mine, itertools.repeat(None, n),
+        return list(map(_step, names, itertools.repeat("launch", n), counts, itertools.repeat(None, n),
                         itertools.repeat("launch", n), chunks, rows))
     source = map({kind: f"range:{kind}" for kind in set(kinds)}.__getitem__, kinds)
-    return list(map(_step, names, source, counts, mine, itertools.repeat(None, n) if recovered else sides,
+    return list(map(_step, names, source, counts, itertools.repeat(None, n) if recovered else sides,
                     itertools.repeat(steps_from, n), chunks, rows))
 
 
@@ -525,14 +538,14 @@ def step_times(steps: Sequence[Step], fields: Sequence[str] = TIME_FIELDS) -> di
     return gather(steps, attrgetter("_t"), attrgetter("_i"), fields)
 
 
-def _step(name: str, source: str, kernel_count: int, launches: list[Launch], range_side: str | None,
-          evidence: str, row_of: StepTimes, row: int) -> Step:
-    """A Step whose times, index, key and range id are row `row` of `row_of` (no engine, breakdown yet)."""
+def _step(name: str, source: str, kernel_count: int, range_side: str | None, evidence: str, row_of: StepTimes,
+          row: int) -> Step:
+    """A Step whose times, index, key, range id and launches are row `row` of `row_of` (no engine, breakdown
+    yet)."""
     s = object.__new__(Step)
     s.name = name
     s.source = source
     s.kernel_count = kernel_count
-    s.launches = launches
     s.range_side = range_side
     s.breakdown = None
     s.evidence = evidence
