@@ -23,6 +23,8 @@ Whether idle host time came in a few long stretches (a stall) or many short ones
 """
 from __future__ import annotations
 
+import functools
+import itertools
 from array import array
 from collections.abc import Sequence
 from operator import itemgetter
@@ -33,7 +35,8 @@ import numpy as np
 from traceinsight.components import IDLE_UNKNOWN
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.gpu_work import work_devices, work_names, work_pieces
-from traceinsight.model.step_breakdown import COMPONENT_NAMES, FIXED, NO_RANGE, StepBreakdown
+from traceinsight.model.row_chunks import CHUNK, chunked
+from traceinsight.model.step_breakdown import COMPONENT_NAMES, FIXED, NO_RANGE, BreakdownRows, StepBreakdown, sourced
 from traceinsight.model.step_windows import NO_DEVICE, SOURCES, Windows, window_arrays
 from traceinsight.model.steps import Step
 from traceinsight.model.window_split import IDLE_BY_CLASS, Rows, round_rows
@@ -107,17 +110,20 @@ def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labe
     named = _names(grid, labels)
     base = len(arena)
     arena.frombytes(piece.tobytes())
-    # One object per step (the tables and rules read StepBreakdown), made without a Python call per step.
+    # One object per step (the tables and rules read StepBreakdown), made without a Python call per step: its
+    # class is its source's, where its numbers start a row of BreakdownRows.
     new = StepBreakdown.__new__
     chosen = _pick(steps, w.at[which])
-    sources = _SOURCE_OF[w.source[which]].tolist()
-    for step, at_, names, source in zip(chosen, (offsets + base).tolist(), named, sources, strict=True):
-        b = new(StepBreakdown)
-        b._names, b._data, b._at, b.source = names, arena, at_, source
+    classes = _SOURCE_OF[w.source[which]].tolist()
+    chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK)
+                                           for c in chunked([offsets + base], functools.partial(BreakdownRows, arena)))
+    for step, cls, names, chunk, row in zip(chosen, classes, named, chunks, itertools.cycle(range(CHUNK))):
+        b = new(cls)
+        b._names, b._c, b._r = names, chunk, row
         step.breakdown = b
 
 
-_SOURCE_OF = np.array(SOURCES, object)
+_SOURCE_OF = np.array([sourced(s) for s in SOURCES], object)
 
 
 def _pick(items: Sequence[Any], at: np.ndarray) -> Sequence[Any]:

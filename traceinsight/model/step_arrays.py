@@ -18,13 +18,16 @@ from typing import Any
 import numpy as np
 
 from traceinsight.model.phases import PREFILL_PHASES
+from traceinsight.model.row_chunks import gather
 from traceinsight.model.step_breakdown import NO_RANGE, components_ns
 from traceinsight.model.steps import NO_TIME, step_times
 
 # A breakdown's numbers as they lie in its trace's shared array, and the host range's value there for None.
 ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
-_ARENA = attrgetter("_data", "_at", "source", "_names")
+_ARENA = attrgetter("_c", "_r", "source", "_names")
 _BREAKDOWN = attrgetter("breakdown")
+_CHUNK = attrgetter("_c")
+_ROW = attrgetter("_r")
 _LAUNCHES = attrgetter("launches")
 _SIDE = attrgetter("range_side")
 _LAUNCH = attrgetter("phase", "attention.name")
@@ -66,13 +69,15 @@ def _shared(present: Sequence[Any]) -> tuple[Any, np.ndarray, tuple[str, ...], t
     """The int64 array these breakdowns share, where each one's numbers start in it, their sources, component
     names and how many components each has; None when they hold their numbers otherwise."""
     try:
-        data, at, source, names = columns(_ARENA, present, 4)
+        chunks, rows, source, names = columns(_ARENA, present, 4)
     except AttributeError:  # breakdowns that keep their numbers otherwise
         return None
-    if len(set(map(id, data))) != 1:
+    data = {id(c.data): c.data for c in dict.fromkeys(chunks)}
+    if len(data) != 1:
         return None
+    at = gather(present, _CHUNK, _ROW, ("at",))["at"]
     lengths = np.fromiter(map(len, names), np.int64, len(names))
-    return data[0], np.fromiter(at, np.int64, len(at)), source, names, lengths
+    return next(iter(data.values())), at, source, names, lengths
 
 
 def host_gaps(present: Sequence[Any]) -> tuple[tuple[tuple[int, int], ...], ...]:

@@ -20,6 +20,16 @@ FIXED = 6
 NO_RANGE = NULL
 
 
+class BreakdownRows:
+    """Where up to row_chunks.CHUNK breakdowns' numbers start (`at`, int64) in the int64 array they share (`data`)."""
+
+    __slots__ = ("at", "data")
+
+    def __init__(self, data: array[int], at: array[int]) -> None:
+        self.data = data
+        self.at = at
+
+
 class StepBreakdown:
     """One step's window and where its time went (ns).
 
@@ -31,12 +41,15 @@ class StepBreakdown:
     least LONG_HOST_GAP_NS as (start, end).
 
     Its numbers (window, host range, longest host gap, long host time, idle stretches, then the components' ns,
-    then how many host gaps and their (start, end) one after the other) are held in an int64 array, at `_at` in one shared by every step of a trace when `breakdowns` made it, beside
-    a shared tuple of the components' names: an object per field and a dict of ints was 0.4 KB a step, and a
-    long trace has 10^6 steps (the host gaps as tuples, ~85 bytes a step more). `components` gives them as a dict, in the order given.
+    then how many host gaps and their (start, end) one after the other) are held in an int64 array, at `_at` in one
+    shared by every step of a trace when `breakdowns` made it, beside a shared tuple of the components' names: an
+    object per field and a dict of ints was 0.4 KB a step, and a long trace has 10^6 steps (the host gaps as tuples,
+    ~85 bytes a step more). Where they start is a row of `BreakdownRows` (`_c`, its row `_r`: no int object of its
+    own), and its source a class attribute of the subclass for that source (`sourced`). `components` gives them as a
+    dict, in the order given.
     """
 
-    __slots__ = ("_names", "_data", "_at", "source")
+    __slots__ = ("_c", "_names", "_r")
 
     source: str
 
@@ -49,40 +62,56 @@ class StepBreakdown:
         names = tuple(components)
         self._names = COMPONENT_NAMES.setdefault(names, names)
         data = arena if arena is not None else array("q")
-        self._at = len(data)
+        self._c = BreakdownRows(data, array("q", [len(data)]))
+        self._r = 0
         data.extend((start_ns, end_ns, NO_RANGE if host_range_ns is None else host_range_ns, host_gap_max_ns,
                      host_long_ns, idle_stretches))
         data.extend(components.values())
         data.append(len(host_gaps))
         for g in host_gaps:
             data.extend(g)
-        self._data = data
-        self.source = source
+        self.__class__ = sourced(source)
+
+    @property
+    def _data(self) -> array[int]:
+        """The int64 array holding the numbers."""
+        return self._c.data
+
+    @property
+    def _at(self) -> int:
+        """Where the numbers start in `_data`."""
+        return self._c.at[self._r]
 
     @property
     def start_ns(self) -> int:
-        return self._data[self._at]
+        c = self._c
+        return c.data[c.at[self._r]]
 
     @property
     def end_ns(self) -> int:
-        return self._data[self._at + 1]
+        c = self._c
+        return c.data[c.at[self._r] + 1]
 
     @property
     def host_range_ns(self) -> int | None:
-        v = self._data[self._at + 2]
+        c = self._c
+        v = c.data[c.at[self._r] + 2]
         return None if v == NO_RANGE else v
 
     @property
     def host_gap_max_ns(self) -> int:
-        return self._data[self._at + 3]
+        c = self._c
+        return c.data[c.at[self._r] + 3]
 
     @property
     def host_long_ns(self) -> int:
-        return self._data[self._at + 4]
+        c = self._c
+        return c.data[c.at[self._r] + 4]
 
     @property
     def idle_stretches(self) -> int:
-        return self._data[self._at + 5]
+        c = self._c
+        return c.data[c.at[self._r] + 5]
 
     @property
     def host_gaps(self) -> tuple[tuple[int, int], ...]:
@@ -130,7 +159,9 @@ class StepBreakdown:
 
     @property
     def wall_ns(self) -> int:
-        return self._data[self._at + 1] - self._data[self._at]
+        c = self._c
+        at = c.at[self._r]
+        return c.data[at + 1] - c.data[at]
 
     @property
     def gpu_busy_ns(self) -> int:
@@ -183,3 +214,15 @@ def components_ns(bs: Sequence[StepBreakdown]) -> np.ndarray:
     finally:
         del data
 
+
+# The StepBreakdown subclass of each source (its `source` a class attribute: no slot per breakdown).
+_SOURCED: dict[str, type[StepBreakdown]] = {}
+
+
+def sourced(source: str) -> type[StepBreakdown]:
+    """The StepBreakdown subclass whose instances have this source."""
+    got = _SOURCED.get(source)
+    if got is None:
+        got = _SOURCED[source] = type("StepBreakdown", (StepBreakdown,), {"__slots__": (), "source": source,
+                                                                          "__module__": __name__})
+    return got

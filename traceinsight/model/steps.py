@@ -225,7 +225,8 @@ class Step:
         times = (start_ns, end_ns, NO_TIME if range_start_ns is None else range_start_ns,
                  NO_TIME if range_end_ns is None else range_end_ns, index, key,
                  NO_TIME if range_id is None else range_id, 0, len(launches))
-        self._t = StepTimes(*(array("q", [v]) for v in times), launch_list=list(launches))
+        row = [array("q", [v]) for v in times]
+        self._t = StepTimes(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], list(launches))
         self._i = 0
 
     @property
