@@ -207,20 +207,23 @@ class Step:
     """A decode step. Its four times, index, key, range id and where its launches lie in its trace's list of them
     are a row of int64 columns (`StepTimes`, shared by up to row_chunks.CHUNK steps: `_t`, its row `_i`), read as
     Python ints: an int object each was ~32 bytes of each step, a list of launches ~60, and a long trace has 10^6
-    steps. `launches` is a new list each time (a slice of the trace's)."""
+    steps. `launches` is a new list each time (a slice of the trace's). Its source, evidence and range side are
+    class attributes of the subclass for those three (`step_class`): a trace's steps have one or a few."""
 
-    __slots__ = ("_i", "_t", "breakdown", "engine", "evidence", "kernel_count", "name", "range_side", "source")
+    __slots__ = ("_i", "_t", "breakdown", "engine", "kernel_count", "name")
+
+    source: str  # 'range:<kind>' or 'launch'
+    evidence: str  # what made it a step: a key of STEPS_FROM
+    range_side: str | None  # 'cpu' | 'gpu' | None (a step of one launch, no range)
 
     def __init__(self, index: int, name: str, source: str, range_id: int | None, start_ns: int, end_ns: int,
                  kernel_count: int, launches: list[Launch], key: int = 0, range_start_ns: int | None = None,
                  range_end_ns: int | None = None, range_side: str | None = None, breakdown: Any = None,
                  evidence: str = "launch", engine: engine_steps.StepInfo | None = None) -> None:
+        self.__class__ = step_class(source, evidence, range_side)
         self.name = name
-        self.source = source  # 'range:<kind>' or 'launch'
         self.kernel_count = kernel_count  # kernels of the step (all families; `step_kernels` reads them)
-        self.range_side = range_side  # 'cpu' | 'gpu' | None (a step of one launch, no range)
         self.breakdown = breakdown  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
-        self.evidence = evidence  # what made it a step: a key of STEPS_FROM
         self.engine = engine  # what the engine's iteration annotation says (phase, batch, tokens)
         times = (start_ns, end_ns, NO_TIME if range_start_ns is None else range_start_ns,
                  NO_TIME if range_end_ns is None else range_end_ns, index, key,
@@ -319,6 +322,20 @@ class Step:
         """True/False when every attention launch of the step agrees, else None (mixed or unknown)."""
         states = {launch.split_kv for launch in self.launches}
         return states.pop() if len(states) == 1 else None
+
+
+# The Step subclass of each (source, evidence, range_side) (`step_class`).
+_STEP_CLASSES: dict[tuple[str, str, str | None], type[Step]] = {}
+
+
+def step_class(source: str, evidence: str, range_side: str | None) -> type[Step]:
+    """The Step subclass whose instances have this source, evidence and range side (its class attributes)."""
+    key = (source, evidence, range_side)
+    got = _STEP_CLASSES.get(key)
+    if got is None:
+        got = _STEP_CLASSES[key] = type("Step", (Step,), {"__slots__": (), "__module__": __name__, "source": source,
+                                                          "evidence": evidence, "range_side": range_side})
+    return got
 
 
 # Each database's labels by id (`labels_of`), and how many there were when read: kernel_labels is insert-only, so
@@ -522,15 +539,22 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
     times += ([no_range, no_range] if launch_steps or recovered
               else [ints(col[c], NO_TIME)[order] for c in ("range_start_ns", "range_end_ns")])
     times += [np.arange(n, dtype=np.int64), keys, no_range if launch_steps or recovered else keys, lo, count[order]]
-    chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK)
-                                           for c in chunked(times, functools.partial(StepTimes, launch_list=launches)))
+    made = chunked(times, functools.partial(StepTimes, launch_list=launches))
+    nulls: dict[int, array[int]] = {}
+    for c in made:  # columns that repeat another, or hold no value, shared (never written after this)
+        if launch_steps or recovered:
+            none = nulls.setdefault(len(c.key), array("q", [NO_TIME]) * len(c.key))
+            c.range_start_ns = c.range_end_ns = c.range_id = none
+        else:
+            c.range_id = c.key
+    chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in made)
     rows = itertools.cycle(range(CHUNK))
     if launch_steps:
-        return list(map(_step, names, itertools.repeat("launch", n), counts, itertools.repeat(None, n),
-                        itertools.repeat("launch", n), chunks, rows))
-    source = map({kind: f"range:{kind}" for kind in set(kinds)}.__getitem__, kinds)
-    return list(map(_step, names, source, counts, itertools.repeat(None, n) if recovered else sides,
-                    itertools.repeat(steps_from, n), chunks, rows))
+        return list(map(_step, itertools.repeat(step_class("launch", "launch", None), n), names, counts, chunks,
+                        rows))
+    classes = {(kind, side): step_class(f"range:{kind}", steps_from, None if recovered else side)
+               for kind, side in set(zip(kinds, sides, strict=True))}
+    return list(map(_step, map(classes.__getitem__, zip(kinds, sides, strict=True)), names, counts, chunks, rows))
 
 
 def step_times(steps: Sequence[Step], fields: Sequence[str] = TIME_FIELDS) -> dict[str, np.ndarray]:
@@ -539,17 +563,13 @@ def step_times(steps: Sequence[Step], fields: Sequence[str] = TIME_FIELDS) -> di
     return gather(steps, attrgetter("_t"), attrgetter("_i"), fields)
 
 
-def _step(name: str, source: str, kernel_count: int, range_side: str | None, evidence: str, row_of: StepTimes,
-          row: int) -> Step:
-    """A Step whose times, index, key, range id and launches are row `row` of `row_of` (no engine, breakdown
-    yet)."""
-    s = object.__new__(Step)
+def _step(cls: type[Step], name: str, kernel_count: int, row_of: StepTimes, row: int) -> Step:
+    """A Step of class `cls` (`step_class`) whose times, index, key, range id and launches are row `row` of
+    `row_of` (no engine, breakdown yet)."""
+    s = object.__new__(cls)
     s.name = name
-    s.source = source
     s.kernel_count = kernel_count
-    s.range_side = range_side
     s.breakdown = None
-    s.evidence = evidence
     s.engine = None
     s._t = row_of
     s._i = row
