@@ -618,7 +618,7 @@ def _mixed_from_tiles(db: TraceDB, trace_id: int, steps: list[Step]) -> None:
     it, and each launch's query tiles its grid.x. A sidecar's query lengths, read later, override this."""
     # The first launch's phase first: a step at a time through `_prefill_shaped` was 229K calls on the 1M-kernel
     # export, whose steps are all decode.
-    cands = [i for i, s in enumerate(steps) if s.launches and s.launches[0].phase == "prefill" and _prefill_shaped(s)]
+    cands = [i for i, s in enumerate(steps) if (x := s.launches) and x[0].phase == "prefill" and _prefill_shaped(s)]
     if not cands:
         return
     decode = [bool(s.launches) and all(x.phase == "decode" for x in s.launches) for s in steps]
