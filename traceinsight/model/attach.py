@@ -233,14 +233,13 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
     by_shape: dict[tuple[Any, ...], StepBatch] = {}  # the same by the first launch's kernels' shape objects
     fa3_clashes: list[tuple[int, str]] = []  # (step, what the sidecar said against the trace)
     for s in steps:
-        launches = s.launches  # a slice of the trace's list, read once (model.steps.Step.launches)
-        if not launches:
+        if not s.launches:
             continue
-        first = launches[0]
+        first = s.launches[0]
         thr = sched.thresholds.get(first.attention.name)
         cuda_graph = bool(graph_ids) and first.attention.kernel_id in graph_ids  # no id read without graphs
-        index = s.index
-        r = matched.get(index)
+        at = s.index  # read once: a property over the steps' columns (model.steps.Step)
+        r = matched.get(at)
         if r is not None and r.get("qo_lens"):
             _phase_from_sidecar(s, r)
         if r is not None:
@@ -264,11 +263,11 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
         mode = modes.get(s.key)
         if mode is not None:
             sb = replace(sb, graph_mode=mode, cuda_graph=True if sb.cuda_graph is None or r is None else sb.cuda_graph)
-        sched.batches[index] = sb
+        sched.batches[at] = sb
         pb = planner_batch(sb) if sb.source == "sidecar" else None
         if pb is None:
             continue  # no launch of the step is planned
-        for launch in launches:
+        for launch in s.launches:
             k = launch.attention
             t = sched.thresholds.get(k.name)
             if t is None or k.backend not in BACKENDS or launch.phase in PREFILL_PHASES:

@@ -136,7 +136,7 @@ class StepArrays:
 
     @property
     def launches(self) -> list[Any]:
-        """Each step's launches (new lists each time: not held beside the steps)."""
+        """Each step's launches."""
         return list(map(_LAUNCHES, self.steps))
 
     @functools.cached_property
@@ -266,12 +266,13 @@ def step_arrays(steps: Sequence[Any]) -> StepArrays:
     """`steps` (model.steps.Step, each with its breakdown or None) as arrays."""
     n = len(steps)
     breakdown = tuple(map(_BREAKDOWN, steps))
-    times = step_times(steps, ("start_ns", "end_ns", "index", "launch_count"))  # from the steps' rows
+    times = step_times(steps, ("start_ns", "end_ns", "index"))  # from the steps' rows, not a property each
+    counts = np.fromiter(map(len, map(_LAUNCHES, steps)), np.int64, n)
     starts, ends = times["start_ns"], times["end_ns"]
     windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
     numbers, source, names, ns = window_fields([b for b in breakdown if b is not None])
     return StepArrays(n=n, index=times["index"], start=starts, end=ends, windowed=windowed,
-                      steps=steps, launch_count=times["launch_count"],
+                      steps=steps, launch_count=counts,
                       breakdown=breakdown, window_numbers=numbers, window_source=source,
                       component_names=names, component_ns=ns)
 

@@ -172,15 +172,12 @@ class Launch:
 
 class StepTimes:
     """Up to row_chunks.CHUNK steps' integers, int64 each: their times (start_ns, end_ns, range_start_ns,
-    range_end_ns; NO_TIME for no range), index, key, range_id (NO_TIME for None), and where their launches are in
-    `launch_list` (shared by the steps of a trace): launch_first, launch_count."""
+    range_end_ns; NO_TIME for no range), index, key and range_id (NO_TIME for None)."""
 
-    __slots__ = ("end_ns", "index", "key", "launch_count", "launch_first", "launch_list", "range_end_ns", "range_id",
-                 "range_start_ns", "start_ns")
+    __slots__ = ("end_ns", "index", "key", "range_end_ns", "range_id", "range_start_ns", "start_ns")
 
     def __init__(self, start_ns: array[int], end_ns: array[int], range_start_ns: array[int],
-                 range_end_ns: array[int], index: array[int], key: array[int], range_id: array[int],
-                 launch_first: array[int], launch_count: array[int], launch_list: list[Launch]) -> None:
+                 range_end_ns: array[int], index: array[int], key: array[int], range_id: array[int]) -> None:
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.range_start_ns = range_start_ns
@@ -188,29 +185,26 @@ class StepTimes:
         self.index = index
         self.key = key
         self.range_id = range_id
-        self.launch_first = launch_first
-        self.launch_count = launch_count
-        self.launch_list = launch_list
 
 
 # A range time of None in StepTimes.
 NO_TIME = NULL
 TIME_FIELDS = ("start_ns", "end_ns", "range_start_ns", "range_end_ns")
 # StepTimes' columns, in its constructor's order.
-ROW_FIELDS = (*TIME_FIELDS, "index", "key", "range_id", "launch_first", "launch_count")
+ROW_FIELDS = (*TIME_FIELDS, "index", "key", "range_id")
 # Step's fields, in its constructor's order (its repr and equality).
 STEP_FIELDS = ("index", "name", "source", "range_id", "start_ns", "end_ns", "kernel_count", "launches", "key",
                "range_start_ns", "range_end_ns", "range_side", "breakdown", "evidence", "engine")
 
 
 class Step:
-    """A decode step. Its four times, index, key, range id and where its launches lie in its trace's list of them
-    are a row of int64 columns (`StepTimes`, shared by up to row_chunks.CHUNK steps: `_t`, its row `_i`), read as
-    Python ints: an int object each was ~32 bytes of each step, a list of launches ~60, and a long trace has 10^6
-    steps. `launches` is a new list each time (a slice of the trace's). Its source, evidence and range side are
-    class attributes of the subclass for those three (`step_class`): a trace's steps have one or a few."""
+    """A decode step. Its four times, index, key and range id are a row of int64 columns (`StepTimes`, shared by up
+    to row_chunks.CHUNK steps: `_t`, its row `_i`), read as Python ints: an int object each was ~32 bytes of each
+    step, and a long trace has 10^6 steps. Its source, evidence and range side are class attributes of the subclass
+    for those three (`step_class`): a trace's steps have one or a few. `group_steps` gives each its launches as a
+    tuple (a list was ~13 bytes more a step)."""
 
-    __slots__ = ("_i", "_t", "breakdown", "engine", "kernel_count", "name")
+    __slots__ = ("_i", "_t", "breakdown", "engine", "kernel_count", "launches", "name")
 
     source: str  # 'range:<kind>' or 'launch'
     evidence: str  # what made it a step: a key of STEPS_FROM
@@ -223,21 +217,14 @@ class Step:
         self.__class__ = step_class(source, evidence, range_side)
         self.name = name
         self.kernel_count = kernel_count  # kernels of the step (all families; `step_kernels` reads them)
+        self.launches: Sequence[Launch] = launches
         self.breakdown = breakdown  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
         self.engine = engine  # what the engine's iteration annotation says (phase, batch, tokens)
         times = (start_ns, end_ns, NO_TIME if range_start_ns is None else range_start_ns,
                  NO_TIME if range_end_ns is None else range_end_ns, index, key,
-                 NO_TIME if range_id is None else range_id, 0, len(launches))
-        row = [array("q", [v]) for v in times]
-        self._t = StepTimes(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], list(launches))
+                 NO_TIME if range_id is None else range_id)
+        self._t = StepTimes(*(array("q", [v]) for v in times))
         self._i = 0
-
-    @property
-    def launches(self) -> list[Launch]:
-        """The step's attention launches, in kernel order (a new list: a slice of the trace's)."""
-        t, i = self._t, self._i
-        first = t.launch_first[i]
-        return t.launch_list[first:first + t.launch_count[i]]
 
     @property
     def index(self) -> int:
@@ -529,17 +516,17 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
 
     ranged, names, kinds, counts, sides = (pick(c) for c in ("ranged", "name", "kind", "kernel_count", "side"))
     n = len(names)
-    lo = first[order]
-    names = [name or f"{launches[a].attention.kernel} launch {i}"
-             for i, (name, a) in enumerate(zip(names, lo.tolist(), strict=True))]
+    lo, k = first[order].tolist(), count[order].tolist()
+    mine = [(launches[a],) if m == 1 else tuple(launches[a:a + m]) if m else () for a, m in zip(lo, k, strict=True)]
+    names = [name or f"{x[0].attention.kernel} launch {i}" for i, (name, x) in enumerate(zip(names, mine, strict=True))]
     launch_steps = bool(n) and not ranged[0]  # a list holds one kind: range steps, or launch steps alone
     no_range = np.full(n, NO_TIME, np.int64)
     keys = ints(col["step_key"], 0)[order]
     times = [ints(col["start_ns"], 0)[order], ints(col["end_ns"], 0)[order]]
     times += ([no_range, no_range] if launch_steps or recovered
               else [ints(col[c], NO_TIME)[order] for c in ("range_start_ns", "range_end_ns")])
-    times += [np.arange(n, dtype=np.int64), keys, no_range if launch_steps or recovered else keys, lo, count[order]]
-    made = chunked(times, functools.partial(StepTimes, launch_list=launches))
+    times += [np.arange(n, dtype=np.int64), keys, no_range if launch_steps or recovered else keys]
+    made = chunked(times, StepTimes)
     nulls: dict[int, array[int]] = {}
     for c in made:  # columns that repeat another, or hold no value, shared (never written after this)
         if launch_steps or recovered:
@@ -550,11 +537,12 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
     chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in made)
     rows = itertools.cycle(range(CHUNK))
     if launch_steps:
-        return list(map(_step, itertools.repeat(step_class("launch", "launch", None), n), names, counts, chunks,
-                        rows))
+        return list(map(_step, itertools.repeat(step_class("launch", "launch", None), n), names, counts, mine,
+                        chunks, rows))
     classes = {(kind, side): step_class(f"range:{kind}", steps_from, None if recovered else side)
                for kind, side in set(zip(kinds, sides, strict=True))}
-    return list(map(_step, map(classes.__getitem__, zip(kinds, sides, strict=True)), names, counts, chunks, rows))
+    return list(map(_step, map(classes.__getitem__, zip(kinds, sides, strict=True)), names, counts, mine, chunks,
+                    rows))
 
 
 def step_times(steps: Sequence[Step], fields: Sequence[str] = TIME_FIELDS) -> dict[str, np.ndarray]:
@@ -563,12 +551,14 @@ def step_times(steps: Sequence[Step], fields: Sequence[str] = TIME_FIELDS) -> di
     return gather(steps, attrgetter("_t"), attrgetter("_i"), fields)
 
 
-def _step(cls: type[Step], name: str, kernel_count: int, row_of: StepTimes, row: int) -> Step:
+def _step(cls: type[Step], name: str, kernel_count: int, launches: tuple[Launch, ...], row_of: StepTimes,
+          row: int) -> Step:
     """A Step of class `cls` (`step_class`) whose times, index, key, range id and launches are row `row` of
     `row_of` (no engine, breakdown yet)."""
     s = object.__new__(cls)
     s.name = name
     s.kernel_count = kernel_count
+    s.launches = launches
     s.breakdown = None
     s.engine = None
     s._t = row_of
@@ -618,7 +608,7 @@ def _mixed_from_tiles(db: TraceDB, trace_id: int, steps: list[Step]) -> None:
     it, and each launch's query tiles its grid.x. A sidecar's query lengths, read later, override this."""
     # The first launch's phase first: a step at a time through `_prefill_shaped` was 229K calls on the 1M-kernel
     # export, whose steps are all decode.
-    cands = [i for i, s in enumerate(steps) if (x := s.launches) and x[0].phase == "prefill" and _prefill_shaped(s)]
+    cands = [i for i, s in enumerate(steps) if s.launches and s.launches[0].phase == "prefill" and _prefill_shaped(s)]
     if not cands:
         return
     decode = [bool(s.launches) and all(x.phase == "decode" for x in s.launches) for s in steps]
