@@ -41,13 +41,18 @@ def columns(getter: attrgetter[Any], objects: Sequence[Any], width: int) -> list
     return list(zip(*map(getter, objects), strict=True))
 
 
+# Where the breakdowns that have host gaps keep them: the int64 array they share, the breakdowns' positions among
+# those given, and where each one's count of gaps lies in the array (its gaps follow).
+GapRows = tuple[Any, np.ndarray, np.ndarray]
+
+
 def window_fields(present: Sequence[Any]) -> tuple[np.ndarray, tuple[str, ...], tuple[tuple[str, ...], ...],
-                                                    np.ndarray]:
-    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources, component names
-    and components' ns (all breakdowns' one after the other): the numbers read from the int64 array the breakdowns
-    of a trace share (`model.step_breakdown.StepBreakdown`: each one's numbers at its `_at`, these first, then its
-    components') when they share one and the first one's properties read the same from it; else through the
-    properties."""
+                                                    np.ndarray, GapRows | None]:
+    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources, component names,
+    components' ns (all breakdowns' one after the other) and where their host gaps lie (`GapRows`): the numbers
+    read from the int64 array the breakdowns of a trace share (`model.step_breakdown.StepBreakdown`: each one's
+    numbers at its `_at`, these first, then its components', then its host gaps) when they share one and the first
+    one's properties read the same from it; else through the properties (and no GapRows)."""
     shared = _shared(present)
     if shared is not None:
         data, first, source, names, lengths = shared
@@ -55,13 +60,15 @@ def window_fields(present: Sequence[Any]) -> tuple[np.ndarray, tuple[str, ...], 
         rows = arena[first[:, None] + np.arange(len(ARENA_FIELDS))]
         starts = first + len(ARENA_FIELDS) - (np.cumsum(lengths) - lengths)
         ns = arena[np.repeat(starts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)]
+        where = first + len(ARENA_FIELDS) + lengths
+        has = np.flatnonzero(arena[where])
         del arena  # the shared array may grow again once its buffer is released
         b = present[0]
         if rows[0].tolist() == _numbers(b) and ns[:len(names[0])].tolist() == list(b.component_ns()):
-            return rows, source, names, ns
+            return rows, source, names, ns, (data, has, where[has])
     fields = columns(attrgetter("source", "component_names"), present, 2)
     rows = np.array([_numbers(b) for b in present], np.int64).reshape(-1, len(ARENA_FIELDS))
-    return rows, fields[0], fields[1], components_ns(present)
+    return rows, fields[0], fields[1], components_ns(present), None
 
 
 def _shared(present: Sequence[Any]) -> tuple[Any, np.ndarray, tuple[str, ...], tuple[tuple[str, ...], ...],
@@ -80,25 +87,20 @@ def _shared(present: Sequence[Any]) -> tuple[Any, np.ndarray, tuple[str, ...], t
     return next(iter(data.values())), at, source, names, lengths
 
 
-def host_gaps(present: Sequence[Any]) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """These breakdowns' `host_gaps`, read from the int64 array they share (after each one's components: how many,
-    then their starts and ends) when they share one; else through the property."""
-    shared = _shared(present)
-    if shared is None:
-        return tuple(b.host_gaps for b in present)
-    data, first, _, _, lengths = shared
+def host_gaps(gaps: GapRows, n: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """The `host_gaps` of `n` breakdowns whose gaps lie as `gaps` says (`window_fields`): how many, then their
+    starts and ends, in the array they share."""
+    data, has, where = gaps
     arena = np.frombuffer(data, np.int64)
-    where = first + len(ARENA_FIELDS) + lengths
     counts = arena[where]
-    has = np.flatnonzero(counts)
-    twice = 2 * counts[has]
-    flat = arena[np.repeat(where[has] + 1 - (np.cumsum(twice) - twice), twice)
+    twice = 2 * counts
+    flat = arena[np.repeat(where + 1 - (np.cumsum(twice) - twice), twice)
                  + np.arange(int(twice.sum()), dtype=np.int64)].tolist()
     del arena
     pairs = list(zip(flat[::2], flat[1::2], strict=True))
-    out: list[tuple[tuple[int, int], ...]] = [()] * len(present)
+    out: list[tuple[tuple[int, int], ...]] = [()] * n
     o = 0
-    for i, c in zip(has.tolist(), counts[has].tolist(), strict=True):
+    for i, c in zip(has.tolist(), counts.tolist(), strict=True):
         out[i] = tuple(pairs[o:o + c])
         o += c
     return tuple(out)
@@ -131,6 +133,7 @@ class StepArrays:
     breakdown: tuple[Any, ...]
     window_numbers: np.ndarray
     window_source: tuple[str, ...]
+    gap_rows: GapRows | None
     component_names: tuple[tuple[str, ...], ...]
     component_ns: np.ndarray
 
@@ -142,7 +145,8 @@ class StepArrays:
     @functools.cached_property
     def host_gaps(self) -> tuple[tuple[tuple[int, int], ...], ...]:
         """The windowed steps' breakdowns' host gaps (read when first asked for: the tables ask, the rules do not)."""
-        return host_gaps([b for b in self.breakdown if b is not None])
+        present = [b for b in self.breakdown if b is not None]
+        return tuple(b.host_gaps for b in present) if self.gap_rows is None else host_gaps(self.gap_rows, len(present))
 
     @property
     def prefill(self) -> np.ndarray:
@@ -270,11 +274,11 @@ def step_arrays(steps: Sequence[Any]) -> StepArrays:
     counts = np.fromiter(map(len, map(_LAUNCHES, steps)), np.int64, n)
     starts, ends = times["start_ns"], times["end_ns"]
     windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
-    numbers, source, names, ns = window_fields([b for b in breakdown if b is not None])
+    numbers, source, names, ns, gaps = window_fields([b for b in breakdown if b is not None])
     return StepArrays(n=n, index=times["index"], start=starts, end=ends, windowed=windowed,
                       steps=steps, launch_count=counts,
                       breakdown=breakdown, window_numbers=numbers, window_source=source,
-                      component_names=names, component_ns=ns)
+                      gap_rows=gaps, component_names=names, component_ns=ns)
 
 
 def _signatures(launch_lists: Sequence[Sequence[Any]], counts: np.ndarray
