@@ -260,7 +260,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             sb = found
         if s.engine is not None:
             sb = with_engine(sb, s.engine)
-        mode = modes.get(s.key)
+        mode = modes.get(s.key) if modes else None
         if mode is not None:
             sb = replace(sb, graph_mode=mode, cuda_graph=True if sb.cuda_graph is None or r is None else sb.cuda_graph)
         sched.batches[at] = sb
