@@ -26,6 +26,7 @@ from traceinsight.model.steps import NO_TIME, step_times
 ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
 _ARENA = attrgetter("_c", "_r", "source", "_names")
 _BREAKDOWN = attrgetter("breakdown")
+_INDEX = attrgetter("index")
 _CHUNK = attrgetter("_c")
 _ROW = attrgetter("_r")
 _LAUNCHES = attrgetter("launches")
@@ -270,12 +271,13 @@ def step_arrays(steps: Sequence[Any]) -> StepArrays:
     """`steps` (model.steps.Step, each with its breakdown or None) as arrays."""
     n = len(steps)
     breakdown = tuple(map(_BREAKDOWN, steps))
-    times = step_times(steps, ("start_ns", "end_ns", "index"))  # from the steps' rows, not a property each
+    times = step_times(steps)  # from the steps' rows, not two properties each
     counts = np.fromiter(map(len, map(_LAUNCHES, steps)), np.int64, n)
     starts, ends = times["start_ns"], times["end_ns"]
     windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
     numbers, source, names, ns, gaps = window_fields([b for b in breakdown if b is not None])
-    return StepArrays(n=n, index=times["index"], start=starts, end=ends, windowed=windowed,
+    index = np.fromiter(map(_INDEX, steps), np.int64, n)
+    return StepArrays(n=n, index=index, start=starts, end=ends, windowed=windowed,
                       steps=steps, launch_count=counts,
                       breakdown=breakdown, window_numbers=numbers, window_source=source,
                       gap_rows=gaps, component_names=names, component_ns=ns)

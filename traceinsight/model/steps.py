@@ -172,17 +172,16 @@ class Launch:
 
 class StepTimes:
     """Up to row_chunks.CHUNK steps' integers, int64 each: their times (start_ns, end_ns, range_start_ns,
-    range_end_ns; NO_TIME for no range), index, key and range_id (NO_TIME for None)."""
+    range_end_ns; NO_TIME for no range), key and range_id (NO_TIME for None)."""
 
-    __slots__ = ("end_ns", "index", "key", "range_end_ns", "range_id", "range_start_ns", "start_ns")
+    __slots__ = ("end_ns", "key", "range_end_ns", "range_id", "range_start_ns", "start_ns")
 
     def __init__(self, start_ns: array[int], end_ns: array[int], range_start_ns: array[int],
-                 range_end_ns: array[int], index: array[int], key: array[int], range_id: array[int]) -> None:
+                 range_end_ns: array[int], key: array[int], range_id: array[int]) -> None:
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.range_start_ns = range_start_ns
         self.range_end_ns = range_end_ns
-        self.index = index
         self.key = key
         self.range_id = range_id
 
@@ -191,20 +190,21 @@ class StepTimes:
 NO_TIME = NULL
 TIME_FIELDS = ("start_ns", "end_ns", "range_start_ns", "range_end_ns")
 # StepTimes' columns, in its constructor's order.
-ROW_FIELDS = (*TIME_FIELDS, "index", "key", "range_id")
+ROW_FIELDS = (*TIME_FIELDS, "key", "range_id")
 # Step's fields, in its constructor's order (its repr and equality).
 STEP_FIELDS = ("index", "name", "source", "range_id", "start_ns", "end_ns", "kernel_count", "launches", "key",
                "range_start_ns", "range_end_ns", "range_side", "breakdown", "evidence", "engine")
 
 
 class Step:
-    """A decode step. Its four times, index, key and range id are a row of int64 columns (`StepTimes`, shared by up
-    to row_chunks.CHUNK steps: `_t`, its row `_i`), read as Python ints: an int object each was ~32 bytes of each
-    step, and a long trace has 10^6 steps. Its source, evidence and range side are class attributes of the subclass
-    for those three (`step_class`): a trace's steps have one or a few. `group_steps` gives each its launches as a
-    tuple (a list was ~13 bytes more a step)."""
+    """A decode step. Its four times, key and range id are a row of int64 columns (`StepTimes`, shared by up to
+    row_chunks.CHUNK steps: `_t`, its row `_i`), read as Python ints: an int object each was ~32 bytes of each
+    step, and a long trace has 10^6 steps (its index stays a slot: the rules and tables read it of every launch).
+    Its source, evidence and range side are class attributes of the subclass for those three (`step_class`): a
+    trace's steps have one or a few. `group_steps` gives each its launches as a tuple (a list was ~13 bytes more a
+    step)."""
 
-    __slots__ = ("_i", "_t", "breakdown", "engine", "kernel_count", "launches", "name")
+    __slots__ = ("_i", "_t", "breakdown", "engine", "index", "kernel_count", "launches", "name")
 
     source: str  # 'range:<kind>' or 'launch'
     evidence: str  # what made it a step: a key of STEPS_FROM
@@ -215,21 +215,17 @@ class Step:
                  range_end_ns: int | None = None, range_side: str | None = None, breakdown: Any = None,
                  evidence: str = "launch", engine: engine_steps.StepInfo | None = None) -> None:
         self.__class__ = step_class(source, evidence, range_side)
+        self.index = index
         self.name = name
         self.kernel_count = kernel_count  # kernels of the step (all families; `step_kernels` reads them)
         self.launches: Sequence[Launch] = launches
         self.breakdown = breakdown  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
         self.engine = engine  # what the engine's iteration annotation says (phase, batch, tokens)
         times = (start_ns, end_ns, NO_TIME if range_start_ns is None else range_start_ns,
-                 NO_TIME if range_end_ns is None else range_end_ns, index, key,
+                 NO_TIME if range_end_ns is None else range_end_ns, key,
                  NO_TIME if range_id is None else range_id)
         self._t = StepTimes(*(array("q", [v]) for v in times))
         self._i = 0
-
-    @property
-    def index(self) -> int:
-        """The step's position in its trace's steps."""
-        return self._t.index[self._i]
 
     @property
     def key(self) -> int:
@@ -525,7 +521,7 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
     times = [ints(col["start_ns"], 0)[order], ints(col["end_ns"], 0)[order]]
     times += ([no_range, no_range] if launch_steps or recovered
               else [ints(col[c], NO_TIME)[order] for c in ("range_start_ns", "range_end_ns")])
-    times += [np.arange(n, dtype=np.int64), keys, no_range if launch_steps or recovered else keys]
+    times += [keys, no_range if launch_steps or recovered else keys]
     made = chunked(times, StepTimes)
     nulls: dict[int, array[int]] = {}
     for c in made:  # columns that repeat another, or hold no value, shared (never written after this)
@@ -537,12 +533,12 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
     chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in made)
     rows = itertools.cycle(range(CHUNK))
     if launch_steps:
-        return list(map(_step, itertools.repeat(step_class("launch", "launch", None), n), names, counts, mine,
-                        chunks, rows))
+        return list(map(_step, itertools.repeat(step_class("launch", "launch", None), n), range(n), names, counts,
+                        mine, chunks, rows))
     classes = {(kind, side): step_class(f"range:{kind}", steps_from, None if recovered else side)
                for kind, side in set(zip(kinds, sides, strict=True))}
-    return list(map(_step, map(classes.__getitem__, zip(kinds, sides, strict=True)), names, counts, mine, chunks,
-                    rows))
+    return list(map(_step, map(classes.__getitem__, zip(kinds, sides, strict=True)), range(n), names, counts, mine,
+                    chunks, rows))
 
 
 def step_times(steps: Sequence[Step], fields: Sequence[str] = TIME_FIELDS) -> dict[str, np.ndarray]:
@@ -551,11 +547,12 @@ def step_times(steps: Sequence[Step], fields: Sequence[str] = TIME_FIELDS) -> di
     return gather(steps, attrgetter("_t"), attrgetter("_i"), fields)
 
 
-def _step(cls: type[Step], name: str, kernel_count: int, launches: tuple[Launch, ...], row_of: StepTimes,
-          row: int) -> Step:
-    """A Step of class `cls` (`step_class`) whose times, index, key, range id and launches are row `row` of
-    `row_of` (no engine, breakdown yet)."""
+def _step(cls: type[Step], index: int, name: str, kernel_count: int, launches: tuple[Launch, ...],
+          row_of: StepTimes, row: int) -> Step:
+    """A Step of class `cls` (`step_class`) whose times, key and range id are row `row` of `row_of` (no engine,
+    breakdown yet)."""
     s = object.__new__(cls)
+    s.index = index
     s.name = name
     s.kernel_count = kernel_count
     s.launches = launches
