@@ -148,6 +148,11 @@ class StepBreakdown:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StepBreakdown) and self._key() == other._key()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by its values (its class is its source's, made at run time), unpickled with an array of its own."""
+        return (StepBreakdown, (self.start_ns, self.end_ns, self.source, self.components, self.host_range_ns,
+                                self.host_gap_max_ns, self.host_long_ns, self.idle_stretches, self.host_gaps))
+
     def __hash__(self) -> int:
         return hash(self._key())
 
