@@ -99,12 +99,15 @@ def host_gaps(gaps: GapRows, n: int) -> tuple[tuple[tuple[int, int], ...], ...]:
                  + np.arange(int(twice.sum()), dtype=np.int64)].tolist()
     del arena
     pairs = list(zip(flat[::2], flat[1::2], strict=True))
-    out: list[tuple[tuple[int, int], ...]] = [()] * n
-    o = 0
-    for i, c in zip(has.tolist(), counts.tolist(), strict=True):
+    starts = np.cumsum(counts) - counts
+    one = counts == 1  # most: one gap each, its 1-tuple made by zip in C
+    out = np.empty(n, object)
+    out.fill(())
+    out[has[one]] = np.fromiter(zip(map(pairs.__getitem__, starts[one].tolist())), object, int(one.sum()))
+    for i, o, c in zip(has[~one].tolist(), starts[~one].tolist(), counts[~one].tolist(), strict=True):
         out[i] = tuple(pairs[o:o + c])
-        o += c
-    return tuple(out)
+    got: list[tuple[tuple[int, int], ...]] = out.tolist()
+    return tuple(got)
 
 
 def _numbers(b: Any) -> list[int]:
