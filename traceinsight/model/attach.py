@@ -238,7 +238,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
         first = s.launches[0]
         thr = sched.thresholds.get(first.attention.name)
         cuda_graph = bool(graph_ids) and first.attention.kernel_id in graph_ids  # no id read without graphs
-        at = s.index  # read once: a property over the steps' columns (model.steps.Step)
+        at = s.index
         r = matched.get(at)
         if r is not None and r.get("qo_lens"):
             _phase_from_sidecar(s, r)
@@ -260,7 +260,7 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             sb = found
         if s.engine is not None:
             sb = with_engine(sb, s.engine)
-        mode = modes.get(s.key) if modes else None
+        mode = modes.get(s.key) if modes else None  # key: a property over the steps' columns (model.steps.Step)
         if mode is not None:
             sb = replace(sb, graph_mode=mode, cuda_graph=True if sb.cuda_graph is None or r is None else sb.cuda_graph)
         sched.batches[at] = sb
