@@ -9,7 +9,7 @@ import random
 
 from conftest import TRACES
 
-from traceinsight.model.steps import NO_TIME, STEP_FIELDS, TIME_FIELDS, Step, step_times
+from traceinsight.model.steps import NO_TIME, ROW_FIELDS, STEP_FIELDS, TIME_FIELDS, Step, step_times
 from traceinsight.pipeline import analyze
 
 BIG = 2**45 + 3
@@ -40,5 +40,14 @@ def test_step_times_of_the_pipeline_s_steps_match_their_properties() -> None:
         got = step_times(chosen)
         for f in TIME_FIELDS:
             assert got[f].tolist() == [NO_TIME if getattr(s, f) is None else getattr(s, f) for s in chosen]
+        rows = step_times(chosen, ROW_FIELDS)  # the key and range id too
+        for f in ROW_FIELDS:
+            assert rows[f].tolist() == [NO_TIME if getattr(s, f) is None else getattr(s, f) for s in chosen]
     assert any(s.range_start_ns is not None for s in steps)
+    # source, evidence and range side are the class's (one per combination): the same as a step built by hand
+    s = steps[1]
+    twin = Step(s.index, s.name, s.source, s.range_id, s.start_ns, s.end_ns, s.kernel_count, s.launches, s.key,
+                s.range_start_ns, s.range_end_ns, s.range_side, s.breakdown, s.evidence, s.engine)
+    assert twin == s and type(twin) is type(s) and repr(twin) == repr(s)
+    assert len({type(x) for x in steps}) == len({(x.source, x.evidence, x.range_side) for x in steps})
     db.close()

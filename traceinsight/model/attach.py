@@ -238,7 +238,8 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
         first = s.launches[0]
         thr = sched.thresholds.get(first.attention.name)
         cuda_graph = bool(graph_ids) and first.attention.kernel_id in graph_ids  # no id read without graphs
-        r = matched.get(s.index)
+        at = s.index
+        r = matched.get(at)
         if r is not None and r.get("qo_lens"):
             _phase_from_sidecar(s, r)
         if r is not None:
@@ -259,10 +260,10 @@ def attach(db: TraceDB, trace_id: int, steps: list[Step], gpu_row: dict[str, Any
             sb = found
         if s.engine is not None:
             sb = with_engine(sb, s.engine)
-        mode = modes.get(s.key)
+        mode = modes.get(s.key) if modes else None  # key: a property over the steps' columns (model.steps.Step)
         if mode is not None:
             sb = replace(sb, graph_mode=mode, cuda_graph=True if sb.cuda_graph is None or r is None else sb.cuda_graph)
-        sched.batches[s.index] = sb
+        sched.batches[at] = sb
         pb = planner_batch(sb) if sb.source == "sidecar" else None
         if pb is None:
             continue  # no launch of the step is planned

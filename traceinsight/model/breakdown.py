@@ -23,6 +23,8 @@ Whether idle host time came in a few long stretches (a stall) or many short ones
 """
 from __future__ import annotations
 
+import functools
+import itertools
 from array import array
 from collections.abc import Sequence
 from operator import itemgetter
@@ -33,7 +35,8 @@ import numpy as np
 from traceinsight.components import IDLE_UNKNOWN
 from traceinsight.ingest.store import TraceDB
 from traceinsight.model.gpu_work import work_devices, work_names, work_pieces
-from traceinsight.model.step_breakdown import COMPONENT_NAMES, FIXED, NO_RANGE, StepBreakdown
+from traceinsight.model.row_chunks import CHUNK, chunked
+from traceinsight.model.step_breakdown import COMPONENT_NAMES, FIXED, NO_RANGE, BreakdownRows, StepBreakdown, sourced
 from traceinsight.model.step_windows import NO_DEVICE, SOURCES, Windows, window_arrays
 from traceinsight.model.steps import Step
 from traceinsight.model.window_split import IDLE_BY_CLASS, Rows, round_rows
@@ -74,7 +77,7 @@ def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labe
     """The StepBreakdowns of the windows at `which` in `w` (their rows: `rows`, windows numbered by position in
     `which`), their numbers appended to `arena`, each set as its step's `breakdown`: each window's components
     rounded to integer ns adding up to its length (`round_to`: largest remainders first, ties in component order;
-    zeros dropped), on arrays."""
+    zeros dropped), then its host gaps, on arrays."""
     n = len(which)
     w0, w1 = w.w0[which], w.w1[which]
     final = round_rows(rows.win, rows.value, w1 - w0)
@@ -82,27 +85,6 @@ def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labe
     k_win, k_label, k_val = rows.win[keep], rows.label[keep], final[keep]
     cnt = np.bincount(k_win, minlength=n)
     k_pos = np.arange(len(k_win)) - (np.cumsum(cnt) - cnt)[k_win]
-    sizes = FIXED + cnt
-    offsets = np.cumsum(sizes) - sizes
-    piece = np.zeros(int(sizes.sum()), np.int64)
-    for j, col in enumerate((w0, w1, w.host_range_ns[which], rows.host_max, rows.host_long, rows.idle_n)):
-        piece[offsets + j] = col
-    piece[offsets[k_win] + FIXED + k_pos] = k_val
-    grid = np.full((n, int(cnt.max()) if n else 0), -1, np.int64)
-    grid[k_win, k_pos] = k_label
-    named = _names(grid, labels)
-    base = len(arena)
-    arena.frombytes(piece.tobytes())
-    # One object per step (the tables and rules read StepBreakdown), made without a Python call per step.
-    new = StepBreakdown.__new__
-    chosen = _pick(steps, w.at[which])
-    sources = _SOURCE_OF[w.source[which]].tolist()
-    objs: list[StepBreakdown] = []
-    for step, at, names, source in zip(chosen, (offsets + base).tolist(), named, sources, strict=True):
-        b = new(StepBreakdown)
-        b._names, b._data, b._at, b.source, b.host_gaps = names, arena, at, source, ()
-        step.breakdown = b
-        objs.append(b)
     # The longest idle-host stretches of at least LONG_HOST_GAP_NS, longest first (ties in time order), as
     # (start, end), MAX_HOST_GAPS per window.
     lw, la, ln = rows.long_win, rows.long_at, rows.long_ns
@@ -111,15 +93,37 @@ def _emit(rows: Rows, which: np.ndarray, steps: Sequence[Step], w: Windows, labe
     counts = np.bincount(lw, minlength=n)
     rank = np.arange(len(lw)) - (np.cumsum(counts) - counts)[lw]
     kept = rank < MAX_HOST_GAPS
-    lw, la, ln = lw[kept], la[kept], ln[kept]
-    pairs = list(zip(la.tolist(), (la + ln).tolist(), strict=True))
-    counts = np.bincount(lw, minlength=n)
-    has = np.flatnonzero(counts)
-    for j, o, c in zip(has.tolist(), (np.cumsum(counts) - counts)[has].tolist(), counts[has].tolist(), strict=True):
-        objs[j].host_gaps = tuple(pairs[o:o + c])
+    lw, la, ln, rank = lw[kept], la[kept], ln[kept], rank[kept]
+    gaps = np.bincount(lw, minlength=n)
+    sizes = FIXED + cnt + 1 + 2 * gaps  # the numbers, the components, how many gaps, the gaps
+    offsets = np.cumsum(sizes) - sizes
+    piece = np.zeros(int(sizes.sum()), np.int64)
+    for j, col in enumerate((w0, w1, w.host_range_ns[which], rows.host_max, rows.host_long, rows.idle_n)):
+        piece[offsets + j] = col
+    piece[offsets[k_win] + FIXED + k_pos] = k_val
+    piece[offsets + FIXED + cnt] = gaps
+    at = offsets[lw] + FIXED + cnt[lw] + 1 + 2 * rank
+    piece[at] = la
+    piece[at + 1] = la + ln
+    grid = np.full((n, int(cnt.max()) if n else 0), -1, np.int64)
+    grid[k_win, k_pos] = k_label
+    named = _names(grid, labels)
+    base = len(arena)
+    arena.frombytes(piece.tobytes())
+    # One object per step (the tables and rules read StepBreakdown), made without a Python call per step: its
+    # class is its source's, where its numbers start a row of BreakdownRows.
+    new = StepBreakdown.__new__
+    chosen = _pick(steps, w.at[which])
+    classes = _SOURCE_OF[w.source[which]].tolist()
+    chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK)
+                                           for c in chunked([offsets + base], functools.partial(BreakdownRows, arena)))
+    for step, cls, names, chunk, row in zip(chosen, classes, named, chunks, itertools.cycle(range(CHUNK))):
+        b = new(cls)
+        b._names, b._c, b._r = names, chunk, row
+        step.breakdown = b
 
 
-_SOURCE_OF = np.array(SOURCES, object)
+_SOURCE_OF = np.array([sourced(s) for s in SOURCES], object)
 
 
 def _pick(items: Sequence[Any], at: np.ndarray) -> Sequence[Any]:

@@ -18,13 +18,18 @@ from typing import Any
 import numpy as np
 
 from traceinsight.model.phases import PREFILL_PHASES
+from traceinsight.model.row_chunks import gather
 from traceinsight.model.step_breakdown import NO_RANGE, components_ns
 from traceinsight.model.steps import NO_TIME, step_times
 
 # A breakdown's numbers as they lie in its trace's shared array, and the host range's value there for None.
 ARENA_FIELDS = ("start_ns", "end_ns", "host_range_ns", "host_gap_max_ns", "host_long_ns", "idle_stretches")
-_ARENA = attrgetter("_data", "_at", "source", "host_gaps", "_names")
-_STEP = attrgetter("index", "breakdown", "launches")
+_ARENA = attrgetter("_c", "_r", "source", "_names")
+_BREAKDOWN = attrgetter("breakdown")
+_INDEX = attrgetter("index")
+_CHUNK = attrgetter("_c")
+_ROW = attrgetter("_r")
+_LAUNCHES = attrgetter("launches")
 _SIDE = attrgetter("range_side")
 _LAUNCH = attrgetter("phase", "attention.name")
 _CPU = "cpu"
@@ -47,32 +52,72 @@ def columns(getter: attrgetter[Any], objects: Sequence[Any], width: int) -> list
     return [tuple(column) for column in out]
 
 
-def window_fields(present: Sequence[Any]) -> tuple[np.ndarray, tuple[str, ...], tuple[Any, ...],
-                                                    tuple[tuple[str, ...], ...], np.ndarray]:
-    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources, host gaps,
-    component names and components' ns (all breakdowns' one after the other): the numbers read from the int64 array
-    the breakdowns of a trace share (`model.step_breakdown.StepBreakdown`: each one's numbers at its `_at`, these
-    first, then its components') when they share one and the first one's properties read the same from it; else
-    through the properties."""
-    try:
-        data, at, source, host_gaps, names = columns(_ARENA, present, 5)
-        shared = len(set(map(id, data))) == 1
-    except AttributeError:  # breakdowns that keep their numbers otherwise
-        shared = False
-    if shared:
-        arena = np.frombuffer(data[0], np.int64)
-        first = np.fromiter(at, np.int64, len(at))
+# Where the breakdowns that have host gaps keep them: the int64 array they share, the breakdowns' positions among
+# those given, and where each one's count of gaps lies in the array (its gaps follow).
+GapRows = tuple[Any, np.ndarray, np.ndarray]
+
+
+def window_fields(present: Sequence[Any]) -> tuple[np.ndarray, tuple[str, ...], tuple[tuple[str, ...], ...],
+                                                    np.ndarray, GapRows | None]:
+    """These breakdowns' `ARENA_FIELDS` (an int64 row each, NO_RANGE for no host range), sources, component names,
+    components' ns (all breakdowns' one after the other) and where their host gaps lie (`GapRows`): the numbers
+    read from the int64 array the breakdowns of a trace share (`model.step_breakdown.StepBreakdown`: each one's
+    numbers at its `_at`, these first, then its components', then its host gaps) when they share one and the first
+    one's properties read the same from it; else through the properties (and no GapRows)."""
+    shared = _shared(present)
+    if shared is not None:
+        data, first, source, names, lengths = shared
+        arena = np.frombuffer(data, np.int64)
         rows = arena[first[:, None] + np.arange(len(ARENA_FIELDS))]
-        lengths = np.fromiter(map(len, names), np.int64, len(names))
         starts = first + len(ARENA_FIELDS) - (np.cumsum(lengths) - lengths)
         ns = arena[np.repeat(starts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)]
+        where = first + len(ARENA_FIELDS) + lengths
+        has = np.flatnonzero(arena[where])
         del arena  # the shared array may grow again once its buffer is released
         b = present[0]
         if rows[0].tolist() == _numbers(b) and ns[:len(names[0])].tolist() == list(b.component_ns()):
-            return rows, source, host_gaps, names, ns
-    fields = columns(attrgetter("source", "host_gaps", "component_names"), present, 3)
+            return rows, source, names, ns, (data, has, where[has])
+    fields = columns(attrgetter("source", "component_names"), present, 2)
     rows = np.array([_numbers(b) for b in present], np.int64).reshape(-1, len(ARENA_FIELDS))
-    return rows, fields[0], fields[1], fields[2], components_ns(present)
+    return rows, fields[0], fields[1], components_ns(present), None
+
+
+def _shared(present: Sequence[Any]) -> tuple[Any, np.ndarray, tuple[str, ...], tuple[tuple[str, ...], ...],
+                                             np.ndarray] | None:
+    """The int64 array these breakdowns share, where each one's numbers start in it, their sources, component
+    names and how many components each has; None when they hold their numbers otherwise."""
+    try:
+        chunks, rows, source, names = columns(_ARENA, present, 4)
+    except AttributeError:  # breakdowns that keep their numbers otherwise
+        return None
+    data = {id(c.data): c.data for c in dict.fromkeys(chunks)}
+    if len(data) != 1:
+        return None
+    at = gather(present, _CHUNK, _ROW, ("at",))["at"]
+    lengths = np.fromiter(map(len, names), np.int64, len(names))
+    return next(iter(data.values())), at, source, names, lengths
+
+
+def host_gaps(gaps: GapRows, n: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """The `host_gaps` of `n` breakdowns whose gaps lie as `gaps` says (`window_fields`): how many, then their
+    starts and ends, in the array they share."""
+    data, has, where = gaps
+    arena = np.frombuffer(data, np.int64)
+    counts = arena[where]
+    twice = 2 * counts
+    flat = arena[np.repeat(where + 1 - (np.cumsum(twice) - twice), twice)
+                 + np.arange(int(twice.sum()), dtype=np.int64)].tolist()
+    del arena
+    pairs = list(zip(flat[::2], flat[1::2], strict=True))
+    starts = np.cumsum(counts) - counts
+    one = counts == 1  # most: one gap each, its 1-tuple made by zip in C
+    out = np.empty(n, object)
+    out.fill(())
+    out[has[one]] = np.fromiter(zip(map(pairs.__getitem__, starts[one].tolist())), object, int(one.sum()))
+    for i, o, c in zip(has[~one].tolist(), starts[~one].tolist(), counts[~one].tolist(), strict=True):
+        out[i] = tuple(pairs[o:o + c])
+    got: list[tuple[tuple[int, int], ...]] = out.tolist()
+    return tuple(got)
 
 
 def _numbers(b: Any) -> list[int]:
@@ -100,12 +145,22 @@ class StepArrays:
     steps: Sequence[Any]
     launch_count: np.ndarray
     breakdown: tuple[Any, ...]
-    launches: tuple[Any, ...]
     window_numbers: np.ndarray
     window_source: tuple[str, ...]
-    host_gaps: tuple[tuple[tuple[int, int], ...], ...]
+    gap_rows: GapRows | None
     component_names: tuple[tuple[str, ...], ...]
     component_ns: np.ndarray
+
+    @property
+    def launches(self) -> list[Any]:
+        """Each step's launches."""
+        return list(map(_LAUNCHES, self.steps))
+
+    @functools.cached_property
+    def host_gaps(self) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """The windowed steps' breakdowns' host gaps (read when first asked for: the tables ask, the rules do not)."""
+        present = [b for b in self.breakdown if b is not None]
+        return tuple(b.host_gaps for b in present) if self.gap_rows is None else host_gaps(self.gap_rows, len(present))
 
     @property
     def prefill(self) -> np.ndarray:
@@ -228,16 +283,17 @@ class StepArrays:
 def step_arrays(steps: Sequence[Any]) -> StepArrays:
     """`steps` (model.steps.Step, each with its breakdown or None) as arrays."""
     n = len(steps)
-    index, breakdown, launch_lists = columns(_STEP, steps, 3)
+    breakdown = tuple(map(_BREAKDOWN, steps))
     times = step_times(steps)  # from the steps' rows, not two properties each
+    counts = np.fromiter(map(len, map(_LAUNCHES, steps)), np.int64, n)
     starts, ends = times["start_ns"], times["end_ns"]
     windowed = np.fromiter(map(operator.is_not, breakdown, itertools.repeat(None)), bool, n)
-    numbers, source, host_gaps, names, ns = window_fields([b for b in breakdown if b is not None])
-    counts = np.fromiter(map(len, launch_lists), np.int64, n)
-    return StepArrays(n=n, index=int64s(index), start=starts, end=ends, windowed=windowed,
+    numbers, source, names, ns, gaps = window_fields([b for b in breakdown if b is not None])
+    index = np.fromiter(map(_INDEX, steps), np.int64, n)
+    return StepArrays(n=n, index=index, start=starts, end=ends, windowed=windowed,
                       steps=steps, launch_count=counts,
-                      breakdown=breakdown, launches=launch_lists, window_numbers=numbers, window_source=source,
-                      host_gaps=host_gaps, component_names=names, component_ns=ns)
+                      breakdown=breakdown, window_numbers=numbers, window_source=source,
+                      gap_rows=gaps, component_names=names, component_ns=ns)
 
 
 def _signatures(launch_lists: Sequence[Sequence[Any]], counts: np.ndarray

@@ -20,6 +20,16 @@ FIXED = 6
 NO_RANGE = NULL
 
 
+class BreakdownRows:
+    """Where up to row_chunks.CHUNK breakdowns' numbers start (`at`, int64) in the int64 array they share (`data`)."""
+
+    __slots__ = ("at", "data")
+
+    def __init__(self, data: array[int], at: array[int]) -> None:
+        self.data = data
+        self.at = at
+
+
 class StepBreakdown:
     """One step's window and where its time went (ns).
 
@@ -30,16 +40,18 @@ class StepBreakdown:
     separate idle stretches the window holds; host_gaps: the MAX_HOST_GAPS longest idle-host stretches of at
     least LONG_HOST_GAP_NS as (start, end).
 
-    Its numbers (window, host range, longest host gap, long host time, idle stretches, then the components' ns)
-    are held in an int64 array, at `_at` in one shared by every step of a trace when `breakdowns` made it, beside
-    a shared tuple of the components' names: an object per field and a dict of ints was 0.4 KB a step, and a
-    long trace has 10^6 steps. `components` gives them as a dict, in the order given.
+    Its numbers (window, host range, longest host gap, long host time, idle stretches, then the components' ns,
+    then how many host gaps and their (start, end) one after the other) are held in an int64 array, at `_at` in one
+    shared by every step of a trace when `breakdowns` made it, beside a shared tuple of the components' names: an
+    object per field and a dict of ints was 0.4 KB a step, and a long trace has 10^6 steps (the host gaps as tuples,
+    ~85 bytes a step more). Where they start is a row of `BreakdownRows` (`_c`, its row `_r`: no int object of its
+    own), and its source a class attribute of the subclass for that source (`sourced`). `components` gives them as a
+    dict, in the order given.
     """
 
-    __slots__ = ("_names", "_data", "_at", "source", "host_gaps")
+    __slots__ = ("_c", "_names", "_r")
 
     source: str
-    host_gaps: tuple[tuple[int, int], ...]  # the longest idle-host stretches, (start, end) ns, longest first
 
     def __init__(self, start_ns: int, end_ns: int, source: str, components: dict[str, int] | None = None,
                  host_range_ns: int | None = None, host_gap_max_ns: int = 0, host_long_ns: int = 0,
@@ -50,46 +62,66 @@ class StepBreakdown:
         names = tuple(components)
         self._names = COMPONENT_NAMES.setdefault(names, names)
         data = arena if arena is not None else array("q")
-        self._at = len(data)
+        self._c = BreakdownRows(data, array("q", [len(data)]))
+        self._r = 0
         data.extend((start_ns, end_ns, NO_RANGE if host_range_ns is None else host_range_ns, host_gap_max_ns,
                      host_long_ns, idle_stretches))
         data.extend(components.values())
-        self._data = data
-        self.source = source
-        self.host_gaps = host_gaps
+        data.append(len(host_gaps))
+        for g in host_gaps:
+            data.extend(g)
+        self.__class__ = sourced(source)
 
-    @classmethod
-    def _of(cls, names: tuple[str, ...], data: array[int], at: int, source: str,
-            host_gaps: tuple[tuple[int, int], ...]) -> StepBreakdown:
-        """A breakdown whose numbers are already at `at` in `data` (`breakdowns` writes them there at once)."""
-        b = cls.__new__(cls)
-        b._names, b._data, b._at, b.source, b.host_gaps = names, data, at, source, host_gaps
-        return b
+    @property
+    def _data(self) -> array[int]:
+        """The int64 array holding the numbers."""
+        return self._c.data
+
+    @property
+    def _at(self) -> int:
+        """Where the numbers start in `_data`."""
+        return self._c.at[self._r]
 
     @property
     def start_ns(self) -> int:
-        return self._data[self._at]
+        c = self._c
+        return c.data[c.at[self._r]]
 
     @property
     def end_ns(self) -> int:
-        return self._data[self._at + 1]
+        c = self._c
+        return c.data[c.at[self._r] + 1]
 
     @property
     def host_range_ns(self) -> int | None:
-        v = self._data[self._at + 2]
+        c = self._c
+        v = c.data[c.at[self._r] + 2]
         return None if v == NO_RANGE else v
 
     @property
     def host_gap_max_ns(self) -> int:
-        return self._data[self._at + 3]
+        c = self._c
+        return c.data[c.at[self._r] + 3]
 
     @property
     def host_long_ns(self) -> int:
-        return self._data[self._at + 4]
+        c = self._c
+        return c.data[c.at[self._r] + 4]
 
     @property
     def idle_stretches(self) -> int:
-        return self._data[self._at + 5]
+        c = self._c
+        return c.data[c.at[self._r] + 5]
+
+    @property
+    def host_gaps(self) -> tuple[tuple[int, int], ...]:
+        """The longest idle-host stretches, (start, end) ns, longest first (new tuples; most steps have none)."""
+        at = self._at + FIXED + len(self._names)
+        n = self._data[at]
+        if not n:
+            return ()
+        flat = self._data[at + 1:at + 1 + 2 * n]
+        return tuple(zip(flat[::2], flat[1::2], strict=True))
 
     def _values(self) -> array[int]:
         at = self._at + FIXED
@@ -110,11 +142,16 @@ class StepBreakdown:
         return dict(zip(self._names, self._values(), strict=True))
 
     def _key(self) -> tuple[Any, ...]:
-        return (self.source, self._names, tuple(self._data[self._at:self._at + FIXED + len(self._names)]),
-                self.host_gaps)
+        end = self._at + FIXED + len(self._names)
+        return self.source, self._names, tuple(self._data[self._at:end + 1 + 2 * self._data[end]])
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StepBreakdown) and self._key() == other._key()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by its values (its class is its source's, made at run time), unpickled with an array of its own."""
+        return (StepBreakdown, (self.start_ns, self.end_ns, self.source, self.components, self.host_range_ns,
+                                self.host_gap_max_ns, self.host_long_ns, self.idle_stretches, self.host_gaps))
 
     def __hash__(self) -> int:
         return hash(self._key())
@@ -127,7 +164,9 @@ class StepBreakdown:
 
     @property
     def wall_ns(self) -> int:
-        return self._data[self._at + 1] - self._data[self._at]
+        c = self._c
+        at = c.at[self._r]
+        return c.data[at + 1] - c.data[at]
 
     @property
     def gpu_busy_ns(self) -> int:
@@ -180,3 +219,15 @@ def components_ns(bs: Sequence[StepBreakdown]) -> np.ndarray:
     finally:
         del data
 
+
+# The StepBreakdown subclass of each source (its `source` a class attribute: no slot per breakdown).
+_SOURCED: dict[str, type[StepBreakdown]] = {}
+
+
+def sourced(source: str) -> type[StepBreakdown]:
+    """The StepBreakdown subclass whose instances have this source."""
+    got = _SOURCED.get(source)
+    if got is None:
+        got = _SOURCED[source] = type("StepBreakdown", (StepBreakdown,), {"__slots__": (), "source": source,
+                                                                          "__module__": __name__})
+    return got

@@ -171,53 +171,71 @@ class Launch:
 
 
 class StepTimes:
-    """Up to row_chunks.CHUNK steps' times, int64 each (NO_TIME for no range): start_ns, end_ns, range_start_ns,
-    range_end_ns."""
+    """Up to row_chunks.CHUNK steps' integers, int64 each: their times (start_ns, end_ns, range_start_ns,
+    range_end_ns; NO_TIME for no range), key and range_id (NO_TIME for None)."""
 
-    __slots__ = ("end_ns", "range_end_ns", "range_start_ns", "start_ns")
+    __slots__ = ("end_ns", "key", "range_end_ns", "range_id", "range_start_ns", "start_ns")
 
     def __init__(self, start_ns: array[int], end_ns: array[int], range_start_ns: array[int],
-                 range_end_ns: array[int]) -> None:
+                 range_end_ns: array[int], key: array[int], range_id: array[int]) -> None:
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.range_start_ns = range_start_ns
         self.range_end_ns = range_end_ns
+        self.key = key
+        self.range_id = range_id
 
 
 # A range time of None in StepTimes.
 NO_TIME = NULL
 TIME_FIELDS = ("start_ns", "end_ns", "range_start_ns", "range_end_ns")
+# StepTimes' columns, in its constructor's order.
+ROW_FIELDS = (*TIME_FIELDS, "key", "range_id")
 # Step's fields, in its constructor's order (its repr and equality).
 STEP_FIELDS = ("index", "name", "source", "range_id", "start_ns", "end_ns", "kernel_count", "launches", "key",
                "range_start_ns", "range_end_ns", "range_side", "breakdown", "evidence", "engine")
 
 
 class Step:
-    """A decode step. Its four times are a row of int64 columns (`StepTimes`, shared by up to row_chunks.CHUNK
-    steps: `_t`, its row `_i`), read as Python ints: four int objects a step were ~128 bytes of each step."""
+    """A decode step. Its four times, key and range id are a row of int64 columns (`StepTimes`, shared by up to
+    row_chunks.CHUNK steps: `_t`, its row `_i`), read as Python ints: an int object each was ~32 bytes of each
+    step, and a long trace has 10^6 steps (its index stays a slot: the rules and tables read it of every launch).
+    Its source, evidence and range side are class attributes of the subclass for those three (`step_class`): a
+    trace's steps have one or a few. `group_steps` gives each its launches as a tuple (a list was ~13 bytes more a
+    step)."""
 
-    __slots__ = ("_i", "_t", "breakdown", "engine", "evidence", "index", "kernel_count", "key", "launches", "name",
-                 "range_id", "range_side", "source")
+    __slots__ = ("_i", "_t", "breakdown", "engine", "index", "kernel_count", "launches", "name")
+
+    source: str  # 'range:<kind>' or 'launch'
+    evidence: str  # what made it a step: a key of STEPS_FROM
+    range_side: str | None  # 'cpu' | 'gpu' | None (a step of one launch, no range)
 
     def __init__(self, index: int, name: str, source: str, range_id: int | None, start_ns: int, end_ns: int,
                  kernel_count: int, launches: list[Launch], key: int = 0, range_start_ns: int | None = None,
                  range_end_ns: int | None = None, range_side: str | None = None, breakdown: Any = None,
                  evidence: str = "launch", engine: engine_steps.StepInfo | None = None) -> None:
+        self.__class__ = step_class(source, evidence, range_side)
         self.index = index
         self.name = name
-        self.source = source  # 'range:<kind>' or 'launch'
-        self.range_id = range_id
         self.kernel_count = kernel_count  # kernels of the step (all families; `step_kernels` reads them)
-        self.launches = launches
-        self.key = key  # the step's key in the grouping tables (_step_members): its range_id, or < 0 for a launch step
-        self.range_side = range_side  # 'cpu' | 'gpu' | None (a step of one launch, no range)
+        self.launches: Sequence[Launch] = launches
         self.breakdown = breakdown  # traceinsight.model.breakdown.StepBreakdown, set by the pipeline
-        self.evidence = evidence  # what made it a step: a key of STEPS_FROM
         self.engine = engine  # what the engine's iteration annotation says (phase, batch, tokens)
         times = (start_ns, end_ns, NO_TIME if range_start_ns is None else range_start_ns,
-                 NO_TIME if range_end_ns is None else range_end_ns)
+                 NO_TIME if range_end_ns is None else range_end_ns, key,
+                 NO_TIME if range_id is None else range_id)
         self._t = StepTimes(*(array("q", [v]) for v in times))
         self._i = 0
+
+    @property
+    def key(self) -> int:
+        """The step's key in the grouping tables (_step_members): its range_id, or < 0 for a launch step."""
+        return self._t.key[self._i]
+
+    @property
+    def range_id(self) -> int | None:
+        v = self._t.range_id[self._i]
+        return None if v == NO_TIME else v
 
     @property
     def start_ns(self) -> int:
@@ -287,6 +305,20 @@ class Step:
         """True/False when every attention launch of the step agrees, else None (mixed or unknown)."""
         states = {launch.split_kv for launch in self.launches}
         return states.pop() if len(states) == 1 else None
+
+
+# The Step subclass of each (source, evidence, range_side) (`step_class`).
+_STEP_CLASSES: dict[tuple[str, str, str | None], type[Step]] = {}
+
+
+def step_class(source: str, evidence: str, range_side: str | None) -> type[Step]:
+    """The Step subclass whose instances have this source, evidence and range side (its class attributes)."""
+    key = (source, evidence, range_side)
+    got = _STEP_CLASSES.get(key)
+    if got is None:
+        got = _STEP_CLASSES[key] = type("Step", (Step,), {"__slots__": (), "__module__": __name__, "source": source,
+                                                          "evidence": evidence, "range_side": range_side})
+    return got
 
 
 # Each database's labels by id (`labels_of`), and how many there were when read: kernel_labels is insert-only, so
@@ -478,52 +510,55 @@ def _steps_of(col: dict[str, pa.Array], order: np.ndarray, first: np.ndarray, co
             return [v if o else None for v, o in zip(got, ok, strict=True)]
         return list(got)
 
-    keys, ranged, names, kinds, counts, sides = (pick(c) for c in ("step_key", "ranged", "name", "kind",
-                                                                    "kernel_count", "side"))
-    n = len(keys)
+    ranged, names, kinds, counts, sides = (pick(c) for c in ("ranged", "name", "kind", "kernel_count", "side"))
+    n = len(names)
     lo, k = first[order].tolist(), count[order].tolist()
-    mine = [launches[a:a + m] for a, m in zip(lo, k, strict=True)]
+    mine = [(launches[a],) if m == 1 else tuple(launches[a:a + m]) if m else () for a, m in zip(lo, k, strict=True)]
     names = [name or f"{x[0].attention.kernel} launch {i}" for i, (name, x) in enumerate(zip(names, mine, strict=True))]
     launch_steps = bool(n) and not ranged[0]  # a list holds one kind: range steps, or launch steps alone
     no_range = np.full(n, NO_TIME, np.int64)
+    keys = ints(col["step_key"], 0)[order]
     times = [ints(col["start_ns"], 0)[order], ints(col["end_ns"], 0)[order]]
     times += ([no_range, no_range] if launch_steps or recovered
               else [ints(col[c], NO_TIME)[order] for c in ("range_start_ns", "range_end_ns")])
-    chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in chunked(times, StepTimes))
+    times += [keys, no_range if launch_steps or recovered else keys]
+    made = chunked(times, StepTimes)
+    nulls: dict[int, array[int]] = {}
+    for c in made:  # columns that repeat another, or hold no value, shared (never written after this)
+        if launch_steps or recovered:
+            none = nulls.setdefault(len(c.key), array("q", [NO_TIME]) * len(c.key))
+            c.range_start_ns = c.range_end_ns = c.range_id = none
+        else:
+            c.range_id = c.key
+    chunks = itertools.chain.from_iterable(itertools.repeat(c, CHUNK) for c in made)
     rows = itertools.cycle(range(CHUNK))
     if launch_steps:
-        return list(map(_step, range(n), names, itertools.repeat("launch", n), itertools.repeat(None, n), counts,
-                        mine, keys, itertools.repeat(None, n), itertools.repeat("launch", n), chunks, rows))
-    sources = {kind: f"range:{kind}" for kind in set(kinds)}
-    if recovered:  # no range of the trace's: the window only
-        return list(map(_step, range(n), names, map(sources.__getitem__, kinds), itertools.repeat(None, n), counts,
-                        mine, keys, itertools.repeat(None, n), itertools.repeat(steps_from, n), chunks, rows))
-    return list(map(_step, range(n), names, map(sources.__getitem__, kinds), keys, counts, mine, keys, sides,
-                    itertools.repeat(steps_from, n), chunks, rows))
+        return list(map(_step, itertools.repeat(step_class("launch", "launch", None), n), range(n), names, counts,
+                        mine, chunks, rows))
+    classes = {(kind, side): step_class(f"range:{kind}", steps_from, None if recovered else side)
+               for kind, side in set(zip(kinds, sides, strict=True))}
+    return list(map(_step, map(classes.__getitem__, zip(kinds, sides, strict=True)), range(n), names, counts, mine,
+                    chunks, rows))
 
 
-def step_times(steps: Sequence[Step]) -> dict[str, np.ndarray]:
-    """These steps' TIME_FIELDS as int64 arrays (NO_TIME for a range time of None), read from their rows rather
-    than through each step's properties."""
-    return gather(steps, attrgetter("_t"), attrgetter("_i"), TIME_FIELDS)
+def step_times(steps: Sequence[Step], fields: Sequence[str] = TIME_FIELDS) -> dict[str, np.ndarray]:
+    """These steps' `fields` (of ROW_FIELDS: TIME_FIELDS by default) as int64 arrays (NO_TIME for a range time or
+    range id of None), read from their rows rather than through each step's properties."""
+    return gather(steps, attrgetter("_t"), attrgetter("_i"), fields)
 
 
-def _step(index: int, name: str, source: str, range_id: int | None, kernel_count: int, launches: list[Launch],
-          key: int, range_side: str | None, evidence: str, times: StepTimes, row: int) -> Step:
-    """A Step whose times are row `row` of `times` (no engine, breakdown yet)."""
-    s = object.__new__(Step)
+def _step(cls: type[Step], index: int, name: str, kernel_count: int, launches: tuple[Launch, ...],
+          row_of: StepTimes, row: int) -> Step:
+    """A Step of class `cls` (`step_class`) whose times, key and range id are row `row` of `row_of` (no engine,
+    breakdown yet)."""
+    s = object.__new__(cls)
     s.index = index
     s.name = name
-    s.source = source
-    s.range_id = range_id
     s.kernel_count = kernel_count
     s.launches = launches
-    s.key = key
-    s.range_side = range_side
     s.breakdown = None
-    s.evidence = evidence
     s.engine = None
-    s._t = times
+    s._t = row_of
     s._i = row
     return s
 
