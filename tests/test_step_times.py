@@ -5,6 +5,8 @@ by field, as the dataclass it replaced."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 import random
 
 from conftest import TRACES
@@ -50,4 +52,19 @@ def test_step_times_of_the_pipeline_s_steps_match_their_properties() -> None:
                 s.range_start_ns, s.range_end_ns, s.range_side, s.breakdown, s.evidence, s.engine)
     assert twin == s and type(twin) is type(s) and repr(twin) == repr(s)
     assert len({type(x) for x in steps}) == len({(x.source, x.evidence, x.range_side) for x in steps})
+    db.close()
+
+
+def test_a_step_pickles_and_copies_as_it_did() -> None:
+    """A notebook pickles or copies an analysis's steps (joblib, multiprocessing, copy.deepcopy): a step, its
+    launches' kernels and its breakdown, each of a class made at run time (`step_class`, `shape_class`), come back
+    equal (the step of the same class)."""
+    db, (a,) = analyze([TRACES / "h200/flashinfer_decode_sweep.pt.trace.json.gz"], cache=False)
+    chosen = [s for s in a.steps if s.breakdown is not None][:3] + [Step(4, "s4", "launch", None, 1, 2, 0, [])]
+    for s in chosen:
+        for back in (pickle.loads(pickle.dumps(s)), copy.deepcopy(s)):
+            assert back == s and type(back) is type(s) and back.breakdown == s.breakdown
+            assert [x.attention for x in back.launches] == [x.attention for x in s.launches]
+    assert any(back.range_id is not None for back in pickle.loads(pickle.dumps(chosen)))
+    assert any(s.launches for s in chosen)
     db.close()

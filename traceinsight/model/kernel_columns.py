@@ -106,6 +106,11 @@ class Kernel:
 
     __hash__ = None  # type: ignore[assignment]  # unhashable, as the dataclass it replaces
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (and copied) by its fields, as a row of its own: its class is made at run time (`shape_class`),
+        which pickle cannot name."""
+        return (kernel, self.values())
+
     def __repr__(self) -> str:
         return "Kernel(" + ", ".join(f"{f}={v!r}" for f, v in zip(FIELDS, self.values(), strict=True)) + ")"
 

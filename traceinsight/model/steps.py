@@ -265,6 +265,11 @@ class Step:
 
     __hash__ = None  # type: ignore[assignment]  # unhashable, as the dataclass it replaces
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (and copied) by its fields: its class is made at run time (`step_class`), which pickle cannot
+        name; the constructor picks it again."""
+        return (Step, tuple(getattr(self, f) for f in STEP_FIELDS))
+
     def __repr__(self) -> str:
         return "Step(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in STEP_FIELDS) + ")"
 
