@@ -15,8 +15,10 @@ import pytest
 from hypothesis import settings
 
 # CI runs the property tests on a fixed seed (HYPOTHESIS_PROFILE=ci, set by .ci/run): a landing must not
-# depend on which examples a random draw found. Local runs keep drawing new examples to find new bugs.
-settings.register_profile("ci", derandomize=True, print_blob=True)
+# depend on which examples a random draw found. Local runs keep drawing new examples to find new bugs. Nor on the
+# machine's load: no per-example deadline in CI (hypothesis's 200 ms is a timing assertion; timings live in
+# benchmarks/), after test_fit_spikes_never_flags_below_ratio failed once on a loaded machine and passed on its seed.
+settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO = Path(__file__).resolve().parents[1]
