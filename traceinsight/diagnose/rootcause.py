@@ -28,7 +28,7 @@ steps' time minus their floor plus the time between them, and each basis is boun
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -124,7 +124,8 @@ def attribute(claims: Sequence[tuple[int | None, Sequence[int]] | tuple[int | No
             continue
         want = max(0, int(saving))
         if per_step:
-            pos, wanted = left.where(*_columns(per_step))
+            placed = IntMap.of(per_step)
+            pos, wanted = left.where(placed.keys_, placed.values_)
             # In the claim's order, each step gives min(its saving there, what is left of it) until the claim
             # (or the pool) is met: what the steps before it gave bounds what it may give.
             can = np.minimum(wanted, left.left[pos])
@@ -187,28 +188,18 @@ class _Budget:
         self.table = StepBudget.of(budget)
         self.left = np.maximum(self.table.values_, 0)
 
-    def where(self, steps: Iterable[int] | np.ndarray, values: Iterable[Any] | np.ndarray | None = None
-              ) -> tuple[np.ndarray, np.ndarray]:
-        """The positions of those of `steps` (distinct) that the budget holds, in their order, and their `values`
-        (as ints, at least 0; zeros when None); either may be an int64 array."""
-        got = steps if isinstance(steps, np.ndarray) else np.fromiter(steps, np.int64)
-        vals = (np.zeros(len(got), np.int64) if values is None
-                else np.maximum(values if isinstance(values, np.ndarray)
-                                else np.fromiter(map(int, values), np.int64, len(got)), 0))
-        pos, held = self.table.positions(got)
+    def where(self, steps: np.ndarray, values: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The positions of those of `steps` (distinct, int64) that the budget holds, in their order, and their
+        `values` (at least 0; zeros when None)."""
+        vals = np.zeros(len(steps), np.int64) if values is None else np.maximum(values, 0)
+        pos, held = self.table.positions(steps)
         return pos, vals[held]
 
 
-def _columns(per_step: Mapping[int, int]) -> tuple[Iterable[int] | np.ndarray, Iterable[int] | np.ndarray]:
-    """A claim's steps and ns: its arrays when it holds them (`IntMap`), else its keys and values."""
-    if isinstance(per_step, IntMap):
-        return per_step.keys_, per_step.values_
-    return per_step.keys(), per_step.values()
-
-
-def _distinct(steps: Sequence[int]) -> Iterable[int] | np.ndarray:
-    """A finding's steps once each: its array when it holds one (`SortedInts`: distinct already)."""
-    return steps.array if isinstance(steps, SortedInts) else dict.fromkeys(steps)
+def _distinct(steps: Sequence[int]) -> np.ndarray:
+    """A finding's steps once each, in their order, as int64: its array when it holds one (`SortedInts`: distinct
+    already)."""
+    return steps.array if isinstance(steps, SortedInts) else np.fromiter(dict.fromkeys(steps), np.int64)
 
 
 def budgets(steps: Sequence[Any], arrays: StepArrays | None = None) -> dict[str, StepBudget]:
@@ -350,7 +341,8 @@ def floors(walls: Mapping[int, int], claims: Sequence[tuple[int | None, Sequence
         if saving is None:
             continue
         if per_step:
-            pos, wanted = table.where(*_columns(per_step))
+            placed = IntMap.of(per_step)
+            pos, wanted = table.where(placed.keys_, placed.values_)
             claim = np.minimum(wanted, wall[pos])
         else:
             pos, _ = table.where(_distinct(steps))
