@@ -11,6 +11,7 @@ import random
 
 from conftest import TRACES
 
+from traceinsight.model.kernel_columns import Kernel
 from traceinsight.model.steps import NO_TIME, ROW_FIELDS, STEP_FIELDS, TIME_FIELDS, Step, step_times
 from traceinsight.pipeline import analyze
 
@@ -65,6 +66,8 @@ def test_a_step_pickles_and_copies_as_it_did() -> None:
         for back in (pickle.loads(pickle.dumps(s)), copy.deepcopy(s)):
             assert back == s and type(back) is type(s) and back.breakdown == s.breakdown
             assert [x.attention for x in back.launches] == [x.attention for x in s.launches]
+    made = len(Kernel.__subclasses__())
     assert any(back.range_id is not None for back in pickle.loads(pickle.dumps(chosen)))
+    assert len(Kernel.__subclasses__()) == made  # no class per unpickled kernel (kernel_columns.kernel)
     assert any(s.launches for s in chosen)
     db.close()

@@ -146,10 +146,11 @@ def kernel(kernel_id: int, name: str, kernel: str, family: str, backend: str | N
            phase_evidence: str, params: dict[str, Any], stream_id: int | None, device_id: int | None, start_ns: int,
            end_ns: int, dur_ns: int, grid: tuple[int, int, int], block: tuple[int, int, int],
            registers_per_thread: int | None, smem_bytes: int | None) -> Kernel:
-    """One Kernel of these fields (a row of its own), for a caller that has no query's rows."""
+    """One Kernel of these fields (a row of its own), for a caller that has no query's rows: a `_Shaped` view, no
+    class made per call (a pickled Kernel comes back through here, 10^6 of them for a long trace's steps)."""
     rows = KernelRows(*(array("q", [v]) for v in (kernel_id, start_ns, end_ns, dur_ns)))
-    return shape_class((name, kernel, family, backend, phase, phase_evidence, params, stream_id, device_id, grid,
-                        block, registers_per_thread, smem_bytes))(rows, 0)
+    return _Shaped(rows, 0, (name, kernel, family, backend, phase, phase_evidence, params, stream_id, device_id, grid,
+                             block, registers_per_thread, smem_bytes))
 
 
 class KernelViews:
