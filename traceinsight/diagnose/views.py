@@ -4,8 +4,10 @@ candidate selections over these launches are named SQL (`traceinsight.diagnose.l
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import NamedTuple
 
 from traceinsight.diagnose.context import TraceAnalysis
@@ -71,17 +73,24 @@ def launch_views(ctx: TraceAnalysis) -> list[LaunchView]:
     skip = PREFILL_PHASES  # the decode rules and models do not judge prefill or mixed launches
     steps = [step for step in ctx.steps for launch in step.launches if launch.phase not in skip]
     launches = [launch for step in ctx.steps for launch in step.launches if launch.phase not in skip]
+    n = len(launches)
     ids = kernel_ids([launch.attention for launch in launches])  # from the kernels' rows, at once
     models = s.models.of(ids) if isinstance(s.models, LaunchModels) else list(map(s.models.get, ids.tolist()))
-    # The schedule's lookups bound once (a long trace has 10^6 launches); the fields in LaunchView's order.
-    threshold, batch, measured = s.thresholds.get, s.batches.get, s.measured.get
-    graph = s.cuda_graph_kernels
-    view, append = LaunchView, out.append
-    for step, launch, m, kid in zip(steps, launches, models, ids.tolist(), strict=True):
-        append(view(step, launch, threshold(launch.attention.name), batch(step.index), m, measured(kid),
-                    kid in graph))
+    # A column of the views' fields at a time through C getters and lookups (a long trace has 10^6 launches), the
+    # views made by tuple.__new__ (a named tuple's own __new__ is a Python function: a frame per launch); no
+    # lookup per launch in an empty measurement map or CUDA-graph set.
+    thresholds = map(s.thresholds.get, map(_NAME, launches))
+    batches = map(s.batches.get, map(_INDEX, steps))
+    kid = ids.tolist() if s.measured or s.cuda_graph_kernels else []
+    measured = map(s.measured.get, kid) if s.measured else itertools.repeat(None, n)
+    graph = map(s.cuda_graph_kernels.__contains__, kid) if s.cuda_graph_kernels else itertools.repeat(False, n)
+    out = list(map(tuple.__new__, itertools.repeat(LaunchView),
+                   zip(steps, launches, thresholds, batches, models, measured, graph, strict=True)))
     s.cache[key] = tuple(out)
     return out
+
+
+_NAME, _INDEX = attrgetter("attention.name"), attrgetter("index")
 
 
 def release_views(ctx: TraceAnalysis) -> None:
