@@ -155,13 +155,15 @@ def test_code_version_scopes() -> None:
 
 
 def entry_rows(entry: Path) -> dict[str, list[tuple]]:
-    """Every row of every table of a cache entry, in the entry's row order."""
+    """Every row of every table of a cache entry (those stored, and the view `kernels`), in the entry's row order."""
     import duckdb
 
-    from traceinsight.ingest.schema import table_names
+    from traceinsight.ingest.schema import stored_table_names
 
     with duckdb.connect(str(entry), read_only=True) as con:
-        return {t: con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in table_names()}
+        rows = {t: con.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in stored_table_names()}
+        rows["kernels"] = con.execute("SELECT * FROM kernels").fetchall()  # the view, as the entry's readers see it
+        return rows
 
 
 def test_a_cold_analysis_writes_the_entry_the_next_reads(cache_dir: Path, h200: Path, tmp_path: Path) -> None:

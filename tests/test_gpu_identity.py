@@ -93,7 +93,7 @@ def test_kernels_on_an_undescribed_id_use_identical_device_rows() -> None:
     # properties serve; with the rows made different, nothing is guessed (tests/test_trace_gpu_fallback.py).
     db, ids = load([VLLM], cache=False)
     t = ids[0]
-    db.sql("UPDATE kernels SET device_id = 9 WHERE trace_id = $t", {"t": t})
+    db.sql("UPDATE kernel_rows SET device_id = 9 WHERE trace_id = $t", {"t": t})
     gpu_row = db.rows(sql("trace_gpu"), {"trace": t})[0]
     assert (gpu_row["device_id"], gpu_row["num_sms"], gpu_row["compute_major"]) == (9, 304, 9)
     sched = attach(db, t, [], gpu_row)

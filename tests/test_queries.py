@@ -35,11 +35,11 @@ class Inline:
             self.labels.add(name)
             self.db.sql("INSERT INTO kernel_labels VALUES ($n, $f, $b, $n, 'unknown', '', 'inline', '{}')",
                         {"n": name, "f": family, "b": backend})
-        self.db.sql("INSERT INTO kernels (trace_id, kernel_id, name, device_id, stream_id, start_ns, end_ns, dur_ns, "
-                    "grid_x, grid_y, grid_z, correlation_id, process_id) "
+        self.db.sql("INSERT INTO kernel_rows (trace_id, kernel_id, name_id, device_id, stream_id, start_ns, end_ns, "
+                    "dur_ns, grid_x, grid_y, grid_z, correlation_id, process_id) "
                     "VALUES ($t, $k, $n, $d, $s, $a, $e, $e - $a, $g, $gy, $gz, $c, 1)",
-                    {"t": trace, "k": kid, "n": name, "d": device, "s": stream, "a": start, "e": end, "g": grid_x,
-                     "gy": grid_y, "gz": grid_z, "c": corr})
+                    {"t": trace, "k": kid, "n": self.db.name_id(trace, name), "d": device, "s": stream, "a": start,
+                     "e": end, "g": grid_x, "gy": grid_y, "gz": grid_z, "c": corr})
 
     def launch(self, corr: int, start: int, thread: int = 11, trace: int = T) -> None:
         self.db.sql("INSERT INTO launches VALUES ($t, $c, 'cudaLaunchKernel', $a, $a + 5, 1, $h)",

@@ -22,7 +22,7 @@ def test_gpu_work_ordered_gives_every_interval_in_order() -> None:
     x.memop(1100, 1200, corr=3)  # a tie with both kernels: after them
     x.memop(1050, 1060)
     x.launch(12, 1005, trace=T + 1)  # another trace's call is not this trace's
-    x.db.sql("UPDATE kernels SET process_id = NULL WHERE kernel_id = 2")
+    x.db.sql("UPDATE kernel_rows SET process_id = NULL WHERE kernel_id = 2")
     assert x.rows("gpu_work_ordered", trace=T) == [
         (-1, 3000, 3100, None, 1, "elementwise", 6),
         (0, 1050, 1060, None, None, "memory", -1),
@@ -54,8 +54,8 @@ def test_streamed_work_carries_each_interval_s_launch_call(monkeypatch: object) 
     x.memop(1100, 1200, corr=3)
     x.memop(1050, 1060)
     x.db.sql("INSERT INTO launches VALUES ($t, 3, 'cudaMemcpyAsync', 900, 905, 2, 11)", {"t": T})  # corr 3, pid 2
-    x.db.sql("UPDATE kernels SET process_id = NULL WHERE kernel_id = 2")  # merge (corr 3): any process's call
-    x.db.sql("UPDATE kernels SET process_id = 7 WHERE kernel_id = 3")  # gemm (corr 11): no call of process 7
+    x.db.sql("UPDATE kernel_rows SET process_id = NULL WHERE kernel_id = 2")  # merge (corr 3): any process's call
+    x.db.sql("UPDATE kernel_rows SET process_id = 7 WHERE kernel_id = 3")  # gemm (corr 11): no call of process 7
     pieces = list(work_pieces(x.db, T, [], work_names(x.db)))
     mp.undo()
     assert [len(p.start) for p in pieces] == [4, 4, 1]

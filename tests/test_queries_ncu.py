@@ -25,10 +25,10 @@ class Inline:
         self.db.sql("INSERT INTO traces (trace_id, path, format) VALUES ($t, 'inline', 'nsys')", {"t": T})
 
     def kernel(self, kid: int, name: str, start: int, grid: int = 8, corr: int | None = None) -> None:
-        self.db.sql("INSERT INTO kernels (trace_id, kernel_id, name, device_id, stream_id, start_ns, end_ns, dur_ns, "
-                    "grid_x, grid_y, grid_z, block_x, block_y, block_z, correlation_id, process_id) "
+        self.db.sql("INSERT INTO kernel_rows (trace_id, kernel_id, name_id, device_id, stream_id, start_ns, end_ns, "
+                    "dur_ns, grid_x, grid_y, grid_z, block_x, block_y, block_z, correlation_id, process_id) "
                     "VALUES ($t, $k, $n, 0, 7, $a, $a + 50, 50, $g, 1, 1, 128, 1, 1, $c, 1)",
-                    {"t": T, "k": kid, "n": name, "a": start, "g": grid, "c": corr})
+                    {"t": T, "k": kid, "n": self.db.name_id(T, name), "a": start, "g": grid, "c": corr})
 
     def ncu(self, nid: int, name: str, grid: int | None = 8, nvtx: str | None = None) -> None:
         self.db.sql("INSERT INTO ncu_kernels (trace_id, ncu_id, name, grid_x, grid_y, grid_z, block_x, block_y, "

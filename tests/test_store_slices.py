@@ -29,9 +29,13 @@ def _table_bytes(db: TraceDB) -> int:
 
 def test_sliced_insert_equals_one_insert(monkeypatch: pytest.MonkeyPatch) -> None:
     whole = _ingest(EXPORT)
-    text = store._text_bytes(whole.con.sql("SELECT name, mangled_name FROM kernels").to_arrow_table())
-    assert text > 60_000  # 70 kernels of FlashInfer's long templated names
-    monkeypatch.setattr(store, "CHECKPOINT_TEXT_BYTES", 10_000)  # ~7 slices of the kernel table
+    # The kernels' names are held once each (kernel_names), not in their rows: the launches' and memory
+    # operations' names are the text inserted per row here.
+    names = whole.con.sql("SELECT name FROM launches UNION ALL SELECT name FROM memops").to_arrow_table()
+    text = store._text_bytes(names)
+    assert text > 6_000
+    assert whole.con.sql("SELECT count(*) FROM kernel_names").fetchall() == [(6,)]  # 70 kernels, 6 names
+    monkeypatch.setattr(store, "CHECKPOINT_TEXT_BYTES", 500)  # ~6 slices of the launches, ~8 of the memops
     monkeypatch.setattr(store, "ROW_GROUP_ROWS", 4)  # each slice whole groups of 4 rows (DuckDB's are 122,880)
     sliced = _ingest(EXPORT)
     for table in ("kernels", "memops", "launches", "ranges", "devices"):
@@ -40,7 +44,29 @@ def test_sliced_insert_equals_one_insert(monkeypatch: pytest.MonkeyPatch) -> Non
     ids = "SELECT kernel_id, start_ns FROM kernels"  # ids in start order, rows stored in id order
     assert sliced.con.execute(ids).fetchall() == whole.con.execute(ids).fetchall()
     assert sliced.rows("SELECT warnings FROM traces") == whole.rows("SELECT warnings FROM traces")
-    assert _table_bytes(sliced) < _table_bytes(whole)  # the checkpoints compressed what they covered
+
+
+def test_a_sliced_insert_holds_its_text_compressed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table of long repeated names (as the kernels' were before kernel_names held them once): the checkpoints
+    of its slices compressed what they covered, where one insert holds every name as inserted."""
+    import pyarrow as pa
+
+    n = 20_000
+    names = pa.array([f"{'templated<' * 30}{i % 7}" for i in range(n)], pa.string())
+
+    def loaded() -> TraceDB:
+        wide = _ranges(list(range(n)), list(range(1, n + 1)), arrow=True)
+        wide.tables["ranges"]["name"] = names
+        db = TraceDB()
+        db.add(wide, Path("inline"))
+        return db
+
+    whole = loaded()
+    monkeypatch.setattr(store, "CHECKPOINT_TEXT_BYTES", 1_000_000)  # ~6 slices of ~6 MB of names
+    sliced = loaded()
+    query = "SELECT * FROM ranges ORDER BY range_id"
+    assert sliced.con.execute(query).fetchall() == whole.con.execute(query).fetchall()
+    assert _table_bytes(sliced) < _table_bytes(whole) / 2
 
 
 def test_text_bytes_counts_each_row_of_a_dictionary() -> None:

@@ -48,8 +48,8 @@ def _db_with_devices(device_ids: list[int], kernel_device: int) -> TraceDB:
     for d in device_ids:
         db.sql("INSERT INTO devices (trace_id, device_id, name, num_sms) VALUES (0, $d, 'GPU ' || $d, 100 + $d)",
                {"d": d})
-    db.sql("INSERT INTO kernels (trace_id, kernel_id, name, device_id, stream_id, start_ns, end_ns, dur_ns) "
-           "VALUES (0, 0, 'k', $d, 7, 0, 10, 10)", {"d": kernel_device})
+    db.sql("INSERT INTO kernel_rows (trace_id, kernel_id, name_id, device_id, stream_id, start_ns, end_ns, dur_ns) "
+           "VALUES (0, 0, $n, $d, 7, 0, 10, 10)", {"d": kernel_device, "n": db.name_id(0, "k")})
     return db
 
 

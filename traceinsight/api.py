@@ -118,7 +118,8 @@ class Analysis:
         """The tables `arrow` and `sql` read."""
         self._tables()
         rows = self.db.con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-                                   "ORDER BY table_name").fetchall()
+                                   "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = "
+                                   "current_database() AND NOT internal ORDER BY 1").fetchall()
         return [r[0] for r in rows]
 
     def sql(self, query: str, params: dict[str, Any] | None = None) -> pd.DataFrame:

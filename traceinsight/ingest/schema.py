@@ -16,9 +16,22 @@ def schema_sql() -> str:
 ANALYSIS_MARKER = "-- The analysis as tables"
 
 
+# Tables that hold another's rows (schema.sql's views read them): kept out of `table_names`, which names the view.
+STORAGE_TABLES = ("kernel_names", "kernel_rows")
+
+
 @cache
 def table_names() -> tuple[str, ...]:
-    """The normalized tables of `schema.sql` the readers fill, in the order it creates them (`traces` first)."""
+    """The normalized tables of `schema.sql` the readers fill, as queries see them (`kernels`, a view, and not the
+    STORAGE_TABLES it reads), in the order it creates them (`traces` first)."""
+    found = re.findall(r"CREATE (?:TABLE|VIEW) IF NOT EXISTS (\w+)", schema_sql().split(ANALYSIS_MARKER)[0])
+    return tuple(t for t in found if t not in STORAGE_TABLES)
+
+
+@cache
+def stored_table_names() -> tuple[str, ...]:
+    """The normalized tables of `schema.sql` as stored (the STORAGE_TABLES, not the views that read them), in the
+    order it creates them: what a saved trace's database holds (`TraceDB.save_trace`)."""
     return tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", schema_sql().split(ANALYSIS_MARKER)[0]))
 
 

@@ -46,32 +46,93 @@ CREATE TABLE IF NOT EXISTS devices (
     l2_bytes                BIGINT
 );
 
--- One row per GPU kernel execution.
-CREATE TABLE IF NOT EXISTS kernels (
+-- One row per distinct kernel name of the traces (with its mangled name): the names `kernels` gives its rows, held
+-- once each rather than once per kernel (a templated FlashInfer name is ~400 characters and a trace runs a few
+-- hundred distinct ones: a million kernels carried ~870 MB of names to insert and compress).
+CREATE TABLE IF NOT EXISTS kernel_names (
     trace_id                INTEGER NOT NULL,
-    kernel_id               BIGINT  NOT NULL,   -- 0.. in start order within the trace
-    name                    VARCHAR NOT NULL,   -- demangled name with template arguments
-    mangled_name            VARCHAR,            -- when the trace has it
-    device_id               INTEGER,            -- GPU that ran it
-    stream_id               BIGINT,             -- CUDA stream
-    start_ns                BIGINT  NOT NULL,   -- kernel start on the GPU
-    end_ns                  BIGINT  NOT NULL,   -- kernel end on the GPU
-    dur_ns                  BIGINT  NOT NULL,   -- end_ns - start_ns
-    grid_x                  INTEGER,            -- grid size in CTAs along x
-    grid_y                  INTEGER,            -- grid size along y
-    grid_z                  INTEGER,            -- grid size along z
-    block_x                 INTEGER,            -- threads per block along x
-    block_y                 INTEGER,            -- threads per block along y
-    block_z                 INTEGER,            -- threads per block along z
-    registers_per_thread    INTEGER,            -- registers allocated per thread
-    static_smem_bytes       INTEGER,            -- NULL where the format only gives the total
-    dynamic_smem_bytes      INTEGER,            -- NULL where the format only gives the total
-    smem_bytes              INTEGER,            -- static + dynamic shared memory per block
-    correlation_id          BIGINT,             -- links to `launches.correlation_id` (unique per process)
-    process_id              BIGINT,             -- OS process that launched it, when the trace says
-    graph_node_id           BIGINT,             -- CUDA graph node when launched from a graph (nsys --cuda-graph-trace=node)
-    graph_id                BIGINT              -- CUDA graph it was replayed from, when the trace says (nsys exports with the kernel's graphId); `graph_replays` links kernels to replays in every format
+    name_id                 INTEGER NOT NULL,   -- 0.. across the database's traces, a trace's ids one after another
+    name                    VARCHAR NOT NULL,   -- demangled name with template arguments (`kernels.name`)
+    mangled_name            VARCHAR             -- when the trace has it (`kernels.mangled_name`)
 );
+
+-- The rows of `kernels` as stored: each kernel's names as a `kernel_names.name_id`.
+CREATE TABLE IF NOT EXISTS kernel_rows (
+    trace_id                INTEGER NOT NULL,
+    kernel_id               BIGINT NOT NULL,    -- as `kernels.kernel_id`
+    name_id                 INTEGER NOT NULL,   -- its names: `kernel_names.name_id`
+    device_id               INTEGER,            -- as `kernels.device_id`
+    stream_id               BIGINT,             -- as `kernels.stream_id`
+    start_ns                BIGINT NOT NULL,    -- as `kernels.start_ns`
+    end_ns                  BIGINT NOT NULL,    -- as `kernels.end_ns`
+    dur_ns                  BIGINT NOT NULL,    -- as `kernels.dur_ns`
+    grid_x                  INTEGER,            -- as `kernels.grid_x`
+    grid_y                  INTEGER,            -- as `kernels.grid_y`
+    grid_z                  INTEGER,            -- as `kernels.grid_z`
+    block_x                 INTEGER,            -- as `kernels.block_x`
+    block_y                 INTEGER,            -- as `kernels.block_y`
+    block_z                 INTEGER,            -- as `kernels.block_z`
+    registers_per_thread    INTEGER,            -- as `kernels.registers_per_thread`
+    static_smem_bytes       INTEGER,            -- as `kernels.static_smem_bytes`
+    dynamic_smem_bytes      INTEGER,            -- as `kernels.dynamic_smem_bytes`
+    smem_bytes              INTEGER,            -- as `kernels.smem_bytes`
+    correlation_id          BIGINT,             -- as `kernels.correlation_id`
+    process_id              BIGINT,             -- as `kernels.process_id`
+    graph_node_id           BIGINT,             -- as `kernels.graph_node_id`
+    graph_id                BIGINT              -- as `kernels.graph_id`
+);
+
+-- One row per GPU kernel execution: a view of `kernel_rows`, each row with its names from `kernel_names` (looked up
+-- by position, so that its rows come in `kernel_rows`' order, kernel_id order within a trace).
+CREATE VIEW IF NOT EXISTS kernels (
+    trace_id,               -- INTEGER NOT NULL
+    kernel_id,              -- BIGINT NOT NULL: 0.. in start order within the trace
+    name,                   -- VARCHAR NOT NULL: demangled name with template arguments
+    mangled_name,           -- VARCHAR: when the trace has it
+    device_id,              -- INTEGER: GPU that ran it
+    stream_id,              -- BIGINT: CUDA stream
+    start_ns,               -- BIGINT NOT NULL: kernel start on the GPU
+    end_ns,                 -- BIGINT NOT NULL: kernel end on the GPU
+    dur_ns,                 -- BIGINT NOT NULL: end_ns - start_ns
+    grid_x,                 -- INTEGER: grid size in CTAs along x
+    grid_y,                 -- INTEGER: grid size along y
+    grid_z,                 -- INTEGER: grid size along z
+    block_x,                -- INTEGER: threads per block along x
+    block_y,                -- INTEGER: threads per block along y
+    block_z,                -- INTEGER: threads per block along z
+    registers_per_thread,   -- INTEGER: registers allocated per thread
+    static_smem_bytes,      -- INTEGER: NULL where the format only gives the total
+    dynamic_smem_bytes,     -- INTEGER: NULL where the format only gives the total
+    smem_bytes,             -- INTEGER: static + dynamic shared memory per block
+    correlation_id,         -- BIGINT: links to `launches.correlation_id` (unique per process)
+    process_id,             -- BIGINT: OS process that launched it, when the trace says
+    graph_node_id,          -- BIGINT: CUDA graph node when launched from a graph (nsys --cuda-graph-trace=node)
+    graph_id                -- BIGINT: CUDA graph it was replayed from, when the trace says (nsys exports with the kernel's graphId); `graph_replays` links kernels to replays in every format
+) AS SELECT
+    k.trace_id,
+    k.kernel_id,
+    (SELECT list(name ORDER BY name_id) FROM kernel_names)[k.name_id + 1] AS name,
+    (SELECT list(mangled_name ORDER BY name_id) FROM kernel_names)[k.name_id + 1] AS mangled_name,
+    k.device_id,
+    k.stream_id,
+    k.start_ns,
+    k.end_ns,
+    k.dur_ns,
+    k.grid_x,
+    k.grid_y,
+    k.grid_z,
+    k.block_x,
+    k.block_y,
+    k.block_z,
+    k.registers_per_thread,
+    k.static_smem_bytes,
+    k.dynamic_smem_bytes,
+    k.smem_bytes,
+    k.correlation_id,
+    k.process_id,
+    k.graph_node_id,
+    k.graph_id
+FROM kernel_rows k;
 
 -- Host-side runtime/driver API calls that launched GPU work (matched by correlation id).
 CREATE TABLE IF NOT EXISTS launches (

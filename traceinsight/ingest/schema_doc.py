@@ -8,8 +8,11 @@ import re
 
 from traceinsight.ingest.schema import schema_sql
 
-_TABLE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+) \($")
+_TABLE = re.compile(r"^CREATE (?:TABLE|VIEW) IF NOT EXISTS (\w+) \($")
 _COLUMN = re.compile(r"^\s+(\w+)\s+([A-Z]+(?:\[\])?)(?: NOT NULL)?,?\s*(?:--\s*(.*))?$")
+# A view's column: its name in the view's column list, its type in the comment ('-- TYPE[ NOT NULL][: meaning]'),
+# as DuckDB gives it (a test compares them).
+_VIEW_COLUMN = re.compile(r"^\s+(\w+),?\s+--\s*([A-Z]+(?:\[\])?)(?: NOT NULL)?(?::\s*(.*))?$")
 
 INTRO = """# Normalized schema
 
@@ -18,7 +21,8 @@ DuckDB tables. Times are int64 nanoseconds on the trace's own clock (`*_ns`), si
 every table has `trace_id`, so many traces can share one database or one Parquet dataset. A column a format
 cannot provide is NULL. `traceinsight sql TRACE [--meta SIDECAR] [--ncu CSV] "select ..."` queries them (a sidecar's
 batches and Nsight Compute's metrics attached as `analyze` attaches them); `kernel_labels` (one row per
-distinct kernel name, added by the labels stage) joins on `kernels.name`.
+distinct kernel name, added by the labels stage) joins on `kernels.name`. `kernels` is a view of `kernel_rows`, which
+holds each kernel's names as an id into `kernel_names` (a name once per trace, not once per kernel).
 
 The analysis itself is in tables too (`steps`, `step_breakdown`, `attention_launches`, `launch_models`,
 `findings`, `rule_checks`, `analyses`, at the end): `traceinsight sql` fills them when a query names them,
@@ -76,7 +80,7 @@ def markdown() -> str:
             out.append(f"\n## `{m[1]}`\n\n{' '.join(pending)}\n\n| column | type | meaning |\n|---|---|---|")
             pending = []
             continue
-        c = _COLUMN.match(line)
+        c = _COLUMN.match(line) or _VIEW_COLUMN.match(line)
         if c:
             meaning = (c[3] or "").strip() or _DEFAULTS.get(c[1], "")
             out.append(f"| `{c[1]}` | {c[2]} | {meaning.replace('|', chr(92) + '|')} |")

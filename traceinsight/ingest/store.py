@@ -16,13 +16,15 @@ import pyarrow as pa
 
 from traceinsight.ingest.arrow_numpy import COMPUTE_MIN_ROWS, ints, text_bytes
 from traceinsight.ingest.base import Columns, Ingest
-from traceinsight.ingest.schema import schema_sql, table_names
+from traceinsight.ingest.kernel_names import NameIds, known
+from traceinsight.ingest.schema import schema_sql, stored_table_names
 from traceinsight.tuning import arrow_pool
 
-# Tables whose rows get a per-trace id in start order, and the name of that id column.
-_ID_COLUMNS = {"kernels": "kernel_id", "ranges": "range_id"}
+# Tables whose rows get a per-trace id in start order, and the name of that id column (`kernels` is stored as
+# `kernel_rows`, its names in `kernel_names`: see `TraceDB._stored`).
+_ID_COLUMNS = {"kernel_rows": "kernel_id", "ranges": "range_id"}
 # Tables whose rows get dur_ns = end_ns - start_ns on insert.
-_DURATION_TABLES = {"kernels", "ranges", "memops", "host_ops"}
+_DURATION_TABLES = {"kernel_rows", "ranges", "memops", "host_ops"}
 # In memory, tables are kept as inserted — a kernel's name once per row, 920 bytes of FlashInfer's templated
 # names (demangled + mangled) per kernel — until a checkpoint compresses them (dictionary/FSST: 1.4 GB -> 80 MB
 # for a million kernels). An insert carrying more text than this is done in slices of about this much, each
@@ -158,6 +160,8 @@ class TraceDB:
         self._worker: threading.Thread | None = None
         self._worker_cursor: duckdb.DuckDBPyConnection | None = None
         self._worker_error: BaseException | None = None
+        # Each trace's kernel name ids (`_stored`), kept across the slices of its kernels.
+        self._name_ids: dict[int, NameIds] = {}
 
     def close(self) -> None:
         """Close the connection, once the worker (`start_worker`) has finished."""
@@ -321,6 +325,10 @@ class TraceDB:
         n = len(next(iter(cols.values()))) if cols else 0
         if not n:
             return
+        given = cols
+        table, cols = self._stored(trace_id, table, cols, n)
+        if consume and cols is not given:
+            given.clear()
         if n < COMPUTE_MIN_ROWS and all(isinstance(v, list) for v in cols.values()) and (
                 not self.in_memory or _text_bytes_at_most(cols) <= CHECKPOINT_TEXT_BYTES):
             rows = {name: np.fromiter(values, dtype=object, count=n) for name, values in cols.items()}
@@ -347,9 +355,14 @@ class TraceDB:
         """Insert a table read a slice at a time (`Ingest.slices`), each slice as it comes, so that only one is
         held. An id table's rows are numbered in reading order; where that is not start order (a slice out of
         order, or out of order with the one before), they are put in start order in DuckDB once all are in."""
+        name, table = table, _STORED.get(table, table)
         first = self._next_id(trace_id, table) if table in _ID_COLUMNS else 0
         count, ordered, last, held = 0, True, None, 0
-        for cols in slices:
+        for given in slices:
+            n = len(next(iter(given.values()))) if given else 0
+            cols = self._stored(trace_id, name, given, n)[1] if n else given
+            if cols is not given:
+                given.clear()
             arrow = arrow_table(self.con, cols)
             cols.clear()
             n = arrow.num_rows
@@ -375,6 +388,54 @@ class TraceDB:
             # The rest compressed now, not with the other tables once all are in (`compress`): while the reader
             # reads the next table's slices (nsys_sqlite's worker), and its memory reused for them.
             self.con.execute("CHECKPOINT")
+
+    def _stored(self, trace_id: int, table: str, cols: Columns, n: int) -> tuple[str, Columns]:
+        """The table an insert of `n` rows `cols` into `table` writes, and its columns: `kernels` is stored as
+        `kernel_rows`, each row's `name` and `mangled_name` as a `name_id` into `kernel_names`, which gets the
+        pairs not seen before now (the readers' Arrow columns read as dictionary codes: no string per row)."""
+        if table not in _STORED:
+            return table, cols
+        ids = self._names_of(trace_id)
+        out = {k: v for k, v in cols.items() if k not in ("name", "mangled_name")}
+        out["name_id"] = ids.column(cols["name"], cols.get("mangled_name"), n)
+        self._write_names(trace_id, ids)
+        return _STORED[table], out
+
+    def name_id(self, trace_id: int, name: str, mangled_name: str | None = None) -> int:
+        """The id in `kernel_names` of a kernel name of `trace_id` (added when new), for a row written into
+        `kernel_rows` directly rather than by a reader (`add`)."""
+        ids = self._names_of(trace_id)
+        got = ids.of((name, mangled_name))
+        self._write_names(trace_id, ids)
+        return got
+
+    def _names_of(self, trace_id: int) -> NameIds:
+        """The name ids of `trace_id`, read from `kernel_names` at first use, its next new id the database's (ids
+        are numbered across traces, whichever is added to)."""
+        ids = self._name_ids.get(trace_id)
+        if ids is None:
+            rows = self.con.execute("SELECT name_id, name, mangled_name FROM kernel_names WHERE trace_id = $t",
+                                    {"t": trace_id}).fetchall()
+            ids = self._name_ids[trace_id] = NameIds(0, known(rows))
+        ids.next = self._next_name_id()
+        return ids
+
+    def _write_names(self, trace_id: int, ids: NameIds) -> None:
+        """Insert the names `ids` numbered since it was last written into `kernel_names`."""
+        new = ids.take_new()
+        if new:
+            names = {  # noqa: F841  (scanned by name)
+                "name_id": np.fromiter((r[0] for r in new), np.int32, len(new)),
+                "name": np.fromiter((r[1] for r in new), object, len(new)),
+                "mangled_name": np.fromiter((r[2] for r in new), object, len(new)),
+            }
+            self.con.execute(f"INSERT INTO kernel_names BY NAME SELECT *, {int(trace_id)} AS trace_id FROM names")
+
+    def _next_name_id(self) -> int:
+        """The id the next new kernel name gets: ids are numbered across the database's traces, so that `kernels`
+        looks a row's names up by position in one list (schema.sql)."""
+        row = self.con.execute("SELECT coalesce(max(name_id) + 1, 0) FROM kernel_names").fetchone()
+        return int(row[0]) if row else 0
 
     def _renumber(self, trace_id: int, table: str, first: int) -> None:
         """Put the rows of `trace_id` in the id table `table` in start order and number them from `first` in that
@@ -457,11 +518,18 @@ class TraceDB:
         finally:
             new.close()
         alias = "_ti_save"
+        # The trace's kernel name ids from 0, as a database of its own numbers them (they follow one another).
+        row = con.execute("SELECT coalesce(min(name_id), 0), count(*), coalesce(max(name_id) + 1, 0) FROM kernel_names "
+                          "WHERE trace_id = $t", {"t": trace_id}).fetchone()
+        base = int(row[0]) if row else 0
+        if row and row[1] != row[2] - row[0]:
+            raise ValueError(f"trace {trace_id}: its kernel name ids do not follow one another")
         con.execute(f"ATTACH '{quote_path(dest)}' AS {alias}")
         try:
-            for table in table_names():
+            for table in stored_table_names():
                 con.execute(
-                    f"INSERT INTO {alias}.{table} SELECT * REPLACE (0 AS trace_id) FROM {table} WHERE trace_id = $t",
+                    f"INSERT INTO {alias}.{table} SELECT * REPLACE (0 AS trace_id{_name_id_plus(table, -base)}) "
+                    f"FROM {table} WHERE trace_id = $t",
                     {"t": trace_id},
                 )
             con.execute(f"CHECKPOINT {alias}")
@@ -478,10 +546,11 @@ class TraceDB:
             n = self.con.execute(f"SELECT count(*) FROM {alias}.traces").fetchone()
             if not n or n[0] != 1:
                 raise duckdb.InvalidInputException(f"{src}: not one saved trace")
+            base = self._next_name_id()
             self.con.execute("BEGIN TRANSACTION")
             try:
-                for table in table_names():
-                    replace = f"{trace_id} AS trace_id"
+                for table in stored_table_names():
+                    replace = f"{trace_id} AS trace_id{_name_id_plus(table, base)}"
                     if table == "traces":
                         replace += ", $path AS path, coalesce($src, source_path) AS source_path, $size AS size_bytes"
                         params = {
@@ -565,6 +634,13 @@ def _text_bytes(table: pa.Table) -> int:
     return sum(text_bytes(chunk) for column in table.columns for chunk in column.chunks)
 
 
+def _name_id_plus(table: str, shift: int) -> str:
+    """The REPLACE item of a copy of `table` that shifts its kernel name ids by `shift` (none for other tables)."""
+    return f", name_id + ({int(shift)}) AS name_id" if table in ("kernel_names", "kernel_rows") and shift else ""
+
+
+# The tables stored as others: `kernels` (a view) as `kernel_rows`, its names in `kernel_names` (`TraceDB._stored`).
+_STORED = {"kernels": "kernel_rows"}
 # A column the insert of a small id table carries (the reader's row order, which breaks ties of the start order).
 _READ_ORDER = "_read_order"
 
