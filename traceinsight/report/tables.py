@@ -439,6 +439,28 @@ def copy_tables(con: Any, trace_ids: Iterable[int], into: str) -> None:
         con.execute(f"INSERT INTO {into}.{name} BY NAME SELECT * FROM {name} WHERE trace_id IN ({ids})")
 
 
+# What a step's or a launch's rows hold in a compressed in-memory database before a checkpoint compresses them:
+# the 1M-kernel export's tables (228,576 steps, 228,576 launches and their breakdown and model rows) held 521 MB as
+# inserted, 19 MB compressed.
+UNCOMPRESSED_ROW_BYTES = 1200
+# The tables are compressed as they are inserted (checkpoints, `_insert`) only when they would take more than this
+# share of what DuckDB's limit leaves (its limit less what it holds): 10M kernels' 5 GB inside a 4 GiB cgroup, not
+# the 1M-kernel export's 0.5 GB against a machine's 18 GB (0.6 CPU-s of checkpoints there).
+UNCOMPRESSED_SHARE = 4
+
+
+def _short_of_memory(con: Any, rows: int) -> bool:
+    """Whether `rows` steps and launches, inserted as they are, would take more than 1 / UNCOMPRESSED_SHARE of the
+    memory DuckDB's limit leaves (`TraceDB.fit_memory` keeps the limit to the process's budget); True when the
+    limit cannot be read."""
+    from traceinsight.ingest.store import parse_size
+
+    limit, held = con.execute("SELECT current_setting('memory_limit'), "
+                              "(SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory())").fetchone()
+    room = parse_size(str(limit))
+    return room is None or rows * UNCOMPRESSED_ROW_BYTES * UNCOMPRESSED_SHARE > room - int(held)
+
+
 def _compressed_in_memory(con: Any, prefix: str) -> bool:
     """Whether the tables' database (`prefix`'s, else the current one) is in memory with compression (TraceDB's):
     its rows stay as inserted until a checkpoint compresses them."""
@@ -472,10 +494,11 @@ def _insert(con: Any, table: str, slices: Iterator[Columns], compress: bool) -> 
 
 
 def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
-    compress = _compressed_in_memory(con, prefix)
     with gc_paused():  # the columns' temporary objects hold no cycle; a collection would walk the whole analysis
         # once, for the tables that read the steps (from the steps' arrays the rules read)
         columns = functools.cache(lambda: step_columns(a.steps, a.step_arrays()))
+        # checkpoints only where memory asks for them
+        compress = _compressed_in_memory(con, prefix) and _short_of_memory(con, columns().n + columns().m)
         for name in ANALYSIS_TABLES:
             con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
             _insert(con, prefix + name, BUILDERS[name](a, columns), compress)
