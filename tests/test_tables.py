@@ -179,8 +179,8 @@ def test_the_document_follows_a_changed_analysis() -> None:
 @pytest.mark.parametrize("slice_rows", [2, 3, 10**6])
 def test_long_tables_are_written_in_compressed_slices(monkeypatch: pytest.MonkeyPatch, slice_rows: int) -> None:
     """In the analysis's compressed in-memory database, when memory is short, a long table goes in slices, each
-    compressed (checkpointed) before the next: the rows are those of one whole insert into a plain database, in the same order, whether the
-    tables are built in slices smaller than a checkpoint's, of its size, or whole."""
+    compressed (checkpointed) before the next: the rows are those of one whole insert into a plain database, in the
+    same order, whether the tables are built in slices smaller than a checkpoint's, of its size, or whole."""
     import traceinsight.report.tables as tables
     from traceinsight.ingest.schema import analysis_schema_sql
 
