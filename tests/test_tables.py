@@ -216,6 +216,7 @@ def test_tables_are_compressed_only_when_memory_is_short() -> None:
     assert tables._short_of_memory(db.con, 10**4)
     db.con.execute("SET memory_limit = '64GB'")
     write_tables(db, [a])
+    assert db.con.sql("SELECT count(*) FROM steps").fetchall() == [(len(a.steps),)]  # no unfinished result left
     persistent = {p for (p,) in db.con.execute("SELECT DISTINCT persistent FROM pragma_storage_info('steps')")
                   .fetchall()}
     assert persistent == {False}  # left as inserted: memory is not short

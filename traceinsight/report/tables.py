@@ -455,8 +455,8 @@ def _short_of_memory(con: Any, rows: int) -> bool:
     limit cannot be read."""
     from traceinsight.ingest.store import parse_size
 
-    limit, held = con.execute("SELECT current_setting('memory_limit'), "
-                              "(SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory())").fetchone()
+    ((limit, held),) = con.execute("SELECT current_setting('memory_limit'), "
+                                   "(SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory())").fetchall()
     room = parse_size(str(limit))
     return room is None or rows * UNCOMPRESSED_ROW_BYTES * UNCOMPRESSED_SHARE > room - int(held)
 
@@ -513,7 +513,7 @@ class _Writer:
         import queue
         import threading
 
-        (current,) = con.execute("SELECT current_database()").fetchone()
+        ((current,),) = con.execute("SELECT current_database()").fetchall()  # fetched to the end: `con` is free
         self.cursor = con.cursor()
         self.cursor.execute(f'USE "{current}"')
         self.jobs: queue.Queue[Callable[[Any], None] | None] = queue.Queue(maxsize=1)
