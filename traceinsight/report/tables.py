@@ -554,8 +554,11 @@ def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
     with gc_paused():  # the columns' temporary objects hold no cycle; a collection would walk the whole analysis
         # once, for the tables that read the steps (from the steps' arrays the rules read)
         columns = functools.cache(lambda: step_columns(a.steps, a.step_arrays()))
-        # checkpoints only where memory asks for them
-        compress = _compressed_in_memory(con, prefix) and _short_of_memory(con, columns().n + columns().m)
+        # checkpoints only where memory asks for them (the launches counted by their models, a model per launch,
+        # when the schedule model ran: the step columns are built only for the tables that read them)
+        models = a.schedule.models if a.schedule is not None else None
+        compress = _compressed_in_memory(con, prefix) and _short_of_memory(
+            con, len(a.steps) + (len(models) if models else columns().m))
         writer = _Writer(con)
         try:
             for name in ANALYSIS_TABLES:
