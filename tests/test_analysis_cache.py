@@ -79,8 +79,10 @@ def test_a_second_analyze_writes_the_same_bytes(inputs: tuple[str | Path, ...], 
 
     analyze(TEXT)  # analyzed: a marker only
     assert kept(cache_dir) == []
-    analyze(TEXT)  # analyzed again, and kept
+    last = variants[-1]
+    keeping = analyze(last)  # analyzed again, and kept: its report read from the entry's tables as they are written
     assert len(kept(cache_dir)) == 1
+    assert keeping == analyze(last, "--no-cache")
     for opts in variants:
         assert analyze(opts) == analyze(opts, "--no-cache"), opts
     assert len(kept(cache_dir)) == 1  # one entry whatever the format: the tables, not a report
@@ -319,3 +321,32 @@ def test_large_inputs_are_kept_at_their_first_analysis(cache_dir: Path, monkeypa
     assert len(kept(cache_dir)) == 1  # at or above it: kept at once
     assert run(NSYS, "--format", "json") == first == run(NSYS, "--format", "json", "--no-cache")
     assert analysis_cache.keep_at_once([NSYS, SMALL]) and not analysis_cache.keep_at_once([REPO / "missing"])
+
+
+def test_an_entry_that_cannot_be_written_or_a_report_that_fails_keeps_nothing(
+        cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run that keeps an analysis writes its tables into the entry's temporary file and renders from there
+    (`analysis_cache.keeping`): when that file cannot be written, the report comes from tables written in memory,
+    the same bytes, and nothing is kept; when the report fails, the half-written entry is deleted."""
+    import duckdb
+
+    from traceinsight.report import tables
+
+    monkeypatch.setenv("TRACEINSIGHT_ANALYSIS_KEEP_BYTES", "0")  # kept at the first analysis
+    write_tables = tables.write_tables
+
+    def full_disk(db: object, analyses: object, into: str | None = None) -> None:
+        if into is not None:
+            write_tables(db, analyses, into=into)  # type: ignore[arg-type]
+            raise duckdb.IOException("no space left on device")
+        write_tables(db, analyses)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tables, "write_tables", full_disk)
+    assert run(SMALL, "--format", "json") == run(SMALL, "--format", "json", "--no-cache")
+    assert list((cache_dir / "analysis").iterdir()) == []  # no entry, no temporary file, no marker
+    monkeypatch.setattr(tables, "write_tables", write_tables)
+    code, _, err = run(SMALL, "--format", "json", "--out", str(tmp_path / "missing" / "r.json"))
+    assert code != 0 and "r.json" in err, err  # the report cannot be written
+    assert list((cache_dir / "analysis").iterdir()) == []
+    first = run(SMALL, "--format", "json")
+    assert len(kept(cache_dir)) == 1 and run(SMALL, "--format", "json") == first

@@ -185,7 +185,8 @@ def test_the_api_leaves_the_process_as_it_found_it() -> None:
 
 def test_an_export_read_in_slices_leaves_no_thread_behind() -> None:
     """An Nsight Systems export whose tables are read a slice at a time (here slices of 64 rows) has a worker thread
-    reading ahead (ingest/prefetch.py); once `open` has returned, it has ended, as it has after a read that fails."""
+    reading ahead (ingest/prefetch.py); once `open` has returned, it has ended, as it has after a read that fails.
+    So has the analysis tables' writer once they are written."""
     call = textwrap.dedent(f"""
         import traceinsight as ti, traceinsight.ingest.nsys_sqlite as nsys_sqlite
         from traceinsight.ingest import prefetch
@@ -197,10 +198,11 @@ def test_an_export_read_in_slices_leaves_no_thread_behind() -> None:
             start(self)
         prefetch.threading.Thread.start = counted
         a = ti.open({str(NSYS)!r}, cache=False)
-        a.findings
+        a.findings  # the analysis tables written: their inserts on a worker thread too (report/tables.py)
+        assert "analysis-tables" not in [t.name for t in prefetch.threading.enumerate()]  # ended as they were
         a.close()
         prefetch.threading.Thread.start = start
-        assert started == ["nsys-slices"], started  # the worker ran
+        assert started == ["nsys-slices", "analysis-tables"], started  # the workers ran
     """)
     got = _probe(call)
     assert got["after"]["threads"] == got["before"]["threads"] == ["MainThread"]

@@ -141,9 +141,8 @@ def test_write_tables_loads_no_heavy_module(h200: Path) -> None:
 @pytest.mark.parametrize(("fmt", "traces"), [("json", 2), ("text", 1)])
 def test_a_keeping_run_writes_each_table_once(fmt: str, traces: int, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run that keeps its analysis (cli/analysis_cache.py) builds each trace's tables once: the report is read
-    from them (report/saved.py) and the kept entry is a copy of them; it writes what a run keeping nothing
-    writes."""
+    """A run that keeps its analysis (cli/analysis_cache.py) builds each trace's tables once, into the kept entry,
+    and the report is read from them there (report/saved.py); it writes what a run keeping nothing writes."""
     from traceinsight.report import tables
 
     monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "cache"))
@@ -179,9 +178,9 @@ def test_the_document_follows_a_changed_analysis() -> None:
 
 @pytest.mark.parametrize("slice_rows", [2, 3, 10**6])
 def test_long_tables_are_written_in_compressed_slices(monkeypatch: pytest.MonkeyPatch, slice_rows: int) -> None:
-    """In the analysis's compressed in-memory database a long table goes in slices, each compressed (checkpointed)
-    before the next: the rows are those of one whole insert into a plain database, in the same order, whether the
-    tables are built in slices smaller than a checkpoint's, of its size, or whole."""
+    """In the analysis's compressed in-memory database, when memory is short, a long table goes in slices, each
+    compressed (checkpointed) before the next: the rows are those of one whole insert into a plain database, in the
+    same order, whether the tables are built in slices smaller than a checkpoint's, of its size, or whole."""
     import traceinsight.report.tables as tables
     from traceinsight.ingest.schema import analysis_schema_sql
 
@@ -192,6 +191,7 @@ def test_long_tables_are_written_in_compressed_slices(monkeypatch: pytest.Monkey
     monkeypatch.setattr(tables, "CHECKPOINT_MIN_ROWS", 2)
     monkeypatch.setattr(tables, "CHECKPOINT_ROWS", 3)  # several slices, the last one short
     monkeypatch.setattr(tables, "SLICE_ROWS", slice_rows)
+    monkeypatch.setattr(tables, "UNCOMPRESSED_ROW_BYTES", 1 << 40)  # as when memory is short (`_short_of_memory`)
     write_tables(db, [a])
     for name in ANALYSIS_TABLES:
         assert db.con.execute(f"SELECT * FROM {name}").fetchall() == plain.execute(f"SELECT * FROM {name}").fetchall()
@@ -201,3 +201,22 @@ def test_long_tables_are_written_in_compressed_slices(monkeypatch: pytest.Monkey
     assert persistent == {True}  # compressed: none left as inserted
     assert {p for (p,) in plain.execute("SELECT DISTINCT persistent FROM pragma_storage_info('steps')")
             .fetchall()} == {False}
+
+
+def test_tables_are_compressed_only_when_memory_is_short() -> None:
+    """Checkpoints cost time (0.6 CPU-s at 1M kernels): the analysis's in-memory tables are compressed as they go
+    in only when, as inserted, they would take a large share of what DuckDB's limit leaves."""
+    import traceinsight.report.tables as tables
+
+    db, (a,) = analyze([TRACES / "h200/flashinfer_decode_small.pt.trace.json.gz"], cache=False)
+    db.con.execute("SET memory_limit = '64GB'")
+    assert not tables._short_of_memory(db.con, 10**4)  # 12 MB as inserted
+    assert tables._short_of_memory(db.con, 10**8)  # 120 GB
+    db.con.execute("SET memory_limit = '16MB'")
+    assert tables._short_of_memory(db.con, 10**4)
+    db.con.execute("SET memory_limit = '64GB'")
+    write_tables(db, [a])
+    assert db.con.sql("SELECT count(*) FROM steps").fetchall() == [(len(a.steps),)]  # no unfinished result left
+    persistent = {p for (p,) in db.con.execute("SELECT DISTINCT persistent FROM pragma_storage_info('steps')")
+                  .fetchall()}
+    assert persistent == {False}  # left as inserted: memory is not short

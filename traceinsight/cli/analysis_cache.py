@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +156,108 @@ def keep_at_once(traces: list[Path]) -> bool:
         return False
 
 
+def keeps(entry: Path, traces: list[Path]) -> bool:
+    """Whether `store` keeps the analysis at `entry` (not a marker only): these inputs were analyzed before, or
+    they are large (`keep_at_once`)."""
+    return entry.with_suffix(SEEN_SUFFIX).exists() or (bool(traces) and keep_at_once(traces))
+
+
+@contextlib.contextmanager
+def keeping(db: TraceDB, analyses: list[Any], entry: Path) -> Iterator[Saved | None]:
+    """Keep these analyses at `entry` as `store` does, their tables written once: straight into the new entry's
+    temporary file (attached to `db`), and the block given the documents read from there (`report.saved`), not
+    from tables written in memory and then copied (that copy was ~1 s of the 1M-kernel export's cold run). The
+    entry is committed when the block ends; an error of the block discards it (no half-written entry) and is
+    raised. When the file cannot be written (a full disk, a read-only cache folder: best effort, as `store`), the
+    block is given None and nothing is kept: the caller writes the tables in memory as without the cache."""
+    from traceinsight.report.saved import of_analyses
+
+    cursor = _write_new(db, analyses, entry)
+    if cursor is None:
+        yield None
+        return
+    tmp, con = cursor
+    try:
+        yield of_analyses(con, analyses)
+    except BaseException:
+        _detach(db, tmp, con)
+        raise
+    _commit(db, tmp, con, entry)
+
+
+# The name of an entry's temporary file attached to the analysis's database while its tables are written.
+ATTACHED = "analysis_cache"
+
+
+def _attach_new(db: TraceDB, entry: Path) -> Path | None:
+    """A new temporary file for `entry`, holding the analysis tables (typed, empty), attached to `db` as ATTACHED;
+    None when it cannot be made (nothing left behind)."""
+    import duckdb
+
+    from traceinsight.ingest.schema import analysis_schema_sql
+    from traceinsight.ingest.store import quote_path
+
+    tmp = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ingest_cache.temp_path(entry)
+        with duckdb.connect(str(tmp)) as con:  # the analysis tables, typed (as TraceDB.save_trace makes its file)
+            con.execute(analysis_schema_sql())
+        db.con.execute(f"ATTACH '{quote_path(tmp)}' AS {ATTACHED}")
+        return tmp
+    except (OSError, duckdb.Error):
+        if tmp is not None:
+            ingest_cache.discard(tmp)
+        return None
+
+
+def _write_new(db: TraceDB, analyses: list[Any], entry: Path) -> tuple[Path, Any] | None:
+    """These analyses' tables written into a new temporary file for `entry` (`_attach_new`), and a cursor of `db`
+    that reads them (USE); None when the file cannot be made or written (nothing left behind)."""
+    import duckdb
+
+    from traceinsight.report.tables import write_tables
+
+    tmp = _attach_new(db, entry)
+    if tmp is None:
+        return None
+    cursor = None
+    try:
+        write_tables(db, analyses, into=ATTACHED)
+        cursor = db.con.cursor()
+        cursor.execute(f"USE {ATTACHED}")  # the report's queries read the entry's tables
+    except (OSError, duckdb.Error):
+        _detach(db, tmp, cursor)
+        return None
+    return tmp, cursor
+
+
+def _detach(db: TraceDB, tmp: Path, cursor: Any = None) -> None:
+    """Let go of the temporary file `tmp` (ATTACHED) and delete it."""
+    import duckdb
+
+    if cursor is not None:
+        cursor.close()  # its USE of the file
+    with contextlib.suppress(duckdb.Error):
+        db.con.execute(f"DETACH {ATTACHED}")
+    ingest_cache.discard(tmp)
+
+
+def _commit(db: TraceDB, tmp: Path, cursor: Any, entry: Path) -> None:
+    """Detach the finished temporary file `tmp` and move it into place as `entry` (best effort: nothing kept when
+    that fails)."""
+    import duckdb
+
+    if cursor is not None:
+        cursor.close()
+    try:
+        db.con.execute(f"DETACH {ATTACHED}")
+        ingest_cache.commit(tmp, entry)
+        entry.with_suffix(SEEN_SUFFIX).unlink(missing_ok=True)
+    except (OSError, duckdb.Error):
+        ingest_cache.discard(tmp)
+
+
 def store(db: TraceDB, analyses: list[Any], entry: Path, traces: list[Path] | None = None,
           written: bool = False) -> None:
     """Keep these analyses' tables at `entry` when they were analyzed before (a marker beside it says so; else
@@ -164,7 +267,7 @@ def store(db: TraceDB, analyses: list[Any], entry: Path, traces: list[Path] | No
     import duckdb
 
     seen = entry.with_suffix(SEEN_SUFFIX)
-    if not seen.exists() and not (traces and keep_at_once(traces)):
+    if not keeps(entry, traces or []):
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             seen.touch()
@@ -172,29 +275,20 @@ def store(db: TraceDB, analyses: list[Any], entry: Path, traces: list[Path] | No
             pass
         return
 
-    from traceinsight.ingest.schema import analysis_schema_sql
-    from traceinsight.ingest.store import quote_path
     from traceinsight.report.tables import copy_tables, write_tables
 
-    tmp = None
+    tmp = _attach_new(db, entry)
+    if tmp is None:
+        return
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ingest_cache.temp_path(entry)
-        with duckdb.connect(str(tmp)) as con:  # the analysis tables, typed (as TraceDB.save_trace makes its file)
-            con.execute(analysis_schema_sql())
-        db.con.execute(f"ATTACH '{quote_path(tmp)}' AS analysis_cache")
-        try:
-            if written:
-                copy_tables(db.con, [a.trace_id for a in analyses], "analysis_cache")
-            else:  # straight into the file, a table at a time (no copy in memory: 0.35 GB less at 1M kernels)
-                write_tables(db, analyses, into="analysis_cache")
-        finally:
-            db.con.execute("DETACH analysis_cache")
-        ingest_cache.commit(tmp, entry)
-        seen.unlink(missing_ok=True)
+        if written:
+            copy_tables(db.con, [a.trace_id for a in analyses], ATTACHED)
+        else:  # straight into the file, a table at a time (no copy in memory: 0.35 GB less at 1M kernels)
+            write_tables(db, analyses, into=ATTACHED)
     except (OSError, duckdb.Error):
-        if tmp is not None:
-            ingest_cache.discard(tmp)
+        _detach(db, tmp)
+        return
+    _commit(db, tmp, None, entry)
 
 
 def warnings(saved: Saved) -> list[tuple[str, str]]:

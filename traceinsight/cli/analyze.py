@@ -89,12 +89,20 @@ def command(paths: tuple[str, ...], fmt: str, meta: tuple[str, ...], ncu: tuple[
     warn_analyses(analyses)
     if save is not None:
         result.save(save, no_cache)
+    # Where to keep the analysis (a run's section is not kept).
+    keep = kept if kept is not None and not any("run" in a.extra for a in analyses) else None
     if fmt == "perfetto":
         _emit_perfetto(result, out)
+    elif keep is not None and save is None and analysis_cache.keeps(keep, traces):
+        # The tables written once, into the entry, and the report read from there (not written in memory, then
+        # copied); None: the entry cannot be written, the tables go into memory.
+        with analysis_cache.keeping(db, analyses, keep) as src:
+            _emit(result, fmt, out, max_steps, steps, width, src)
+        keep = None
     else:
         _emit(result, fmt, out, max_steps, steps, width)
-    if kept is not None and not any("run" in a.extra for a in analyses):  # a run's section is not kept
-        analysis_cache.store(db, analyses, kept, traces, written=True)
+    if keep is not None:
+        analysis_cache.store(db, analyses, keep, traces, written=True)
     code = fail_exit_code([f for a in analyses for f in a.findings], fail_on)
     if code:
         sys.exit(code)
@@ -136,13 +144,15 @@ def _emit_perfetto(result: Any, out: str | None) -> None:
         sys.stdout.flush()
 
 
-def _emit(result: Any, fmt: str, out: str | None, max_steps: int, steps: str, width: int | None = None) -> None:
-    """The report of a fresh analysis (`traceinsight.api.Analysis`), rendered from its documents as a kept or saved
-    analysis is (cli/saved_output.py), with each distributed run's section after the text."""
+def _emit(result: Any, fmt: str, out: str | None, max_steps: int, steps: str, width: int | None = None,
+          src: Any = None) -> None:
+    """The report of a fresh analysis (`traceinsight.api.Analysis`), rendered from its documents (`src`, else its
+    own tables) as a kept or saved analysis is (cli/saved_output.py), with each distributed run's section after the
+    text."""
     from traceinsight.cli.saved_output import emit
 
     analyses = result.analyses
-    emit(result.documents(), fmt, out, steps, max_steps, width, warnings=False,
+    emit(result.documents() if src is None else src, fmt, out, steps, max_steps, width, warnings=False,
          after_text=lambda con: _emit_runs(analyses, con))
 
 

@@ -439,6 +439,28 @@ def copy_tables(con: Any, trace_ids: Iterable[int], into: str) -> None:
         con.execute(f"INSERT INTO {into}.{name} BY NAME SELECT * FROM {name} WHERE trace_id IN ({ids})")
 
 
+# What a step's or a launch's rows hold in a compressed in-memory database before a checkpoint compresses them:
+# the 1M-kernel export's tables (228,576 steps, 228,576 launches and their breakdown and model rows) held 521 MB as
+# inserted, 19 MB compressed.
+UNCOMPRESSED_ROW_BYTES = 1200
+# The tables are compressed as they are inserted (checkpoints, `_insert`) only when they would take more than this
+# share of what DuckDB's limit leaves (its limit less what it holds): 10M kernels' 5 GB inside a 4 GiB cgroup, not
+# the 1M-kernel export's 0.5 GB against a machine's 18 GB (0.6 CPU-s of checkpoints there).
+UNCOMPRESSED_SHARE = 4
+
+
+def _short_of_memory(con: Any, rows: int) -> bool:
+    """Whether `rows` steps and launches, inserted as they are, would take more than 1 / UNCOMPRESSED_SHARE of the
+    memory DuckDB's limit leaves (`TraceDB.fit_memory` keeps the limit to the process's budget); True when the
+    limit cannot be read."""
+    from traceinsight.ingest.store import parse_size
+
+    ((limit, held),) = con.execute("SELECT current_setting('memory_limit'), "
+                                   "(SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory())").fetchall()
+    room = parse_size(str(limit))
+    return room is None or rows * UNCOMPRESSED_ROW_BYTES * UNCOMPRESSED_SHARE > room - int(held)
+
+
 def _compressed_in_memory(con: Any, prefix: str) -> bool:
     """Whether the tables' database (`prefix`'s, else the current one) is in memory with compression (TraceDB's):
     its rows stay as inserted until a checkpoint compresses them."""
@@ -447,36 +469,107 @@ def _compressed_in_memory(con: Any, prefix: str) -> bool:
     return bool(row and row[0])
 
 
-def _insert(con: Any, table: str, slices: Iterator[Columns], compress: bool) -> None:
-    """Insert a table's slices (a builder's) into `table`; `compress`: a long table compressed (a checkpoint) each
-    CHECKPOINT_ROWS rows or so, and at its end. DuckDB holds a row as inserted until then: ~1.2 KB a launch (its
-    text once per row), 270 MB for the 1M-kernel export's launches against ~10 MB compressed, 2.7 GB at 10M."""
-    sql = f"INSERT INTO {table} BY NAME SELECT * FROM rows"
-    total = pending = 0  # rows inserted, and not yet compressed
-    for cols in slices:
-        rows = pa.table({c: v if isinstance(v, pa.Array) else python_array(v) for c, v in cols.items()})
-        del cols
-        total += rows.num_rows
-        if compress and rows.num_rows > CHECKPOINT_ROWS:  # a table built whole
-            insert_in_slices(con, sql, rows, CHECKPOINT_ROWS)
-            pending = 0
+class _Inserts:
+    """The inserts of one table's slices (`_Writer`'s jobs, in order); `compress`: a long table compressed (a
+    checkpoint) each CHECKPOINT_ROWS rows or so, and at its end. DuckDB holds a row as inserted until then: ~1.2 KB
+    a launch (its text once per row), 270 MB for the 1M-kernel export's launches against ~10 MB compressed, 2.7 GB
+    at 10M."""
+
+    def __init__(self, table: str, compress: bool) -> None:
+        self.table = table
+        self.sql = f"INSERT INTO {table} BY NAME SELECT * FROM rows"
+        self.compress = compress
+        self.total = self.pending = 0  # rows inserted, and not yet compressed
+
+    def delete(self, con: Any, trace_id: int) -> None:
+        """The table's rows of trace `trace_id`, written before, deleted (`write_tables` rewrites)."""
+        con.execute(f"DELETE FROM {self.table} WHERE trace_id = ?", [trace_id])
+
+    def add(self, con: Any, rows: pa.Table) -> None:
+        self.total += rows.num_rows
+        if self.compress and rows.num_rows > CHECKPOINT_ROWS:  # a table built whole
+            insert_in_slices(con, self.sql, rows, CHECKPOINT_ROWS)
+            self.pending = 0
         elif rows.num_rows:
-            con.execute(sql)
-            pending += rows.num_rows
-            if compress and pending >= CHECKPOINT_ROWS:
+            con.execute(self.sql)
+            self.pending += rows.num_rows
+            if self.compress and self.pending >= CHECKPOINT_ROWS:
                 con.execute("CHECKPOINT")
-                pending = 0
-        del rows
-    if compress and pending and total >= CHECKPOINT_MIN_ROWS:
-        con.execute("CHECKPOINT")
+                self.pending = 0
+
+    def end(self, con: Any) -> None:
+        if self.compress and self.pending and self.total >= CHECKPOINT_MIN_ROWS:
+            con.execute("CHECKPOINT")
+
+
+class _Writer:
+    """DuckDB's side of writing the tables (deletes, inserts, checkpoints) on a thread of its own, in order, while
+    the caller builds the next slice's Arrow columns in Python: DuckDB releases the GIL while it inserts (~1.1 s of
+    the 1M-kernel export's ~2 s of tables). One job at a time: `put` waits for the previous job to end, so that at
+    most two slices are held (the one inserted, the one built). The thread has a cursor of its own on `con`'s
+    database; `close` joins it (no thread outlives `write_tables`) and raises what a job raised, as `put` does."""
+
+    def __init__(self, con: Any) -> None:
+        import queue
+        import threading
+
+        ((current,),) = con.execute("SELECT current_database()").fetchall()  # fetched to the end: `con` is free
+        self.cursor = con.cursor()
+        self.cursor.execute(f'USE "{current}"')
+        self.jobs: queue.Queue[Callable[[Any], None] | None] = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="analysis-tables")
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            try:
+                if self.error is None:  # after an error, the jobs left are dropped
+                    job(self.cursor)
+            except BaseException as e:  # handed to the caller (`put`, `close`)
+                self.error = e
+            finally:
+                self.jobs.task_done()
+        self.jobs.task_done()
+
+    def put(self, job: Callable[[Any], None]) -> None:
+        self.jobs.join()  # the previous job done: its slice let go
+        if self.error is not None:
+            raise self.error
+        self.jobs.put(job)
+
+    def close(self, raising: bool = True) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+        self.cursor.close()
+        if self.error is not None and raising:
+            raise self.error
+
+
+def _rows(cols: Columns) -> pa.Table:
+    return pa.table({c: v if isinstance(v, pa.Array) else python_array(v) for c, v in cols.items()})
 
 
 def _write(con: Any, a: TraceAnalysis, prefix: str) -> None:
-    compress = _compressed_in_memory(con, prefix)
     with gc_paused():  # the columns' temporary objects hold no cycle; a collection would walk the whole analysis
         # once, for the tables that read the steps (from the steps' arrays the rules read)
         columns = functools.cache(lambda: step_columns(a.steps, a.step_arrays()))
-        for name in ANALYSIS_TABLES:
-            con.execute(f"DELETE FROM {prefix}{name} WHERE trace_id = ?", [a.trace_id])
-            _insert(con, prefix + name, BUILDERS[name](a, columns), compress)
+        # checkpoints only where memory asks for them (the launches counted by their models, a model per launch,
+        # when the schedule model ran: the step columns are built only for the tables that read them)
+        models = a.schedule.models if a.schedule is not None else None
+        compress = _compressed_in_memory(con, prefix) and _short_of_memory(
+            con, len(a.steps) + (len(models) if models else columns().m))
+        writer = _Writer(con)
+        try:
+            for name in ANALYSIS_TABLES:
+                inserts = _Inserts(prefix + name, compress)
+                writer.put(functools.partial(inserts.delete, trace_id=a.trace_id))
+                for cols in BUILDERS[name](a, columns):
+                    writer.put(functools.partial(inserts.add, rows=_rows(cols)))
+                    del cols
+                writer.put(inserts.end)
+        except BaseException:
+            writer.close(raising=False)  # the caller's error, not one of the writer's jobs left
+            raise
+        writer.close()
     a.release_step_arrays()  # the last reader: 10^6 steps' arrays need not outlive the tables
