@@ -522,8 +522,8 @@ class TraceDB:
         row = con.execute("SELECT coalesce(min(name_id), 0), count(*), coalesce(max(name_id) + 1, 0) FROM kernel_names "
                           "WHERE trace_id = $t", {"t": trace_id}).fetchone()
         base = int(row[0]) if row else 0
-        if row and row[1] != row[2] - row[0]:
-            raise ValueError(f"trace {trace_id}: its kernel name ids do not follow one another")
+        if row and row[1] != row[2] - row[0]:  # its kernels added between another trace's: not saved (`save` skips it)
+            raise duckdb.InvalidInputException(f"trace {trace_id}: its kernel name ids do not follow one another")
         con.execute(f"ATTACH '{quote_path(dest)}' AS {alias}")
         try:
             for table in stored_table_names():
