@@ -114,12 +114,12 @@ def rolling_quantiles(values: Sequence[float] | np.ndarray, half_window: int,
     q = min(max(q, 0.0), 1.0)
     out = np.empty(n)
     width = 2 * h + 1
-    # A window whose every value is used (most of them) needs only the two order statistics at fixed positions:
-    # a partial partition of the row, not a sort (the same values, so the same interpolation).
+    # A window whose every value is used reads its two order statistics at fixed positions. Its row is sorted, not
+    # partitioned: numpy's vectorised sort of short rows (AVX-512 here) took 3.3 ms for 16,384 rows of 101 values
+    # where np.partition took 7.7 (the same values, so the same interpolation).
     full_pos = (width - 1) * q
     full_lo = int(full_pos)
     full_hi = min(full_lo + 1, width - 1)
-    kth: int | list[int] = full_lo if full_hi == full_lo or full_pos == full_lo else [full_lo, full_hi]
     empty = np.zeros(n, bool)
     # The used values in each window, from a running count (not a pass over every window's values).
     count = np.zeros(n + 2 * h + 1, np.int64)
@@ -145,9 +145,10 @@ def rolling_quantiles(values: Sequence[float] | np.ndarray, half_window: int,
         if done.all():
             continue
         if full.all():
-            part = np.partition(block, kth, axis=1)  # a copy, partitioned
+            part = np.sort(block, axis=1)  # a copy, sorted (a vectorised sort of short rows beats a partition)
         elif full.any():
-            part = np.partition(block[full], kth, axis=1)
+            part = block[full]
+            part.sort(axis=1)
         if full.any():
             xlo = part[:, full_lo]
             xhi = part[:, full_hi] if full_hi != full_lo and full_pos != full_lo else xlo
