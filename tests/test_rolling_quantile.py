@@ -1,6 +1,7 @@
 """`baseline.rolling_quantile` against the plain definition: for every point, the q-quantile (`baseline.quantile`)
-of the used values within half_window either side, or the fallback when a window has none. Windows whose every
-value is used take a partial partition instead of a sort; both paths are exercised (ends, unused points, ties)."""
+of the used values within half_window either side, or the fallback when a window has none. Windows are sorted as
+rows of the values' ranks when many windows need a sort, as rows of the values when few do (most settled by their
+least value); both paths are exercised (ends, unused points, ties)."""
 
 from __future__ import annotations
 

@@ -81,8 +81,8 @@ def quantile(values: Sequence[float], q: float) -> float:
     return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
 
 
-# Windows sorted at once by rolling_quantile (bounds its transient memory: rows x window x 8 bytes).
-_ROWS_PER_BLOCK = 16_384
+# Windows sorted at once by rolling_quantile (bounds its transient memory: rows x window x 4-8 bytes).
+_ROWS_PER_BLOCK = 4_096
 
 
 def rolling_quantile(values: Sequence[float] | np.ndarray, half_window: int,
@@ -110,16 +110,9 @@ def rolling_quantiles(values: Sequence[float] | np.ndarray, half_window: int,
     h = max(int(half_window), 0)
     padded = np.full(n + 2 * h, np.inf)
     padded[h : h + n] = np.where(used, y, np.inf)
-    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * h + 1)
     q = min(max(q, 0.0), 1.0)
     out = np.empty(n)
     width = 2 * h + 1
-    # A window whose every value is used (most of them) needs only the two order statistics at fixed positions:
-    # a partial partition of the row, not a sort (the same values, so the same interpolation).
-    full_pos = (width - 1) * q
-    full_lo = int(full_pos)
-    full_hi = min(full_lo + 1, width - 1)
-    kth: int | list[int] = full_lo if full_hi == full_lo or full_pos == full_lo else [full_lo, full_hi]
     empty = np.zeros(n, bool)
     # The used values in each window, from a running count (not a pass over every window's values).
     count = np.zeros(n + 2 * h + 1, np.int64)
@@ -136,39 +129,48 @@ def rolling_quantiles(values: Sequence[float] | np.ndarray, half_window: int,
         hi_all = np.minimum(pos_all.astype(np.int64) + 1, counts - 1)
         settled = (counts > 0) & (lows > hi_all)
         out[settled] = low
+    # Every other window's row is sorted whole (numpy's vectorised sort of short rows beat np.partition: 3.3 vs
+    # 7.7 ms for 16,384 rows of 101 float64), the order statistics lo and lo + 1 read from it. When many windows
+    # are sorted, the rows sorted are those of each padded value's rank (int32, an argsort of the values once):
+    # numpy sorts rows of int32 about 3x faster than rows of float64 (0.64 vs 1.92 ms for 4,096 rows of 101).
+    # Ranks order the values as their sort does (equal values side by side, +inf then NaN last), so a row's order
+    # statistics are the same values, `values_of[rank]` (only -0.0 and 0.0, equal, might come out swapped; step
+    # times are never -0.0).
+    values_of: np.ndarray | None = None
+    windows: np.ndarray = np.lib.stride_tricks.sliding_window_view(padded, width)
+    if int(np.count_nonzero((counts > 0) & ~settled)) * 4 >= n and len(padded) < np.iinfo(np.int32).max:
+        order = np.argsort(padded)
+        values_of = padded[order]
+        rank = np.empty(len(padded), np.int32)
+        rank[order] = np.arange(len(padded), dtype=np.int32)
+        windows = np.lib.stride_tricks.sliding_window_view(rank, width)
+        del order
     for first in range(0, n, _ROWS_PER_BLOCK):
         block = windows[first : first + _ROWS_PER_BLOCK]
         k = counts[first : first + len(block)]
-        done = settled[first : first + len(block)]
-        full = (k == width) & ~done
-        at = out[first : first + len(block)]
-        if done.all():
-            continue
-        if full.all():
-            part = np.partition(block, kth, axis=1)  # a copy, partitioned
-        elif full.any():
-            part = np.partition(block[full], kth, axis=1)
-        if full.any():
-            xlo = part[:, full_lo]
-            xhi = part[:, full_hi] if full_hi != full_lo and full_pos != full_lo else xlo
-            got = xlo + (xhi - xlo) * (np.float64(full_pos) - full_lo)
-            if full.all():
-                at[:] = got
-                continue
-            at[full] = got
         empty[first : first + len(block)] = k == 0
-        some = (k > 0) & ~full & ~done
-        if not some.any():
+        todo = (k > 0) & ~settled[first : first + len(block)]
+        if todo.all():
+            rows = np.sort(block, axis=1)  # a copy, sorted
+            ks = k
+        elif todo.any():
+            rows = block[todo]  # a copy, sorted in place
+            rows.sort(axis=1)
+            ks = k[todo]
+        else:
             continue
-        rows = block[some]  # a copy, sorted in place
-        rows.sort(axis=1)
-        ks = k[some]
         pos = (ks - 1) * q
         lo = pos.astype(np.int64)
         hi = np.minimum(lo + 1, ks - 1)
-        xlo = np.take_along_axis(rows, lo[:, None], axis=1)[:, 0]
-        xhi = np.take_along_axis(rows, hi[:, None], axis=1)[:, 0]
-        at[some] = xlo + (xhi - xlo) * (pos - lo)
+        at = np.arange(len(rows))
+        xlo, xhi = rows[at, lo], rows[at, hi]
+        if values_of is not None:
+            xlo, xhi = values_of[xlo], values_of[xhi]
+        got = xlo + (xhi - xlo) * (pos - lo)
+        if todo.all():
+            out[first : first + len(block)] = got
+        else:
+            out[first : first + len(block)][todo] = got
     if empty.any():  # windows with no used value: the quantile of all used values (of all values when none is)
         kept = y[used] if used.any() else y
         out[empty] = _sorted_quantile(np.sort(kept).tolist(), q)

@@ -438,14 +438,19 @@ class _Records:
         first). Only members near the largest ratio are rounded: two ratios that round the same lie within 0.01
         of each other (rounding never reorders)."""
         ratio = self.worst_ratio[members]
-        near = np.flatnonzero(ratio >= ratio.max() - 0.02).tolist() or list(range(len(members)))
-        rounded = [round(x, 2) for x in ratio[near].tolist()]
-        if least_step:
-            step = self.worst_step[members]
-            best = max(range(len(near)), key=lambda i: (rounded[i], -int(step[near[i]])))
+        near = np.flatnonzero(ratio >= ratio.max() - 0.02)
+        if not len(near):
+            near = np.arange(len(members))
+        # Each distinct ratio rounded once (a folded cause's thousands of incidents often share one worst ratio).
+        distinct, inverse = np.unique(ratio[near], return_inverse=True)
+        rounded = [round(x, 2) for x in distinct.tolist()]
+        top = max(rounded)
+        at_top = np.flatnonzero(np.asarray([r == top for r in rounded], bool)[inverse])
+        if least_step:  # of those, the least worst step (argmin: the first of equals)
+            best = int(at_top[np.argmin(self.worst_step[members][near[at_top]])])
         else:
-            best = max(range(len(near)), key=rounded.__getitem__)
-        return members[near[best]]
+            best = int(at_top[0])
+        return members[int(near[best])]
 
     @staticmethod
     def _ranges(offsets: np.ndarray, lens: np.ndarray, members: list[int]) -> np.ndarray:
