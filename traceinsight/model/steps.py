@@ -450,8 +450,7 @@ def group_steps(db: TraceDB, trace_id: int, step_pattern: str | None = None) -> 
     steps = _steps_of(col, order, first, count, launches, steps_from, recovered_steps)
     if engine_ranges:
         _attach_engine_info(steps, engine_ranges)
-    _phases(steps)
-    _mixed_from_tiles(db, trace_id, steps)
+    _mixed_from_tiles(db, trace_id, steps, _phases(steps))
     return steps, unassigned
 
 
@@ -568,10 +567,12 @@ def _step(cls: type[Step], index: int, name: str, kernel_count: int, launches: t
     return s
 
 
-def _phases(steps: list[Step]) -> None:
+def _phases(steps: list[Step]) -> list[int]:
     """Each launch's phase: its kernel's, in the context of its step's range name; the engine's annotation where it
-    states the phase; a varlen kernel that split along KV ran decode."""
-    for s in steps:
+    states the phase; a varlen kernel that split along KV ran decode. Returns the steps whose first launch ran
+    prefill, in order (`_mixed_from_tiles`' candidates: found here rather than in a second pass over every step)."""
+    prefill_first: list[int] = []
+    for i, s in enumerate(steps):
         context = None if s.source == "launch" else s.name
         engine = s.engine is not None and s.engine.phase in STEP_PHASES
         for launch in s.launches:
@@ -582,6 +583,9 @@ def _phases(steps: list[Step]) -> None:
                 launch.phase = "decode"
                 launch.phase_evidence = (f"{launch.merges[0].kernel} combined its KV splits: "
                                          f"{SPLIT_MEANS_DECODE[launch.attention.backend]}")
+        if s.launches and s.launches[0].phase == "prefill":
+            prefill_first.append(i)
+    return prefill_first
 
 
 # Steps searched on either side of a prefill-shaped step for the running decode batch (a chunked prefill's
@@ -603,14 +607,14 @@ def _prefill_shaped(s: Step) -> bool:
     return True
 
 
-def _mixed_from_tiles(db: TraceDB, trace_id: int, steps: list[Step]) -> None:
+def _mixed_from_tiles(db: TraceDB, trace_id: int, steps: list[Step], prefill_first: list[int]) -> None:
     """Prefill-shaped steps that served the running decode batch too (chunked prefill in one launch) become
     `mixed`, from the trace alone (`model.phases.mixed_from_tiles`): the step's token rows are the rows its norm
     kernels run (one CTA per token row), the running batch the rows of the nearest decode steps before and after
     it, and each launch's query tiles its grid.x. A sidecar's query lengths, read later, override this."""
-    # The first launch's phase first: a step at a time through `_prefill_shaped` was 229K calls on the 1M-kernel
-    # export, whose steps are all decode.
-    cands = [i for i, s in enumerate(steps) if s.launches and s.launches[0].phase == "prefill" and _prefill_shaped(s)]
+    # The steps whose first launch ran prefill (`prefill_first`, from `_phases`) first: a step at a time through
+    # `_prefill_shaped` was 229K calls on the 1M-kernel export, whose steps are all decode.
+    cands = [i for i in prefill_first if _prefill_shaped(steps[i])]
     if not cands:
         return
     decode = [bool(s.launches) and all(x.phase == "decode" for x in s.launches) for s in steps]

@@ -6,6 +6,6 @@
 SELECT k.kernel_id, s.label_id, k.stream_id, k.device_id, k.start_ns, k.end_ns, k.dur_ns,
        k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z, k.registers_per_thread, k.smem_bytes
 FROM _step_members s
-JOIN kernels k ON k.trace_id = s.trace_id AND k.kernel_id = s.kernel_id
+JOIN kernel_rows k ON k.trace_id = s.trace_id AND k.kernel_id = s.kernel_id
 WHERE s.trace_id = $trace AND s.step_key = $step_key
 ORDER BY k.start_ns, k.kernel_id

@@ -10,7 +10,8 @@
 -- where the rule names the grid axis that counts KV parts and the trace has the grid, 1 part = not split (the
 -- merge kernel only copies); 'never' = not split; 'always' (the merge kernel runs after every launch) and names
 -- no rule covers: unknown (NULL).
--- Inputs: _step_members, kernels, kernel_labels; $trace; $split_names, $split_signals, $split_axes ('x' | 'y' |
+-- Inputs: _step_members, kernel_rows (the kernels' own columns: no name is read, so not the `kernels` view),
+--         kernel_labels; $trace; $split_names, $split_signals, $split_axes ('x' | 'y' |
 --         'z' | ''), $split_notes, $split_subjects (VARCHAR[], one entry per attention kernel name);
 --         $fa3_cap (BIGINT).
 -- Columns: step_key; launch_id (kernel_id of the launch's attention kernel); role ('attention' | 'merge' |
@@ -54,7 +55,7 @@ WITH m AS (
            k.stream_id, k.device_id, k.start_ns, k.end_ns, k.dur_ns,
            k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z, k.registers_per_thread, k.smem_bytes
     FROM roles r
-    JOIN kernels k ON k.trace_id = $trace AND k.kernel_id = r.kernel_id
+    JOIN kernel_rows k ON k.trace_id = $trace AND k.kernel_id = r.kernel_id
 ), per_launch AS (  -- the merge and prepare kernels of each launch
     SELECT f.step_key, f.launch_id,
            count(*) FILTER (WHERE f.role = 'merge') AS merges,

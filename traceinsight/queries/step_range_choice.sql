@@ -31,12 +31,12 @@ WITH enclosing AS (
 ), candidates AS (
     SELECT e.*, count(*) OVER (PARTITION BY e.range_id) AS enclosed
     FROM enclosing e
-), picked AS (
-    SELECT kernel_id, range_id,
-           row_number() OVER (PARTITION BY kernel_id
-                              ORDER BY side <> 'cpu', start_ns, end_ns - start_ns DESC, range_id) AS rank
+), picked AS (  -- each kernel's first candidate in that order: a hash aggregate (arg_min of the order as a
+                -- tuple; range_id makes it unique), not a row_number window that sorts every candidate by kernel
+    SELECT arg_min(range_id, (side <> 'cpu', start_ns, start_ns - end_ns, range_id)) AS range_id
     FROM candidates
     WHERE CASE WHEN $names IS NULL THEN enclosed <= $limit ELSE list_contains($names, name) END
+    GROUP BY kernel_id
 )
 SELECT r.* FROM _step_ranges r
-WHERE r.range_id IN (SELECT range_id FROM picked WHERE rank = 1)
+WHERE r.range_id IN (SELECT range_id FROM picked)
