@@ -25,11 +25,12 @@ from traceinsight.tuning import arrow_pool
 _ID_COLUMNS = {"kernel_rows": "kernel_id", "ranges": "range_id"}
 # Tables whose rows get dur_ns = end_ns - start_ns on insert.
 _DURATION_TABLES = {"kernel_rows", "ranges", "memops", "host_ops"}
-# In memory, tables are kept as inserted — a kernel's name once per row, 920 bytes of FlashInfer's templated
-# names (demangled + mangled) per kernel — until a checkpoint compresses them (dictionary/FSST: 1.4 GB -> 80 MB
-# for a million kernels). An insert carrying more text than this is done in slices of about this much, each
-# compressed before the next: a 10M-kernel trace then needs the memory of one slice, not 9 GB of names (at
-# 400 MB the 1M-kernel export's ingest peaks at 1.7 GB instead of 2.2 GB, in the same time).
+# In memory, tables are kept as inserted — a text once per row — until a checkpoint compresses them
+# (dictionary/FSST). Kernels' names were the bulk of it (920 bytes of FlashInfer's templated names per kernel, 1.4
+# GB -> 80 MB for a million kernels) until they became ids (`kernel_names`); launch, range and memop names remain.
+# An insert carrying more text than this is done in slices of about this much, each compressed before the next: a
+# long trace then needs the memory of one slice, not all its text (at 400 MB the 1M-kernel export's ingest peaked
+# at 1.7 GB instead of 2.2 GB, in the same time, while its kernels still carried their names).
 CHECKPOINT_TEXT_BYTES = 400_000_000
 # DuckDB's rows per row group (its `row_group_size`): the slices of a long insert are whole row groups, so that no
 # checkpoint compresses a part-filled last group the next slice then fills and compresses again (the 1M-kernel
