@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
-from traceinsight.ingest import nsys_sqlite, read_file
+from traceinsight.ingest import cache, nsys_sqlite, read_file, save
 from traceinsight.ingest.kernel_names import NameIds
 from traceinsight.ingest.store import TraceDB
 
@@ -82,15 +83,10 @@ def test_name_ids_number_distinct_pairs_from_dictionary_codes_and_strings() -> N
 
 
 def test_a_trace_whose_name_ids_are_split_by_another_is_not_cached_and_the_analysis_goes_on(
-        h200: Path, tmp_path: Path, monkeypatch: object) -> None:
+        h200: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Name ids are numbered across traces and `kernels` reads them by position, so a saved trace needs its own to
     follow one another; a trace given a new name after another trace's (a writer outside the readers) is not saved
     into the ingest cache, and nothing raises: the cache is best effort."""
-    import pytest
-
-    from traceinsight.ingest import save
-
-    assert isinstance(monkeypatch, pytest.MonkeyPatch)
     monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "cache"))
     db = TraceDB()
     first = db.add(read_file(h200 / KINETO)[0], h200 / KINETO)
@@ -98,7 +94,5 @@ def test_a_trace_whose_name_ids_are_split_by_another_is_not_cached_and_the_analy
     late = db.name_id(first, "a kernel named after the second trace's")
     assert late == db.sql("SELECT max(name_id) FROM kernel_names").fetchone()[0]
     save(db, [(first, h200 / KINETO)])
-    from traceinsight.ingest import cache
-
     assert not cache.entry_path(h200 / KINETO).exists()
     assert not list((tmp_path / "cache").rglob("*.tmp*"))  # no half-written entry left
